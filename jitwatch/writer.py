@@ -1,0 +1,165 @@
+"""Background journal writer used inside worker processes.
+
+Triton's hooks run on the thread that compiles. They only build an :class:`~jitwatch.events.Event`
+and put it on a bounded queue (:meth:`JournalWriter.submit`, non-blocking); one daemon thread
+writes batches to the journal. A slow or failing disk therefore never blocks a compile, and a
+storage fault (missing, read-only or full directory) costs dropped events, counted and logged
+once per fault episode, never an exception in the host. When the fault clears the writer
+reopens the journal, resumes, and records how many events were dropped (``dropped`` event →
+``jitwatch_dropped_events_total``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from pathlib import Path
+from typing import Any
+
+from jitwatch.events import Event, EventKind
+from jitwatch.journal import Journal, open_or_recover
+
+log = logging.getLogger(__name__)
+
+_BATCH = 512
+
+
+class JournalWriter:
+    """Owns a daemon thread that drains a bounded event queue into the journal.
+
+    Args:
+        directory: journal directory.
+        queue_size: events buffered before new ones are dropped (and counted).
+        rank, pid, host: identity stamped on the ``dropped`` bookkeeping event.
+        journal_kwargs: passed to :class:`~jitwatch.journal.Journal` (retention, cap).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        queue_size: int = 10_000,
+        rank: int = 0,
+        journal_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.rank = rank
+        self._journal_kwargs = journal_kwargs or {}
+        self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=queue_size)
+        self._lock = threading.Lock()
+        self._pending = 0  # submitted but not yet written or dropped
+        self._done = threading.Condition(self._lock)
+        self._dropped_unreported = 0
+        self.dropped_total = 0
+        self.written_total = 0
+        self.fault: str | None = None
+        self._journal: Journal | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="jitwatch-journal-writer", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ producer side
+    def submit(self, event: Event) -> bool:
+        """Queue ``event`` without blocking; ``False`` (and counted as dropped) if the queue is full."""
+        with self._lock:
+            if self._closed:
+                self._count_dropped_locked(1)
+                return False
+            self._pending += 1
+        try:
+            self._queue.put_nowait(event)
+            return True
+        except queue.Full:
+            with self._lock:
+                self._pending -= 1
+                self._count_dropped_locked(1)
+                self._done.notify_all()
+            return False
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything submitted so far is written or dropped; ``False`` on timeout."""
+        with self._done:
+            return self._done.wait_for(lambda: self._pending == 0, timeout=timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush, stop the thread and close the journal. Idempotent."""
+        self.flush(timeout)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+        self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ writer thread
+    def _count_dropped_locked(self, n: int) -> None:
+        self._dropped_unreported += n
+        self.dropped_total += n
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                break
+            batch = [item]
+            stop = False
+            while len(batch) < _BATCH:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._write(batch)
+            if stop:
+                break
+        if self._journal is not None:
+            try:
+                self._journal.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _write(self, batch: list[Event]) -> None:
+        try:
+            if self._journal is None:
+                self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+            with self._lock:
+                dropped = self._dropped_unreported
+            to_write = list(batch)
+            if dropped:
+                to_write.append(Event.now(EventKind.DROPPED, rank=self.rank, attrs={"count": dropped}))
+            self._journal.write(to_write)
+            with self._lock:
+                self._dropped_unreported -= dropped
+                self.written_total += len(batch)
+            if self.fault is not None:
+                log.warning("jitwatch journal %s writable again; %d events were dropped", self.directory, dropped)
+                self.fault = None
+        except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
+            if self.fault is None:
+                log.error(
+                    "jitwatch cannot write its journal in %s (%s: %s); dropping events until it recovers",
+                    self.directory,
+                    type(exc).__name__,
+                    exc,
+                )
+            self.fault = f"{type(exc).__name__}: {exc}"
+            if self._journal is not None:
+                try:
+                    self._journal.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._journal = None
+            with self._lock:
+                self._count_dropped_locked(len(batch))
+        finally:
+            with self._lock:
+                self._pending -= len(batch)
+                self._done.notify_all()
