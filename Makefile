@@ -1,0 +1,63 @@
+# jitwatch — the two commands a new user needs:
+#   make demo   # builds .venv (torch CPU, Triton, jitwatch) and runs `jitwatch demo`
+#   make test   # lint + every test tier this machine can run (what CI runs)
+# Everything installs from package registries; nothing else is needed on a fresh machine
+# with Python 3.10+ (and, for the Prometheus tier, Debian's apt for promtool/prometheus).
+
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+TRITON ?= triton==3.9.0
+TRITON_OLD ?= triton==3.6.0
+PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(BIN)/pip
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint test-core test-triton36 test-vllm tools env clean
+
+env: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH)" "$(TRITON)"
+	$(PIP) install -q -e ".[demo,dev]"
+	touch $@
+
+demo: env
+	$(BIN)/jitwatch demo $(ARGS)
+
+lint: env
+	$(BIN)/ruff format --check jitwatch tests benchmarks dashboards
+	$(BIN)/ruff check jitwatch tests benchmarks dashboards
+	$(BIN)/mypy
+
+# Prometheus/promtool from Debian's package, unpacked under .tools/ (no daemon started).
+tools:
+	bash scripts/install-prometheus.sh
+
+test-core: env tools
+	PATH="$(CURDIR)/.tools/prometheus/usr/bin:$$PATH" $(BIN)/pytest -m "not vllm and not gpu" $(PYTEST_ARGS)
+
+# The hook/monitor/field-case tests again under the oldest supported Triton.
+.venv-triton36/.installed: pyproject.toml
+	$(PY) -m venv .venv-triton36
+	PIP_DISABLE_PIP_VERSION_CHECK=1 .venv-triton36/bin/pip install -q "$(TORCH)" "$(TRITON_OLD)"
+	PIP_DISABLE_PIP_VERSION_CHECK=1 .venv-triton36/bin/pip install -q -e ".[dev]" numpy
+	touch $@
+
+test-triton36: .venv-triton36/.installed
+	.venv-triton36/bin/pytest -m "not vllm and not gpu and not prometheus and not slow" tests/test_hooks.py tests/test_monitor.py tests/test_field_cases.py $(PYTEST_ARGS)
+
+.venv-vllm/.installed: pyproject.toml scripts/make-vllm-env.sh
+	bash scripts/make-vllm-env.sh .venv-vllm
+	touch $@
+
+test-vllm: .venv-vllm/.installed
+	.venv-vllm/bin/pytest -m vllm tests/vllm $(PYTEST_ARGS)
+
+test: lint test-core test-triton36 test-vllm
+
+clean:
+	rm -rf $(VENV) .venv-triton36 .venv-vllm .tools

@@ -1,0 +1,628 @@
+"""Generate the jitwatch Grafana dashboard (dashboards/grafana/jitwatch.json) from code.
+
+Built with grafana-foundation-sdk, pinned to its Grafana 11.6 line (``1769699379!11.6.0``, see
+``pyproject.toml``'s ``dev`` extra; its PyPI versions are ``EPOCH!GRAFANA_VERSION`` and an unpinned
+install picks an old Grafana 10 line). Target: Grafana 11.6 (the compose stack's image).
+
+Usage::
+
+    python dashboards/grafana/generate.py           # rewrite jitwatch.json
+    python dashboards/grafana/generate.py --check   # exit 1 if jitwatch.json is stale
+
+Both modes fail (exit 2) when a panel queries a metric or label that jitwatch does not export:
+every name is checked against :data:`jitwatch.contract.METRICS`, the metrics contract (the same
+check runs in tests/test_dashboards.py, also for the Prometheus rules).
+
+Conventions: stable ``uid``, ``id: null``; template variables ``datasource``, ``instance``,
+``rank``; every panel and target uses ``${datasource}``; rates use ``$__rate_interval``; every
+target has a ``refId``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders import (
+    bargauge,
+    dashboard,
+    heatmap,
+    stat,
+    table,
+    timeseries,
+)
+from grafana_foundation_sdk.builders import common as common_b
+from grafana_foundation_sdk.builders import prometheus as prom
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+HERE = Path(__file__).resolve().parent
+OUTPUT = HERE / "jitwatch.json"
+
+DASHBOARD_UID = "jitwatch-triton-jit"
+DASHBOARD_TITLE = "jitwatch: Triton JIT compilation"
+SIDECAR_URL = "http://localhost:9400"
+"""Where docker-compose.yml publishes the sidecar (127.0.0.1:9400); used by panel links only."""
+
+DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+SEL = 'instance=~"$instance", rank=~"$rank"'
+"""Label matchers every per-rank query carries (template variables)."""
+
+
+# ---------------------------------------------------------------------------- PromQL references
+_PROMQL_WORDS = {
+    # aggregation operators, keywords and modifiers
+    "sum", "min", "max", "avg", "count", "stddev", "stdvar", "topk", "bottomk", "quantile",
+    "count_values", "group", "by", "without", "on", "ignoring", "group_left", "group_right",
+    "and", "or", "unless", "offset", "bool", "atan2", "inf", "nan",
+}  # fmt: skip
+_SELECTOR_LABEL = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+_IDENT = re.compile(r"(?<![\w.$:])([a-zA-Z_:][a-zA-Z0-9_:]*)")
+
+
+def promql_refs(expr: str) -> tuple[set[str], set[str], list[tuple[str, set[str]]]]:
+    """Metric names, grouping labels and per-selector labels referenced by a PromQL expression.
+
+    A small scanner, not a parser: enough for the expressions in this repository (string literals,
+    ranges ``[5m]``/``[$__rate_interval]``, selectors ``{a="b"}``, ``by (...)``/``on (...)``,
+    function calls). Returns ``(metrics, grouping_labels, [(metric, selector_labels), ...])``;
+    a selector without a metric name in front is reported with metric ``""``.
+    """
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    grouping: set[str] = set()
+    for m in _GROUPING.finditer(text):
+        grouping |= {part.strip() for part in m.group(1).split(",") if part.strip()}
+    text = _GROUPING.sub(" ", text)
+    selectors: list[tuple[str, set[str]]] = []
+    metrics: set[str] = set()
+
+    def _selector(m: re.Match[str]) -> str:
+        name = m.group(1) or ""
+        selectors.append((name, set(_SELECTOR_LABEL.findall(m.group(2)))))
+        if name:
+            metrics.add(name)
+        return " "
+
+    text = re.sub(r"([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*\{([^}]*)\}", _selector, text)
+    for m in _IDENT.finditer(text):
+        word = m.group(1)
+        rest = text[m.end() :].lstrip()
+        if word.lower() in _PROMQL_WORDS or rest.startswith("("):
+            continue  # keyword or function call
+        metrics.add(word)
+        selectors.append((word, set()))
+    return metrics, grouping, selectors
+
+
+def check_contract(exprs: list[str], recorded: set[str] | None = None) -> list[str]:
+    """Problems (empty when fine) with metric names/labels in ``exprs`` versus the contract.
+
+    Allowed: every series name of :func:`jitwatch.contract.exposed_series_names`, ``recorded``
+    (recording-rule names), and the labels a metric declares plus ``job``/``instance`` (added by
+    Prometheus) and ``le`` on histogram buckets.
+    """
+    from jitwatch.contract import METRICS, exposed_series_names
+
+    names = exposed_series_names()
+    labels_of: dict[str, set[str]] = {}
+    for spec in METRICS:
+        base = set(spec.labels) | {"job", "instance"}
+        if spec.type == "histogram":
+            labels_of[spec.name + "_bucket"] = base | {"le"}
+            labels_of[spec.name + "_sum"] = base
+            labels_of[spec.name + "_count"] = base
+        else:
+            labels_of[spec.name] = base
+    all_labels = set().union(*labels_of.values())
+    recorded = recorded or set()
+    problems: list[str] = []
+    for expr in exprs:
+        metrics, grouping, selectors = promql_refs(expr)
+        for name in sorted(metrics):
+            if name not in names and name not in recorded:
+                problems.append(f"unknown metric {name!r} in: {expr}")
+        for name, labels in selectors:
+            allowed = labels_of.get(name, all_labels)
+            for label in sorted(labels - allowed):
+                problems.append(f"label {label!r} is not a label of {name or 'any metric'} in: {expr}")
+        for label in sorted(grouping - all_labels):
+            problems.append(f"grouping label {label!r} is not a jitwatch label in: {expr}")
+    return problems
+
+
+# ---------------------------------------------------------------------------- builders
+def _q(
+    ref_id: str, expr: str, legend: str = "", *, instant: bool = False, fmt: PromQueryFormat | None = None
+) -> prom.Dataquery:
+    q = prom.Dataquery().ref_id(ref_id).expr(expr).datasource(DS)
+    if legend:
+        q = q.legend_format(legend)
+    q = q.instant() if instant else q.range()
+    if fmt is not None:
+        q = q.format(fmt)
+    return q
+
+
+def _steps(*steps: tuple[float | None, str]) -> dashboard.ThresholdsConfig:
+    return (
+        dashboard.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps([dm.Threshold(value=v, color=c) for v, c in steps])
+    )
+
+
+def _last() -> common_b.ReduceDataOptions:
+    return common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False)
+
+
+def _jit_link(title: str, path: str) -> dashboard.DashboardLink:
+    return dashboard.DashboardLink(title).url(SIDECAR_URL + path).target_blank(True)
+
+
+def warmup_state() -> stat.Panel:
+    return (
+        stat.Panel()
+        .title("Warmup state per rank")
+        .description(
+            "jitwatch_warmup_complete of each rank's latest worker: complete once Monitor.warmup() "
+            "exited normally (phase serving). The sidecar's /readyz is 200 when every rank is complete."
+        )
+        .datasource(DS)
+        .with_target(_q("A", f"jitwatch_warmup_complete{{{SEL}}}", "rank {{rank}}", instant=True))
+        .mappings(
+            [
+                dm.ValueMap(
+                    options={
+                        "0": dm.ValueMappingResult(text="warming up", color="orange", index=0),
+                        "1": dm.ValueMappingResult(text="complete", color="green", index=1),
+                    }
+                )
+            ]
+        )
+        .thresholds(_steps((None, "orange"), (1, "green")))
+        .reduce_options(_last())
+        .color_mode(common.BigValueColorMode.BACKGROUND)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .text_mode(common.BigValueTextMode.VALUE_AND_NAME)
+        .span(8)
+        .height(6)
+    )
+
+
+def warmup_duration() -> bargauge.Panel:
+    return (
+        bargauge.Panel()
+        .title("Warmup duration per rank")
+        .description(
+            "Duration of each rank's latest warmup, Monitor.warmup() entry to exit "
+            "(jitwatch_warmup_duration_seconds). JitwatchWarmupNotCompleted fires at 15 minutes."
+        )
+        .datasource(DS)
+        .with_target(_q("A", f"jitwatch_warmup_duration_seconds{{{SEL}}}", "rank {{rank}}", instant=True))
+        .unit("s")
+        .min(0)
+        .thresholds(_steps((None, "green"), (600, "orange"), (900, "red")))
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .reduce_options(_last())
+        .span(8)
+        .height(6)
+    )
+
+
+def warmup_compiles() -> bargauge.Panel:
+    return (
+        bargauge.Panel()
+        .title("Kernels compiled during warmup per rank")
+        .description("jitwatch_warmup_compiles: Triton compiles inside the rank's latest Monitor.warmup().")
+        .datasource(DS)
+        .with_target(_q("A", f"jitwatch_warmup_compiles{{{SEL}}}", "rank {{rank}}", instant=True))
+        .unit("short")
+        .min(0)
+        .thresholds(_steps((None, "blue")))
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .reduce_options(_last())
+        .span(8)
+        .height(6)
+    )
+
+
+def first_request_latency() -> bargauge.Panel:
+    return (
+        bargauge.Panel()
+        .title("First-request latency per rank")
+        .description(
+            "Latency of the first request marked with Monitor.request() after warmup completed, per "
+            "rank (jitwatch_first_request_latency_seconds). A first request that pays for a compile "
+            "shows here."
+        )
+        .datasource(DS)
+        .with_target(_q("A", f"jitwatch_first_request_latency_seconds{{{SEL}}}", "rank {{rank}}", instant=True))
+        .unit("s")
+        .min(0)
+        .thresholds(_steps((None, "green"), (0.1, "orange"), (1, "red")))
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .reduce_options(_last())
+        .span(12)
+        .height(6)
+    )
+
+
+def compiles_by_phase() -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .title("Compiles by phase")
+        .description(
+            "Triton compiles (in-memory cache misses, disk-cache hits included) per $__rate_interval, "
+            "by phase. startup and warmup compiles are expected; every serving compile stalled a request."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"sum by (phase) (increase(jitwatch_compiles_total{{{SEL}}}[$__rate_interval]))",
+                "{{phase}}",
+            )
+        )
+        .unit("short")
+        .min(0)
+        .draw_style(common.GraphDrawStyle.BARS)
+        .fill_opacity(60)
+        .stacking(common_b.StackingConfig().mode(common.StackingMode.NORMAL))
+        .override_by_name(
+            "serving", [dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "red"})]
+        )
+        .span(12)
+        .height(8)
+    )
+
+
+def serving_compiles_table() -> table.Panel:
+    return (
+        table.Panel()
+        .title("Serving-phase compiles by kernel")
+        .description(
+            "Kernels Triton compiled after warmup (phase serving), per rank: total count and time of "
+            "the latest one. The specialization key is deliberately NOT a Prometheus label (unbounded "
+            "cardinality), so it cannot be shown here: the last key of each kernel is in the sidecar's "
+            "/jit (kernels[].last_key, or `jitwatch status`), every key in /jit/events?phase=serving. "
+            'Kernels past JITWATCH_MAX_KERNELS share kernel="_other".'
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f'sum by (kernel, rank) (jitwatch_compiles_total{{phase="serving", {SEL}}})',
+                instant=True,
+                fmt=PromQueryFormat.TABLE,
+            )
+        )
+        .with_target(
+            _q(
+                "B",
+                f'max by (kernel, rank) (jitwatch_last_compile_timestamp_seconds{{phase="serving", {SEL}}}) * 1000',
+                instant=True,
+                fmt=PromQueryFormat.TABLE,
+            )
+        )
+        .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "indexByName": {"kernel": 0, "rank": 1, "Value #A": 2, "Value #B": 3},
+                    "renameByName": {"Value #A": "serving compiles", "Value #B": "last serving compile"},
+                },
+            )
+        )
+        .override_by_name("last serving compile", [dm.DynamicConfigValue(id_val="unit", value="dateTimeAsIso")])
+        .override_by_name(
+            "kernel",
+            [
+                dm.DynamicConfigValue(
+                    id_val="links",
+                    value=[
+                        {
+                            "title": "Serving compiles of ${__value.raw} (keys) in the sidecar",
+                            "url": SIDECAR_URL + "/jit/events?phase=serving&kind=compile&kernel=${__value.raw}",
+                            "targetBlank": True,
+                        }
+                    ],
+                )
+            ],
+        )
+        .links([_jit_link("Sidecar /jit (last keys)", "/jit")])
+        .span(12)
+        .height(8)
+    )
+
+
+def compile_time_by_kernel() -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .title("Compile time by kernel")
+        .description(
+            "Wall time spent compiling each kernel per $__rate_interval (jit_cache_hook to "
+            "jit_post_compile_hook), all phases."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"sum by (kernel) (increase(jitwatch_compile_seconds_total{{{SEL}}}[$__rate_interval]))",
+                "{{kernel}}",
+            )
+        )
+        .unit("s")
+        .min(0)
+        .draw_style(common.GraphDrawStyle.BARS)
+        .fill_opacity(60)
+        .stacking(common_b.StackingConfig().mode(common.StackingMode.NORMAL))
+        .span(12)
+        .height(8)
+    )
+
+
+def compile_duration_heatmap() -> heatmap.Panel:
+    return (
+        heatmap.Panel()
+        .title("Compile duration distribution")
+        .description(
+            "Compiles per duration bucket (jitwatch_compile_duration_seconds, buckets 1 ms … 60 s), all "
+            "phases. The histogram has no kernel label by design; see Compile time by kernel."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"sum by (le) (increase(jitwatch_compile_duration_seconds_bucket{{{SEL}}}[$__rate_interval]))",
+                "{{le}}",
+                fmt=PromQueryFormat.HEATMAP,
+            )
+        )
+        .calculate(False)
+        .y_axis(heatmap.YAxisConfig().unit("s"))
+        .cell_values(heatmap.CellValues().unit("short"))
+        .span(12)
+        .height(8)
+    )
+
+
+def compile_duration_quantiles() -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .title("Compile duration quantiles")
+        .description(
+            "p50 / p95 / p99 compile duration by phase, estimated from the histogram buckets "
+            "(histogram_quantile). Empty while no compile happened in the window."
+        )
+        .datasource(DS)
+        .unit("s")
+        .min(0)
+        .span(12)
+        .height(8)
+    )
+    for ref, q in (("A", "0.5"), ("B", "0.95"), ("C", "0.99")):
+        panel = panel.with_target(
+            _q(
+                ref,
+                f"histogram_quantile({q}, sum by (le, phase) "
+                f"(rate(jitwatch_compile_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
+                f"p{round(float(q) * 100)} {{{{phase}}}}",
+            )
+        )
+    return panel
+
+
+def disk_cache_hit_ratio() -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .title("Disk-cache hit ratio")
+        .description(
+            "Share of compiles served from Triton's disk cache (TRITON_CACHE_DIR), by phase. A hit still "
+            "costs milliseconds (loading the cubin); a low ratio at a restart means the cache volume "
+            "was lost or the Triton/driver version changed."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"sum by (phase) (increase(jitwatch_compile_disk_cache_hits_total{{{SEL}}}[$__rate_interval]))"
+                f" / sum by (phase) (increase(jitwatch_compiles_total{{{SEL}}}[$__rate_interval]))",
+                "{{phase}}",
+            )
+        )
+        .unit("percentunit")
+        .min(0)
+        .max(1)
+        .span(12)
+        .height(8)
+    )
+
+
+def autotune_runs() -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .title("Autotune runs")
+        .description(
+            "@triton.autotune cache misses that benchmarked configs, by kernel and phase "
+            "(knobs.autotuning.listener, Triton 3.8+). Autotuning during serving stalls far longer "
+            "than a compile."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"sum by (kernel, phase) (increase(jitwatch_autotune_runs_total{{{SEL}}}[$__rate_interval]))",
+                "{{kernel}} ({{phase}})",
+            )
+        )
+        .unit("short")
+        .min(0)
+        .draw_style(common.GraphDrawStyle.BARS)
+        .fill_opacity(60)
+        .span(12)
+        .height(8)
+    )
+
+
+def hook_errors() -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .title("jitwatch hook errors and dropped events")
+        .description(
+            "Exceptions caught inside jitwatch's Triton hooks (never raised into the host) and events a "
+            "worker could not journal. Both should stay at zero; see docs/runbook.md."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"sum by (rank) (increase(jitwatch_hook_errors_total{{{SEL}}}[$__rate_interval]))",
+                "hook errors, rank {{rank}}",
+            )
+        )
+        .with_target(
+            _q(
+                "B",
+                f"sum by (rank) (increase(jitwatch_dropped_events_total{{{SEL}}}[$__rate_interval]))",
+                "dropped events, rank {{rank}}",
+            )
+        )
+        .unit("short")
+        .min(0)
+        .span(12)
+        .height(8)
+    )
+
+
+def variables() -> list[Any]:
+    return [
+        dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        dashboard.QueryVariable("instance")
+        .label("Sidecar")
+        .datasource(DS)
+        .query("label_values(jitwatch_journal_up, instance)")
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True),
+        dashboard.QueryVariable("rank")
+        .label("Rank")
+        .datasource(DS)
+        .query('label_values(jitwatch_warmup_complete{instance=~"$instance"}, rank)')
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.NUMERICAL_ASC)
+        .multi(True)
+        .include_all(True),
+    ]
+
+
+def build() -> dict[str, Any]:
+    """The dashboard as a JSON-ready dict."""
+    builder = (
+        dashboard.Dashboard(DASHBOARD_TITLE)
+        .uid(DASHBOARD_UID)
+        .description(
+            "Triton JIT compiles in LLM inference workers, from the jitwatch sidecar's /metrics. "
+            "Generated by dashboards/grafana/generate.py; do not edit the JSON by hand."
+        )
+        .tags(["jitwatch", "triton", "vllm"])
+        .editable()
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .time("now-1h", "now")
+        .refresh("30s")
+        .timezone("browser")
+        .link(_jit_link("jitwatch sidecar /jit", "/jit"))
+        .variables(variables())
+        .with_row(dashboard.Row("Warmup"))
+        .with_panel(warmup_state())
+        .with_panel(warmup_duration())
+        .with_panel(warmup_compiles())
+        .with_panel(first_request_latency())
+        .with_panel(hook_errors())
+        .with_row(dashboard.Row("Compiles"))
+        .with_panel(compiles_by_phase())
+        .with_panel(serving_compiles_table())
+        .with_panel(compile_time_by_kernel())
+        .with_panel(compile_duration_heatmap())
+        .with_panel(compile_duration_quantiles())
+        .with_panel(disk_cache_hit_ratio())
+        .with_row(dashboard.Row("Autotuning"))
+        .with_panel(autotune_runs())
+    )
+    data: dict[str, Any] = json.loads(JSONEncoder(sort_keys=True).encode(builder.build()))
+    data["id"] = None
+    for i, panel in enumerate(data.get("panels", []), start=1):
+        panel["id"] = i  # stable panel ids (Grafana needs them for links and "view panel")
+    return data
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def variable_exprs(data: dict[str, Any]) -> list[str]:
+    """PromQL of the query variables: ``label_values(SEL, LABEL)`` becomes ``sum by (LABEL) (SEL)``,
+    so :func:`check_contract` checks the label as well as the selector."""
+    out: list[str] = []
+    for var in data.get("templating", {}).get("list", []):
+        query = var.get("query")
+        if var.get("type") != "query" or not isinstance(query, str):
+            continue
+        m = re.fullmatch(r"\s*label_values\((.*),\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)\s*", query)
+        out.append(f"sum by ({m.group(2)}) ({m.group(1)})" if m else query)
+    return out
+
+
+def panel_queries(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """``(panel title, refId, expr)`` for every target of every panel (rows included)."""
+    out: list[tuple[str, str, str]] = []
+    stack = list(data.get("panels", []))
+    while stack:
+        panel = stack.pop(0)
+        stack.extend(panel.get("panels", []))
+        for target in panel.get("targets", []):
+            out.append((panel.get("title", ""), target.get("refId", ""), target.get("expr", "")))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="fail if the committed JSON is stale")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args(argv)
+    text = render()
+    data = json.loads(text)
+    exprs = [expr for _, _, expr in panel_queries(data)]
+    exprs += variable_exprs(data)
+    problems = check_contract(exprs)
+    if problems:
+        for p in problems:
+            print(f"generate.py: {p}", file=sys.stderr)
+        return 2
+    if args.check:
+        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
+        if current != text:
+            print(
+                f"generate.py: {args.output} is stale; run `python dashboards/grafana/generate.py`",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{args.output}: up to date ({len(exprs)} queries checked against jitwatch.contract)")
+        return 0
+    args.output.write_text(text, encoding="utf-8")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
