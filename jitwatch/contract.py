@@ -135,6 +135,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Identity of the rank's latest worker (value 1); empty label when a rank kind is unknown.",
     ),
     MetricSpec(
+        "jitwatch_specialization_coverage_ratio",
+        "gauge",
+        ("kernel",),
+        "",
+        "Share (0..1) of the kernel's Triton specialization classes (per argument) compiled before serving.",
+    ),
+    MetricSpec(
         "jitwatch_hook_errors_total",
         "counter",
         ("rank",),

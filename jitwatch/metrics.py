@@ -1,0 +1,309 @@
+"""Prometheus metrics built from the journal: a custom ``prometheus_client`` collector.
+
+The sidecar answers ``GET /metrics`` by opening the journal read-only and turning its aggregates
+(:meth:`~jitwatch.journal.Journal.kernel_stats`, ``histogram``, ``counters``, ``latest_workers``,
+``kernel_label_counts``, ``count_events``) into metric families. Nothing is kept in process
+memory between scrapes and prometheus_client's multiprocess mode is not used (vLLM sets its own
+``PROMETHEUS_MULTIPROC_DIR``; see ``docs/metrics.md``). Counters stay monotonic because the
+aggregates are never decremented, even when retention retires old events.
+
+Every family exported here is declared in :data:`jitwatch.contract.METRICS` (names, types,
+labels); a test scrapes a real journal and checks there is nothing more and nothing less.
+When the journal is missing or unreadable a scrape holds ``jitwatch_journal_up 0`` and nothing
+else (never an HTTP 500).
+
+Exposition formats: Prometheus text 0.0.4 by default, OpenMetrics 1.0 when the ``Accept`` header
+asks for ``application/openmetrics-text`` (negotiated by
+``prometheus_client.exposition.choose_encoder``, prometheus_client ≥ 0.20).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import platform
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+from jitwatch.contract import BY_NAME
+from jitwatch.events import Phase
+from jitwatch.journal import COMPILE_DURATION_BUCKETS, OTHER_KERNEL, Journal, JournalCorruptError
+
+log = logging.getLogger(__name__)
+
+_RETIRED_RANK = -1
+"""``Journal.prune`` books retired events on this pseudo-rank (journal-wide counter)."""
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+    except Exception:  # noqa: BLE001 - broken metadata must not break a scrape
+        return ""
+
+
+def build_info_labels() -> dict[str, str]:
+    """Label values of ``jitwatch_build_info``: installed versions (``""`` when absent).
+
+    Read with :mod:`importlib.metadata` in the sidecar's environment (which may differ from the
+    workers'; the workers' Triton version is in ``/jit`` under each rank).
+    """
+    return {
+        "version": _version("jitwatch"),
+        "triton_version": _version("triton"),
+        "torch_version": _version("torch"),
+        "vllm_version": _version("vllm"),
+        "python_version": platform.python_version(),
+    }
+
+
+def _counter(name: str) -> CounterMetricFamily:
+    spec = BY_NAME[name]
+    return CounterMetricFamily(name, spec.help, labels=list(spec.labels), unit=spec.unit)
+
+
+def _gauge(name: str) -> GaugeMetricFamily:
+    spec = BY_NAME[name]
+    return GaugeMetricFamily(name, spec.help, labels=list(spec.labels), unit=spec.unit)
+
+
+def _info(name: str) -> InfoMetricFamily:
+    spec = BY_NAME[name]
+    # InfoMetricFamily appends "_info" to the sample name itself.
+    return InfoMetricFamily(name.removesuffix("_info"), spec.help, labels=[])
+
+
+def _opt(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _coverage_ratios(journal: Journal) -> dict[str, float]:
+    """``jitwatch.coverage.journal_coverage_ratios`` (with the report cached between scrapes, see
+    :func:`jitwatch.status.cached_coverage`); a failure there costs only this family."""
+    from jitwatch.coverage import coverage_ratio_samples
+    from jitwatch.status import cached_coverage
+
+    try:
+        labels = {row.kernel: row.label for row in journal.kernel_stats()}
+        return coverage_ratio_samples(cached_coverage(journal), labels)
+    except sqlite3.Error:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an unparsable key must not take /metrics down
+        log.warning("jitwatch: specialization coverage failed: %s: %s", type(exc).__name__, exc)
+        return {}
+
+
+def journal_families(journal: Journal) -> list[Metric]:
+    """Every journal-derived family (``jitwatch_journal_up`` and build info excluded).
+
+    Raises ``sqlite3.Error`` when the journal cannot be read; callers turn that into
+    ``jitwatch_journal_up 0``.
+    """
+    stats = journal.kernel_stats()
+    hist = journal.histogram()
+    counters = journal.counters()
+    workers = journal.latest_workers()
+    named, folded = journal.kernel_label_counts()
+    n_events = journal.count_events()
+
+    # ---- per (kernel label, phase, rank): rows folded into "_other" are summed.
+    compiles: dict[tuple[str, str, str], float] = defaultdict(float)
+    compile_s: dict[tuple[str, str, str], float] = defaultdict(float)
+    autotune_runs: dict[tuple[str, str, str], float] = defaultdict(float)
+    autotune_s: dict[tuple[str, str, str], float] = defaultdict(float)
+    last_ts: dict[tuple[str, str, str], float] = {}
+    hits: dict[tuple[str, str], float] = defaultdict(float)
+    hist_sum: dict[tuple[str, str], float] = defaultdict(float)
+    for row in stats:
+        key = (row.label or OTHER_KERNEL, row.phase.value, str(row.rank))
+        compiles[key] += row.compiles
+        compile_s[key] += row.compile_seconds
+        autotune_runs[key] += row.autotune_runs
+        autotune_s[key] += row.autotune_seconds
+        if row.compiles and row.last_ts is not None:
+            last_ts[key] = max(last_ts.get(key, row.last_ts), row.last_ts)
+        hits[(row.phase.value, str(row.rank))] += row.cache_hits
+        hist_sum[(row.phase.value, str(row.rank))] += row.compile_seconds
+
+    out: list[Metric] = []
+
+    fam = _counter("jitwatch_compiles_total")
+    for key in sorted(compiles):
+        if compiles[key]:
+            fam.add_metric(list(key), compiles[key])
+    out.append(fam)
+
+    fam = _counter("jitwatch_compile_seconds_total")
+    for key in sorted(compile_s):
+        if compiles[key]:
+            fam.add_metric(list(key), compile_s[key])
+    out.append(fam)
+
+    fam = _counter("jitwatch_compile_disk_cache_hits_total")
+    for pr in sorted(hist_sum):
+        fam.add_metric(list(pr), hits[pr])
+    out.append(fam)
+
+    spec = BY_NAME["jitwatch_compile_duration_seconds"]
+    hfam = HistogramMetricFamily(spec.name, spec.help, labels=list(spec.labels), unit=spec.unit)
+    for (rank, phase), counts in sorted(hist.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
+        buckets: list[tuple[str, float]] = []
+        cumulative = 0
+        for edge, n in zip((*COMPILE_DURATION_BUCKETS, float("inf")), counts, strict=True):
+            cumulative += n
+            buckets.append((floatToGoString(edge), float(cumulative)))
+        hfam.add_metric([phase.value, str(rank)], buckets, hist_sum.get((phase.value, str(rank)), 0.0))
+    out.append(hfam)
+
+    fam_g = _gauge("jitwatch_last_compile_timestamp_seconds")
+    for key in sorted(last_ts):
+        fam_g.add_metric(list(key), last_ts[key])
+    out.append(fam_g)
+
+    fam = _counter("jitwatch_autotune_runs_total")
+    for key in sorted(autotune_runs):
+        if autotune_runs[key]:
+            fam.add_metric(list(key), autotune_runs[key])
+    out.append(fam)
+
+    fam = _counter("jitwatch_autotune_seconds_total")
+    for key in sorted(autotune_s):
+        if autotune_runs[key]:
+            fam.add_metric(list(key), autotune_s[key])
+    out.append(fam)
+
+    # ---- per rank: the latest worker of each rank.
+    complete = _gauge("jitwatch_warmup_complete")
+    w_start = _gauge("jitwatch_warmup_start_timestamp_seconds")
+    w_end = _gauge("jitwatch_warmup_complete_timestamp_seconds")
+    w_dur = _gauge("jitwatch_warmup_duration_seconds")
+    w_compiles = _gauge("jitwatch_warmup_compiles")
+    first = _gauge("jitwatch_first_request_latency_seconds")
+    started = _gauge("jitwatch_worker_start_timestamp_seconds")
+    info = _info("jitwatch_worker_info")
+    for rank in sorted(workers):
+        w = workers[rank]
+        r = [str(rank)]
+        complete.add_metric(r, 1.0 if w.state is Phase.SERVING else 0.0)
+        started.add_metric(r, w.started_ts)
+        if w.warmup_start_ts is not None:
+            w_start.add_metric(r, w.warmup_start_ts)
+        if w.warmup_end_ts is not None:
+            w_end.add_metric(r, w.warmup_end_ts)
+        if w.warmup_duration_s is not None:
+            w_dur.add_metric(r, w.warmup_duration_s)
+        if w.warmup_compiles is not None:
+            w_compiles.add_metric(r, float(w.warmup_compiles))
+        if w.first_request_s is not None:
+            first.add_metric(r, w.first_request_s)
+        info.add_metric(
+            [],
+            {
+                "rank": str(rank),
+                "tp_rank": _opt(w.attrs.get("tp_rank")),
+                "pp_rank": _opt(w.attrs.get("pp_rank")),
+                "dp_rank": _opt(w.attrs.get("dp_rank")),
+                "mode": _opt(w.mode),
+                "state": w.state.value,
+            },
+        )
+    out += [complete, w_start, w_end, w_dur, w_compiles, first, started, info]
+
+    # ---- specialization coverage (jitwatch.coverage), per kernel label; "_other" pooled.
+    cov = _gauge("jitwatch_specialization_coverage_ratio")
+    for label, ratio in sorted(_coverage_ratios(journal).items()):
+        cov.add_metric([label], ratio)
+    out.append(cov)
+
+    # ---- counters: every rank seen anywhere gets a (possibly 0) series, so increase() works.
+    ranks = {r for r in workers} | {r for (r, _name) in counters if r != _RETIRED_RANK}
+    hook_errors = _counter("jitwatch_hook_errors_total")
+    dropped = _counter("jitwatch_dropped_events_total")
+    for rank in sorted(ranks):
+        hook_errors.add_metric([str(rank)], counters.get((rank, "hook_errors"), 0.0))
+        dropped.add_metric([str(rank)], counters.get((rank, "dropped_events"), 0.0))
+    out += [hook_errors, dropped]
+
+    ev = _gauge("jitwatch_journal_events")
+    ev.add_metric([], float(n_events))
+    retired = _counter("jitwatch_journal_retired_events_total")
+    retired.add_metric([], counters.get((_RETIRED_RANK, "retired_events"), 0.0))
+    labels = _gauge("jitwatch_kernel_labels")
+    labels.add_metric(["named"], float(named))
+    labels.add_metric(["folded"], float(folded))
+    out += [ev, retired, labels]
+    return out
+
+
+class JournalCollector(Collector):
+    """Collector that reads the journal in ``journal_dir`` on every ``collect()``.
+
+    The journal is opened read-only (``Journal(..., readonly=True)``) and closed again at each
+    scrape, so worker restarts and a journal that appears later need no sidecar restart.
+    A missing, corrupt or locked journal yields only ``jitwatch_journal_up 0``.
+    """
+
+    def __init__(self, journal_dir: str | os.PathLike[str]) -> None:
+        self.journal_dir = Path(journal_dir)
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # unknown until a scrape; keeps registration from reading the journal
+
+    def collect(self) -> Iterator[Metric]:
+        families: list[Metric] | None
+        try:
+            with Journal(self.journal_dir, readonly=True) as journal:
+                families = journal_families(journal)
+        except FileNotFoundError as exc:  # no worker has written yet: normal at startup
+            log.debug("jitwatch: %s", exc)
+            families = None
+        except (OSError, JournalCorruptError, sqlite3.Error, ValueError) as exc:
+            log.warning("jitwatch: journal in %s unreadable for /metrics: %s", self.journal_dir, exc)
+            families = None
+        up = _gauge("jitwatch_journal_up")
+        up.add_metric([], 0.0 if families is None else 1.0)
+        yield up
+        if families is None:
+            return
+        yield from families
+        build = _info("jitwatch_build_info")
+        build.add_metric([], build_info_labels())
+        yield build
+
+
+def make_registry(journal_dir: str | os.PathLike[str]) -> CollectorRegistry:
+    """A fresh registry holding only a :class:`JournalCollector` (no process/GC collectors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(JournalCollector(journal_dir))
+    return registry
+
+
+def render(journal_dir: str | os.PathLike[str], accept: str | None = None) -> tuple[bytes, str]:
+    """One scrape: ``(body, content_type)`` for the ``Accept`` header given.
+
+    ``application/openmetrics-text`` → OpenMetrics 1.0; anything else, including an ``Accept``
+    header prometheus_client cannot parse, → Prometheus text 0.0.4.
+    """
+    registry = make_registry(journal_dir)
+    try:
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(registry), content_type
+    except Exception as exc:  # noqa: BLE001 - a malformed Accept (e.g. "version=abc") must not be a 500
+        log.debug("jitwatch: unusable Accept header %r (%s); answering text 0.0.4", accept, exc)
+        return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4

@@ -1,0 +1,272 @@
+"""The jitwatch sidecar: a small FastAPI service over the journal.
+
+Routes (see ``docs/sidecar.md``):
+
+* ``GET /jit`` — :class:`~jitwatch.status.JitStatus`: ranks, kernels, recent serving compiles.
+* ``GET /jit/events`` — the event log, filtered (``phase``, ``kind``, ``kernel``, ``rank``,
+  ``since``, ``limit``), newest first.
+* ``GET /metrics`` — Prometheus text 0.0.4 or OpenMetrics 1.0 (``Accept``), see
+  :mod:`jitwatch.metrics`. A plain route: mounting ``make_asgi_app()`` would answer
+  ``/metrics`` with a 307 redirect to ``/metrics/``.
+* ``GET /livez`` — always 200 while the process runs.
+* ``GET /readyz`` — 200 once ≥ 1 rank registered and every rank's latest worker completed
+  warmup; 503 otherwise, with the reason.
+
+Every request opens the journal read-only (``Journal(..., readonly=True)``) and closes it again;
+the sidecar never writes. With a token (``JITWATCH_TOKEN`` / ``--token``) every route except
+``/livez`` and ``/readyz`` needs ``Authorization: Bearer <token>`` (401 otherwise). Endpoints are
+plain ``def`` functions, so SQLite reads run in Starlette's thread pool, not on the event loop.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+
+from jitwatch import __version__
+from jitwatch.config import Settings
+from jitwatch.events import Event, EventKind, Phase
+from jitwatch.journal import Journal, JournalCorruptError
+from jitwatch.metrics import render as render_metrics
+from jitwatch.status import JitStatus, Readiness, build_status, readiness
+
+log = logging.getLogger(__name__)
+
+ALL_INTERFACES = frozenset({"0.0.0.0", "::", "[::]", ""})
+MAX_EVENTS_LIMIT = 1000
+MAX_RANK = 2**31 - 1
+"""Upper bound of the ``rank`` filter: larger integers do not fit SQLite's INTEGER (would be a 500)."""
+
+
+class PrettyJSONResponse(JSONResponse):
+    """JSON indented by two spaces, so ``curl localhost:9400/jit`` is readable as is."""
+
+    def render(self, content: Any) -> bytes:
+        return (json.dumps(content, ensure_ascii=False, allow_nan=False, indent=2) + "\n").encode("utf-8")
+
+
+class ErrorDetail(BaseModel):
+    detail: str
+
+
+class Alive(BaseModel):
+    status: str = "alive"
+
+
+_UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: {
+        "model": ErrorDetail,
+        "description": "Missing or wrong bearer token (only when the sidecar runs with a token).",
+        "headers": {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}},
+    }
+}
+
+
+_bearer = HTTPBearer(auto_error=False, description="JITWATCH_TOKEN, sent as `Authorization: Bearer <token>`.")
+
+
+def _token_dependency(token: str) -> Callable[..., None]:
+    expected = token.encode("utf-8")
+
+    def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+        given = credentials.credentials.encode("utf-8") if credentials is not None else b""
+        if credentials is None or not hmac.compare_digest(given, expected):
+            raise HTTPException(
+                status_code=401,
+                detail="missing or invalid bearer token",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return require_token
+
+
+def create_app(
+    journal_dir: Path | None = None,
+    *,
+    token: str | None = None,
+    settings: Settings | None = None,
+) -> FastAPI:
+    """Build the sidecar's FastAPI app.
+
+    Args:
+        journal_dir: journal directory; default ``settings.journal_dir`` (``JITWATCH_DIR``).
+        token: bearer token; default ``settings.token`` (``JITWATCH_TOKEN``); ``None`` and no
+            setting → no authentication.
+        settings: default :meth:`Settings.from_env` (raises :class:`~jitwatch.config.ConfigError`).
+
+    Returns:
+        The app; nothing is read until the first request.
+    """
+    settings = settings or Settings.from_env()
+    directory = Path(journal_dir) if journal_dir is not None else settings.journal_dir
+    token = token if token is not None else settings.token
+    protected: list[Any] = [Depends(_token_dependency(token))] if token else []
+    auth_responses = _UNAUTHORIZED if token else {}
+
+    app = FastAPI(
+        title="jitwatch sidecar",
+        version=__version__,
+        description="Triton JIT compilation status, events and Prometheus metrics, read from the jitwatch journal.",
+        # With a token, the schema is served behind it (below) and the HTML docs are off: only
+        # /livez and /readyz answer without the token.
+        openapi_url=None if token else "/openapi.json",
+        docs_url=None if token else "/docs",
+        redoc_url=None if token else "/redoc",
+    )
+    app.state.journal_dir = directory
+    if token:
+
+        @app.get("/openapi.json", include_in_schema=False, dependencies=protected)
+        def openapi_json() -> JSONResponse:
+            return JSONResponse(app.openapi())
+
+    @contextmanager
+    def open_journal() -> Iterator[tuple[Journal | None, str | None]]:
+        try:
+            journal = Journal(directory, readonly=True)
+        except FileNotFoundError:
+            yield None, "no journal yet (no worker has written to it)"
+            return
+        except (OSError, JournalCorruptError, sqlite3.Error) as exc:
+            log.warning("jitwatch: cannot open journal in %s: %s", directory, exc)
+            yield None, f"journal unreadable: {type(exc).__name__}"
+            return
+        try:
+            yield journal, None
+        finally:
+            journal.close()
+
+    @app.get(
+        "/jit",
+        response_model=JitStatus,
+        response_class=PrettyJSONResponse,
+        dependencies=protected,
+        responses=auth_responses,
+        summary="JIT compilation status of every rank",
+    )
+    def get_status() -> JitStatus:
+        with open_journal() as (journal, error):
+            try:
+                return build_status(journal, error=error)
+            except sqlite3.Error as exc:
+                log.warning("jitwatch: journal read failed: %s", exc)
+                return build_status(None, error=f"journal unreadable: {type(exc).__name__}")
+
+    @app.get(
+        "/jit/events",
+        response_model=list[Event],
+        response_class=PrettyJSONResponse,
+        dependencies=protected,
+        responses={
+            **auth_responses,
+            503: {"model": ErrorDetail, "description": "The journal is unreadable."},
+        },
+        summary="Journal events, newest first",
+    )
+    def get_events(
+        phase: Annotated[Phase | None, Query(description="Only events in this phase.")] = None,
+        kind: Annotated[EventKind | None, Query(description="Only events of this kind.")] = None,
+        kernel: Annotated[str | None, Query(max_length=512, description="Exact kernel name.")] = None,
+        rank: Annotated[int | None, Query(ge=0, le=MAX_RANK, description="Global rank.")] = None,
+        since: Annotated[
+            float | None, Query(ge=0, allow_inf_nan=False, description="Only events after this Unix time (s).")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_EVENTS_LIMIT, description="Most events returned.")] = 100,
+    ) -> list[Event]:
+        with open_journal() as (journal, error):
+            if journal is None:
+                if error and error.startswith("no journal"):
+                    return []
+                raise HTTPException(status_code=503, detail=error or "journal unreadable")
+            try:
+                return journal.events(kind=kind, phase=phase, kernel=kernel, rank=rank, since=since, limit=limit)
+            except sqlite3.Error as exc:
+                raise HTTPException(status_code=503, detail=f"journal unreadable: {type(exc).__name__}") from exc
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        dependencies=protected,
+        responses={
+            **auth_responses,
+            200: {
+                "description": "Prometheus text format 0.0.4, or OpenMetrics 1.0 when the Accept header asks.",
+                "content": {
+                    "text/plain": {"schema": {"type": "string"}},
+                    "application/openmetrics-text": {"schema": {"type": "string"}},
+                },
+            },
+        },
+        summary="Prometheus metrics (see docs/metrics.md)",
+    )
+    def get_metrics(request: Request) -> Response:
+        body, content_type = render_metrics(directory, request.headers.get("accept"))
+        return Response(content=body, media_type=None, headers={"Content-Type": content_type})
+
+    @app.get("/livez", response_model=Alive, summary="Liveness: 200 while the process runs")
+    def livez() -> Alive:
+        return Alive()
+
+    @app.get(
+        "/readyz",
+        response_model=Readiness,
+        responses={503: {"model": Readiness, "description": "Some rank has not completed warmup, or none registered."}},
+        summary="Readiness: every rank's latest worker has completed warmup",
+    )
+    def readyz() -> JSONResponse:
+        with open_journal() as (journal, error):
+            try:
+                ready = readiness(journal.latest_workers() if journal is not None else {})
+            except sqlite3.Error as exc:
+                ready = Readiness(status="not ready", ready=False, reason=f"journal unreadable: {type(exc).__name__}")
+        if journal is None and error and not error.startswith("no journal"):
+            ready.reason = f"{ready.reason}; {error}"
+        return JSONResponse(ready.model_dump(mode="json"), status_code=200 if ready.ready else 503)
+
+    return app
+
+
+def is_all_interfaces(host: str) -> bool:
+    return host.strip() in ALL_INTERFACES
+
+
+def run(
+    host: str | None = None,
+    port: int | None = None,
+    journal_dir: Path | None = None,
+    token: str | None = None,
+    *,
+    settings: Settings | None = None,
+) -> None:
+    """Serve the sidecar with uvicorn until interrupted (blocking).
+
+    Defaults come from ``settings`` (``JITWATCH_HOST``/``JITWATCH_PORT``/``JITWATCH_DIR``/
+    ``JITWATCH_TOKEN``): ``127.0.0.1:9400``. Binding every interface logs a warning (and a louder
+    one without a token): the endpoints expose kernel names and specialization keys.
+    """
+    import uvicorn
+
+    settings = settings or Settings.from_env()
+    host = host if host is not None else settings.host
+    port = port if port is not None else settings.port
+    token = token if token is not None else settings.token
+    app = create_app(journal_dir, token=token, settings=settings)
+    if is_all_interfaces(host):
+        log.warning(
+            "jitwatch sidecar bound to all interfaces (%s)%s; bind 127.0.0.1 unless remote scrapes need it",
+            host or "0.0.0.0",
+            "" if token else " WITHOUT a token (JITWATCH_TOKEN)",
+        )
+    log.info("jitwatch sidecar: journal %s, http://%s:%d", app.state.journal_dir, host, port)
+    uvicorn.run(app, host=host, port=port, log_level="info")

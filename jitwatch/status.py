@@ -1,0 +1,423 @@
+"""The ``GET /jit`` status document: pydantic models, :func:`build_status`, readiness, rendering.
+
+Everything here is computed from one read-only :class:`~jitwatch.journal.Journal` (its
+``latest_workers``, ``kernel_stats``, ``counters`` aggregates and the newest serving-phase
+``compile`` events). Times are Unix seconds (float), durations seconds. Unlike the Prometheus
+metrics, the status carries specialization keys (redacted of home paths by the workers) and real
+kernel names (no ``_other`` folding), because it is read by people, not stored as time series.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field
+
+from jitwatch.coverage import CoverageReport, KernelCoverage, coverage_for_journal
+from jitwatch.events import EventKind, Phase
+from jitwatch.journal import Journal, WorkerRow
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+log = logging.getLogger(__name__)
+
+RECENT_SERVING_COMPILES = 20
+"""How many of the newest serving-phase compiles ``/jit`` lists."""
+
+NO_WORKER_REASON = "no worker has registered"
+
+
+class RankStatus(BaseModel):
+    """The latest worker process of one global rank (a restarted worker replaces the old one)."""
+
+    rank: int = Field(description="Global rank (JITWATCH_RANK, RANK or LOCAL_RANK).")
+    state: Phase = Field(description="startup → warmup → serving.")
+    ready: bool = Field(description="True once this worker has completed warmup (state serving).")
+    host: str
+    pid: int
+    tp_rank: int | None = None
+    pp_rank: int | None = None
+    dp_rank: int | None = None
+    mode: str | None = Field(default=None, description="off / warn / error, as installed in the worker.")
+    triton_version: str | None = Field(default=None, description="Triton version seen by the worker.")
+    degraded: str | None = Field(default=None, description="Why some Triton hooks are unavailable, if any.")
+    started_ts: float = Field(description="Unix time the monitor was installed, seconds.")
+    last_seen_ts: float = Field(description="Unix time of the worker's latest phase event, seconds.")
+    warmup_start_ts: float | None = None
+    warmup_end_ts: float | None = None
+    warmup_duration_s: float | None = None
+    warmup_compiles: int | None = Field(default=None, description="Compiles during warmup.")
+    warmup_compile_seconds: float | None = None
+    serving_compiles: int = Field(default=0, description="Compiles after warmup on this rank (all workers).")
+    first_request_latency_s: float | None = Field(
+        default=None, description="Latency of the first request after warmup, seconds."
+    )
+    first_request_ts: float | None = None
+
+
+class KernelStatus(BaseModel):
+    """One Triton kernel (by ``JITFunction`` name), summed over ranks."""
+
+    name: str
+    ranks: list[int] = Field(description="Ranks that compiled it.")
+    compiles_startup: int = 0
+    compiles_warmup: int = 0
+    compiles_serving: int = Field(default=0, description="Post-warmup compiles: what warmup missed.")
+    compile_seconds: float = Field(default=0.0, description="Total compile wall time, seconds, every phase.")
+    disk_cache_hits: int = Field(default=0, description="Compiles served from Triton's disk cache.")
+    autotune_runs: int = 0
+    autotune_seconds: float = 0.0
+    last_key: str | None = Field(default=None, description="Specialization key of the latest compile.")
+    last_compile_ts: float | None = None
+
+
+class ServingCompile(BaseModel):
+    """One compile that happened after warmup completed."""
+
+    kernel: str | None
+    key: str | None
+    rank: int
+    pid: int
+    host: str
+    ts: float = Field(description="Unix time the compile ended, seconds.")
+    duration_s: float | None
+    cache_hit: bool | None = None
+    request_id: int | None = Field(default=None, description="Request marked with Monitor.request(), if any.")
+
+
+class Totals(BaseModel):
+    ranks: int = 0
+    ranks_ready: int = 0
+    kernels: int = 0
+    compiles: int = 0
+    compiles_startup: int = 0
+    compiles_warmup: int = 0
+    compiles_serving: int = 0
+    compile_seconds: float = 0.0
+    disk_cache_hits: int = 0
+    autotune_runs: int = 0
+    hook_errors: int = 0
+    dropped_events: int = 0
+    journal_events: int = Field(default=0, description="Events kept in the event log now.")
+    retired_events: int = Field(default=0, description="Events removed by retention (still in the totals).")
+
+
+class JitStatus(BaseModel):
+    """Body of ``GET /jit``."""
+
+    generated_ts: float = Field(description="Unix time this status was built, seconds.")
+    journal_up: bool = Field(description="False when the journal is missing or unreadable.")
+    journal_error: str | None = None
+    mode: str | None = Field(
+        default=None, description="The workers' mode (off/warn/error), 'mixed' if they differ, null if none."
+    )
+    ready: bool = Field(description="Same rule as /readyz: ≥ 1 rank and every rank has completed warmup.")
+    not_ready_reason: str | None = None
+    ranks: list[RankStatus] = Field(default_factory=list)
+    kernels: list[KernelStatus] = Field(
+        default_factory=list, description="Sorted by serving compiles, then all compiles (descending)."
+    )
+    recent_serving_compiles: list[ServingCompile] = Field(
+        default_factory=list, description=f"Newest first, at most {RECENT_SERVING_COMPILES}."
+    )
+    totals: Totals = Field(default_factory=Totals)
+    coverage: list[KernelCoverage] = Field(
+        default_factory=list,
+        description="Specialization coverage per kernel (jitwatch.coverage): Triton's argument classes "
+        "compiled before serving vs not.",
+    )
+
+
+class Readiness(BaseModel):
+    """Body of ``GET /readyz`` (200 when ``ready``, else 503)."""
+
+    status: Literal["ready", "not ready"]
+    ready: bool
+    reason: str | None = None
+    ranks: dict[str, Phase] = Field(default_factory=dict, description="State of each rank's latest worker.")
+    not_ready_ranks: list[int] = Field(default_factory=list)
+
+
+def readiness(workers: dict[int, WorkerRow]) -> Readiness:
+    """Ready when at least one rank is known and every rank's latest worker is ``serving``."""
+    states = {str(rank): w.state for rank, w in sorted(workers.items())}
+    if not workers:
+        return Readiness(status="not ready", ready=False, reason=NO_WORKER_REASON)
+    waiting = [rank for rank, w in sorted(workers.items()) if w.state is not Phase.SERVING]
+    if waiting:
+        detail = ", ".join(f"{r} ({workers[r].state.value})" for r in waiting)
+        return Readiness(
+            status="not ready",
+            ready=False,
+            reason=f"warmup not complete on rank(s) {detail}",
+            ranks=states,
+            not_ready_ranks=waiting,
+        )
+    return Readiness(status="ready", ready=True, ranks=states)
+
+
+def _opt_int(value: object) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _mode(modes: Iterable[str | None]) -> str | None:
+    seen = {m for m in modes if m}
+    if not seen:
+        return None
+    return seen.pop() if len(seen) == 1 else "mixed"
+
+
+def build_status(journal: Journal | None, *, error: str | None = None, now: float | None = None) -> JitStatus:
+    """Build the ``/jit`` document from ``journal`` (``None``: missing journal → empty status).
+
+    Raises ``sqlite3.Error`` if the journal cannot be read mid-way (the sidecar catches it).
+    """
+    now = time.time() if now is None else now
+    if journal is None:
+        ready = readiness({})
+        return JitStatus(
+            generated_ts=now, journal_up=False, journal_error=error, ready=False, not_ready_reason=ready.reason
+        )
+
+    workers = journal.latest_workers()
+    stats = journal.kernel_stats()
+    counters = journal.counters()
+
+    serving_by_rank: dict[int, int] = {}
+    kernels: dict[str, KernelStatus] = {}
+    totals = Totals()
+    for row in stats:
+        k = kernels.get(row.kernel)
+        if k is None:
+            k = kernels[row.kernel] = KernelStatus(name=row.kernel, ranks=[])
+        if row.rank not in k.ranks:
+            k.ranks.append(row.rank)
+        if row.phase is Phase.STARTUP:
+            k.compiles_startup += row.compiles
+        elif row.phase is Phase.WARMUP:
+            k.compiles_warmup += row.compiles
+        else:
+            k.compiles_serving += row.compiles
+            serving_by_rank[row.rank] = serving_by_rank.get(row.rank, 0) + row.compiles
+        k.compile_seconds += row.compile_seconds
+        k.disk_cache_hits += row.cache_hits
+        k.autotune_runs += row.autotune_runs
+        k.autotune_seconds += row.autotune_seconds
+        if row.compiles and row.last_ts is not None and (k.last_compile_ts is None or row.last_ts > k.last_compile_ts):
+            k.last_compile_ts = row.last_ts
+            k.last_key = row.last_key
+    for k in kernels.values():
+        k.ranks.sort()
+        totals.compiles_startup += k.compiles_startup
+        totals.compiles_warmup += k.compiles_warmup
+        totals.compiles_serving += k.compiles_serving
+        totals.compile_seconds += k.compile_seconds
+        totals.disk_cache_hits += k.disk_cache_hits
+        totals.autotune_runs += k.autotune_runs
+    totals.compiles = totals.compiles_startup + totals.compiles_warmup + totals.compiles_serving
+    totals.kernels = len(kernels)
+
+    ranks: list[RankStatus] = []
+    for rank, w in sorted(workers.items()):
+        ranks.append(
+            RankStatus(
+                rank=rank,
+                state=w.state,
+                ready=w.state is Phase.SERVING,
+                host=w.host,
+                pid=w.pid,
+                tp_rank=_opt_int(w.attrs.get("tp_rank")),
+                pp_rank=_opt_int(w.attrs.get("pp_rank")),
+                dp_rank=_opt_int(w.attrs.get("dp_rank")),
+                mode=w.mode,
+                triton_version=_opt_str(w.attrs.get("triton_version")),
+                degraded=_opt_str(w.attrs.get("degraded")),
+                started_ts=w.started_ts,
+                last_seen_ts=w.last_ts,
+                warmup_start_ts=w.warmup_start_ts,
+                warmup_end_ts=w.warmup_end_ts,
+                warmup_duration_s=w.warmup_duration_s,
+                warmup_compiles=w.warmup_compiles,
+                warmup_compile_seconds=w.warmup_compile_seconds,
+                serving_compiles=serving_by_rank.get(rank, 0),
+                first_request_latency_s=w.first_request_s,
+                first_request_ts=w.first_request_ts,
+            )
+        )
+    totals.ranks = len(ranks)
+    totals.ranks_ready = sum(r.ready for r in ranks)
+    totals.hook_errors = int(sum(v for (r, name), v in counters.items() if name == "hook_errors"))
+    totals.dropped_events = int(sum(v for (r, name), v in counters.items() if name == "dropped_events"))
+    totals.retired_events = int(sum(v for (r, name), v in counters.items() if name == "retired_events"))
+    totals.journal_events = journal.count_events()
+
+    recent = [
+        ServingCompile(
+            kernel=e.kernel,
+            key=e.key,
+            rank=e.rank,
+            pid=e.pid,
+            host=e.host,
+            ts=e.ts,
+            duration_s=e.duration_s,
+            cache_hit=e.cache_hit,
+            request_id=_opt_int(e.attrs.get("request_id")),
+        )
+        for e in journal.events(kind=EventKind.COMPILE, phase=Phase.SERVING, limit=RECENT_SERVING_COMPILES)
+    ]
+
+    ready = readiness(workers)
+    return JitStatus(
+        generated_ts=now,
+        journal_up=True,
+        mode=_mode(w.mode for w in workers.values()),
+        ready=ready.ready,
+        not_ready_reason=ready.reason,
+        ranks=ranks,
+        kernels=sorted(
+            kernels.values(), key=lambda k: (-k.compiles_serving, -(k.compiles_warmup + k.compiles_startup), k.name)
+        ),
+        recent_serving_compiles=recent,
+        totals=totals,
+        coverage=_coverage(journal),
+    )
+
+
+_coverage_cache: dict[str, tuple[tuple[int, int | None, float], CoverageReport]] = {}
+_coverage_lock = threading.Lock()
+
+
+def cached_coverage(journal: Journal) -> CoverageReport:
+    """``coverage_for_journal(journal)``, recomputed only when the journal's compile events changed.
+
+    The report depends only on the newest compile events still kept, so it is cached per journal
+    file under (file inode, newest ``compile`` event id, events retired so far): a scrape or ``/jit`` with no new
+    compile costs two indexed queries instead of re-parsing up to 20 000 keys (~2 s on one core).
+    Thread-safe. Raises ``sqlite3.Error`` like :func:`~jitwatch.coverage.coverage_for_journal`.
+    """
+    newest = journal.events(kind=EventKind.COMPILE, limit=1)
+    retired = sum(v for (_rank, name), v in journal.counters().items() if name == "retired_events")
+    key = (journal.path.stat().st_ino, newest[0].id if newest else None, retired)  # inode: a replaced file
+    cache_id = str(journal.path.resolve())
+    with _coverage_lock:
+        hit = _coverage_cache.get(cache_id)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    report = coverage_for_journal(journal)
+    with _coverage_lock:
+        _coverage_cache[cache_id] = (key, report)
+    return report
+
+
+def _coverage(journal: Journal) -> list[KernelCoverage]:
+    """``cached_coverage(journal).kernels``; a failure there (other than the journal's own
+    ``sqlite3.Error``) costs only the coverage section, never the whole ``/jit``."""
+    try:
+        return cached_coverage(journal).kernels
+    except sqlite3.Error:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        log.warning("jitwatch: specialization coverage failed: %s: %s", type(exc).__name__, exc)
+        return []
+
+
+def _ts(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def render_status(status: JitStatus, console: Console) -> None:
+    """Print ``status`` as rich tables (what ``jitwatch status`` shows)."""
+    from rich.table import Table
+
+    headline = "[green]READY[/green]" if status.ready else f"[yellow]NOT READY[/yellow] ({status.not_ready_reason})"
+    if not status.journal_up:
+        headline += f" [red]journal unavailable[/red] {status.journal_error or ''}"
+    console.print(f"jitwatch: {headline}   mode={status.mode or '-'}")
+
+    ranks = Table(title="Ranks")
+    for col in (
+        "rank",
+        "state",
+        "host",
+        "pid",
+        "tp/pp/dp",
+        "warmup",
+        "warmup compiles",
+        "serving compiles",
+        "first req",
+    ):
+        ranks.add_column(col)
+    for r in status.ranks:
+        tpd = "/".join("-" if v is None else str(v) for v in (r.tp_rank, r.pp_rank, r.dp_rank))
+        state = f"[green]{r.state.value}[/green]" if r.ready else f"[yellow]{r.state.value}[/yellow]"
+        ranks.add_row(
+            str(r.rank),
+            state,
+            r.host,
+            str(r.pid),
+            tpd,
+            _secs(r.warmup_duration_s),
+            "-" if r.warmup_compiles is None else str(r.warmup_compiles),
+            str(r.serving_compiles),
+            _secs(r.first_request_latency_s),
+        )
+    console.print(ranks)
+
+    kernels = Table(title="Kernels")
+    for col in ("kernel", "warmup", "serving", "compile s", "disk hits", "autotune", "last compile", "last key"):
+        kernels.add_column(col, overflow="fold")
+    for k in status.kernels:
+        serving = f"[red]{k.compiles_serving}[/red]" if k.compiles_serving else "0"
+        kernels.add_row(
+            k.name,
+            str(k.compiles_warmup),
+            serving,
+            f"{k.compile_seconds:.3f}",
+            str(k.disk_cache_hits),
+            str(k.autotune_runs),
+            _ts(k.last_compile_ts),
+            (k.last_key or "-")[:80],
+        )
+    console.print(kernels)
+
+    if status.recent_serving_compiles:
+        recent = Table(title="Recent serving-phase compiles")
+        for col in ("time", "rank", "kernel", "duration", "request", "key"):
+            recent.add_column(col, overflow="fold")
+        for c in status.recent_serving_compiles:
+            recent.add_row(
+                _ts(c.ts),
+                str(c.rank),
+                c.kernel or "-",
+                _secs(c.duration_s),
+                "-" if c.request_id is None else str(c.request_id),
+                (c.key or "-")[:80],
+            )
+        console.print(recent)
+    t = status.totals
+    console.print(
+        f"totals: {t.ranks_ready}/{t.ranks} ranks ready, {t.kernels} kernels, {t.compiles} compiles "
+        f"({t.compiles_warmup} warmup, {t.compiles_serving} serving), {t.compile_seconds:.3f}s compiling, "
+        f"{t.hook_errors} hook errors, {t.dropped_events} dropped events"
+    )
