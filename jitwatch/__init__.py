@@ -14,10 +14,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from jitwatch.config import ConfigError, Mode, Settings  # noqa: E402
-from jitwatch.events import Event, EventKind, Phase  # noqa: E402
-from jitwatch.hooks import ServingCompileError  # noqa: E402
-from jitwatch.monitor import Monitor, WorkerIdentity, get_monitor, install, uninstall  # noqa: E402
+from jitwatch.config import ConfigError, Mode, Settings
+from jitwatch.events import Event, EventKind, Phase
+from jitwatch.hooks import ServingCompileError
+from jitwatch.monitor import Monitor, WorkerIdentity, get_monitor, install, uninstall
 
 __all__ = [
     "ConfigError",

@@ -92,11 +92,11 @@ def activate(arch: int = DEFAULT_ARCH) -> CompileOnlyDriver:
 
 
 def deactivate() -> None:
-    """Restore Triton's default driver."""
+    """Drop the compile-only driver; Triton builds its default driver on next use (GPU machines)."""
     import triton
 
     with _lock:
-        triton.runtime.driver.reset_active()
+        triton.runtime.driver._active = None
 
 
 @contextmanager
@@ -111,10 +111,9 @@ def compile_only(arch: int = DEFAULT_ARCH) -> Iterator[CompileOnlyDriver]:
         yield drv
     finally:
         with _lock:
-            if previous is None:
-                cfg.reset_active()
-            else:
-                cfg.set_active(previous)
+            # Not reset_active(): on a machine without a GPU Triton has no default driver and
+            # building one raises ("0 active drivers"). Put back exactly what was there.
+            cfg._active = previous
 
 
 def gpu_available() -> bool:

@@ -104,7 +104,9 @@ class ConfigError(ValueError):
     """A ``JITWATCH_*`` variable holds a value jitwatch cannot use; the message names it."""
 
 
-def _int(env: dict[str, str] | os._Environ[str], name: str, default: int, minimum: int = 0) -> int:
+def _int(
+    env: dict[str, str] | os._Environ[str], name: str, default: int, minimum: int = 0, maximum: int | None = None
+) -> int:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -114,6 +116,8 @@ def _int(env: dict[str, str] | os._Environ[str], name: str, default: int, minimu
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
     if value < minimum:
         raise ConfigError(f"{name}={value} is below the minimum {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}={value} is above the maximum {maximum}")
     return value
 
 
@@ -122,7 +126,14 @@ def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) ->
     env = os.environ if env is None else env
     if env.get(JITWATCH_DIR):
         return Path(env[JITWATCH_DIR]).expanduser()
-    state = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    state = env.get("XDG_STATE_HOME")
+    if not state:
+        try:
+            state = str(Path.home() / ".local" / "state")
+        except RuntimeError:  # no home directory (some containers): fall back to the temp dir
+            import tempfile
+
+            return Path(tempfile.gettempdir()) / f"jitwatch-{os.getuid() if hasattr(os, 'getuid') else 0}"
     return Path(state) / "jitwatch"
 
 
@@ -160,6 +171,27 @@ def detect_rank(env: dict[str, str] | os._Environ[str] | None = None) -> int:
     return 0
 
 
+def detect_parallel_ranks(env: dict[str, str] | os._Environ[str] | None = None) -> dict[str, int | None]:
+    """``{"tp_rank", "pp_rank", "dp_rank", "local_rank"}`` from ``JITWATCH_TP_RANK``,
+    ``JITWATCH_PP_RANK``, ``JITWATCH_DP_RANK`` and ``LOCAL_RANK`` (``None`` where unset).
+
+    Raises :class:`ConfigError` for a non-integer or negative value.
+    """
+    env = os.environ if env is None else env
+    out: dict[str, int | None] = {}
+    for field_name, var in (
+        ("tp_rank", JITWATCH_TP_RANK),
+        ("pp_rank", JITWATCH_PP_RANK),
+        ("dp_rank", JITWATCH_DP_RANK),
+        ("local_rank", "LOCAL_RANK"),
+    ):
+        value = _optional_int(env, var)
+        if value is not None and value < 0:
+            raise ConfigError(f"{var}={value} is negative")
+        out[field_name] = value
+    return out
+
+
 @dataclass(frozen=True)
 class Settings:
     """jitwatch's configuration, read from the environment by :meth:`from_env`."""
@@ -183,7 +215,7 @@ class Settings:
             journal_dir=default_journal_dir(env),
             mode=parse_mode(env.get(JITWATCH_MODE)),
             host=env.get(JITWATCH_HOST) or DEFAULT_HOST,
-            port=_int(env, JITWATCH_PORT, DEFAULT_PORT, minimum=0),
+            port=_int(env, JITWATCH_PORT, DEFAULT_PORT, minimum=0, maximum=65535),
             token=env.get(JITWATCH_TOKEN) or None,
             retention_events=_int(env, JITWATCH_RETENTION_EVENTS, DEFAULT_RETENTION_EVENTS, 1),
             retention_seconds=_int(env, JITWATCH_RETENTION_SECONDS, DEFAULT_RETENTION_SECONDS, 1),

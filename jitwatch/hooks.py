@@ -83,14 +83,24 @@ def probe_triton() -> TritonSupport:
     listener = compilation is not None and hasattr(compilation, "listener")
     autotune = autotuning is not None and hasattr(autotuning, "listener")
     reason = None
-    if not jit:
+    if not jit and not listener:
+        reason = (
+            f"triton {version} has neither knobs.runtime.jit_cache_hook/jit_post_compile_hook nor "
+            f"knobs.compilation.listener (needs >= {MIN_TRITON[0]}.{MIN_TRITON[1]}): no compile is recorded"
+        )
+    elif not jit:
         reason = (
             f"triton {version} has no knobs.runtime.jit_cache_hook/jit_post_compile_hook "
-            f"(needs >= {MIN_TRITON[0]}.{MIN_TRITON[1]}); compile events come from the "
-            "compilation listener only, if present"
+            f"(needs >= {MIN_TRITON[0]}.{MIN_TRITON[1]}); compile events come from the compilation "
+            "listener only (no specialization key, signature or warmup flag)"
         )
+    elif not listener:
+        reason = f"triton {version} has no knobs.compilation.listener: no per-stage times or disk-cache hits"
     elif not autotune:
-        reason = f"triton {version} has no knobs.autotuning.listener (3.8+): autotune runs not recorded"
+        reason = (
+            f"triton {version} has no knobs.autotuning.listener (3.8+): autotune runs are not recorded "
+            "as autotune events (each benchmarked config's compile still is a compile event)"
+        )
     return TritonSupport(version, jit, listener, autotune, reason)
 
 
@@ -100,117 +110,184 @@ _SLOTS = {
     "compilation_listener": ("compilation", "listener"),
     "autotuning_listener": ("autotuning", "listener"),
 }
+"""jitwatch slot name → (``triton.knobs`` group, attribute)."""
+
+
+class _Link:
+    """One installation of one slot: the previous occupant, and whether jitwatch still records.
+
+    Every hook jitwatch installs closes over its own link, so a hook left in someone else's chain
+    after :meth:`HookSet.uninstall` keeps passing calls to *its* previous occupant (and a later
+    re-install can never make the chain call itself).
+    """
+
+    __slots__ = ("live", "prev")
+
+    def __init__(self, prev: Any) -> None:
+        self.prev = prev
+        self.live = True
 
 
 class HookSet:
-    """jitwatch's callables in Triton's hook slots, chained with the previous occupants."""
+    """jitwatch's callables in Triton's hook slots, chained with the previous occupants.
+
+    Chaining contract, per slot (tested in ``tests/test_hooks.py``):
+
+    * jitwatch's own work runs first and never raises into Triton, except
+      :class:`ServingCompileError` in ``error`` mode; an exception inside jitwatch is caught and
+      reported to :meth:`HookSink.on_hook_error`.
+    * The previous occupant is then called with the *same* positional and keyword arguments and
+      its return value is returned (so a previous ``jit_cache_hook`` that returns ``True`` still
+      makes Triton skip the compile). jitwatch's own ``jit_cache_hook`` returns ``None``.
+    * An exception from the previous occupant propagates unchanged (jitwatch has already recorded
+      its event), and takes precedence over jitwatch's own ``ServingCompileError``.
+    """
 
     def __init__(self, sink: HookSink) -> None:
         self._sink = sink
-        self._previous: dict[str, Any] = {}
-        self._installed: dict[str, Callable[..., Any]] = {}
+        self._links: dict[str, tuple[Any, str, _Link, Callable[..., Any]]] = {}
         self.active = False
         self.support = probe_triton()
 
     # ------------------------------------------------------------------ install / uninstall
     def install(self) -> TritonSupport:
-        """Install into every slot this Triton has; logs (once) what is missing. Never raises."""
+        """Install into every slot this Triton has; logs what is missing (degraded mode). Never raises.
+
+        Returns the :class:`TritonSupport` probed at this moment.
+        """
         if self.active:
             return self.support
-        support = self.support
+        self.support = support = probe_triton()
         if support.reason:
             log.warning("jitwatch: %s", support.reason)
         if support.version is None:
             return support
-        import triton
+        try:
+            import triton
 
-        makers: dict[str, Callable[[], Callable[..., Any]]] = {
+            knobs = getattr(triton, "knobs", None)
+        except Exception:  # noqa: BLE001 - probed above; a broken install degrades to nothing
+            knobs = None
+        makers: dict[str, Callable[[_Link], Callable[..., Any]]] = {
             "jit_cache_hook": self._make_pre,
             "jit_post_compile_hook": self._make_post,
-            "compilation_listener": lambda: self._make_listener("compilation_listener", self._sink.on_compile_listener),
-            "autotuning_listener": lambda: self._make_listener("autotuning_listener", self._sink.on_autotune),
+            "compilation_listener": lambda link: self._make_listener(
+                link, "compilation_listener", self._sink.on_compile_listener
+            ),
+            "autotuning_listener": lambda link: self._make_listener(
+                link, "autotuning_listener", self._sink.on_autotune
+            ),
         }
         for slot, (group, attr) in _SLOTS.items():
-            holder = getattr(triton.knobs, group, None)
+            holder = getattr(knobs, group, None)
             if holder is None or not hasattr(holder, attr):
                 continue
-            self._previous[slot] = getattr(holder, attr)
-            fn = makers[slot]()
-            setattr(holder, attr, fn)
-            self._installed[slot] = fn
+            try:
+                link = _Link(getattr(holder, attr))
+                fn = makers[slot](link)
+                setattr(holder, attr, fn)
+            except Exception as exc:  # noqa: BLE001 - a read-only/odd knob: skip that slot
+                log.warning("jitwatch: cannot install into triton.knobs.%s.%s: %s", group, attr, exc)
+                continue
+            self._links[slot] = (holder, attr, link, fn)
         self.active = True
         return support
 
     def uninstall(self) -> None:
-        """Restore the previous hooks where ours is still in place; else become a pass-through."""
+        """Stop recording; restore each previous hook where ours is still in the slot.
+
+        Where someone chained on top of jitwatch, jitwatch's hook stays in their chain as a pure
+        pass-through to the hook it replaced (removing it would cut their chain).
+        """
         if not self.active:
             return
         self.active = False
-        try:
-            import triton
-        except Exception:  # noqa: BLE001
-            return
-        for slot, fn in self._installed.items():
-            group, attr = _SLOTS[slot]
-            holder = getattr(triton.knobs, group)
-            if getattr(holder, attr) is fn:
-                setattr(holder, attr, self._previous.get(slot))
-            # else: someone chained on top of us; our hook stays as a pass-through.
-        self._installed.clear()
+        for slot, (holder, attr, link, fn) in list(self._links.items()):
+            link.live = False
+            try:
+                if getattr(holder, attr, None) is fn:
+                    setattr(holder, attr, link.prev)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("jitwatch: cannot restore %s: %s", slot, exc)
+        self._links.clear()
 
     def installed_slots(self) -> list[str]:
-        return sorted(self._installed)
+        """Names (keys of ``_SLOTS``) of the slots jitwatch currently occupies."""
+        return sorted(self._links)
 
     # ------------------------------------------------------------------ the hooks
-    def _make_pre(self) -> Callable[..., Any]:
+    def _report(self, hook: str, exc: BaseException) -> None:
+        try:
+            self._sink.on_hook_error(hook, exc)
+        except Exception:  # noqa: BLE001 - the error path itself must never reach Triton
+            pass
+
+    def _discard(self, kwargs: dict[str, Any]) -> None:
+        discard = getattr(self._sink, "on_compile_skipped", None)
+        if discard is None:
+            return
+        try:
+            discard(kwargs)
+        except Exception as exc:  # noqa: BLE001
+            self._report("jit_cache_hook", exc)
+
+    def _make_pre(self, link: _Link) -> Callable[..., Any]:
         def jitwatch_jit_cache_hook(*args: Any, **kwargs: Any) -> Any:
-            if self.active:
+            if link.live:
                 try:
                     self._sink.on_pre_compile(kwargs)
                 except Exception as exc:  # noqa: BLE001
-                    self._sink.on_hook_error("jit_cache_hook", exc)
-            prev = self._previous.get("jit_cache_hook")
-            if prev is not None:
-                return prev(*args, **kwargs)
-            return None  # never truthy: a truthy value makes Triton skip compile and launch
+                    self._report("jit_cache_hook", exc)
+            prev = link.prev
+            if prev is None:
+                return None  # never truthy: a truthy value makes Triton skip compile and launch
+            try:
+                result = prev(*args, **kwargs)
+            except BaseException:
+                if link.live:
+                    self._discard(kwargs)  # the compile will not happen
+                raise
+            if result and link.live:
+                self._discard(kwargs)  # the previous hook told Triton to skip this compile
+            return result
 
         return jitwatch_jit_cache_hook
 
-    def _make_post(self) -> Callable[..., Any]:
+    def _make_post(self, link: _Link) -> Callable[..., Any]:
         def jitwatch_jit_post_compile_hook(*args: Any, **kwargs: Any) -> Any:
             deliberate: ServingCompileError | None = None
-            if self.active:
+            if link.live:
                 try:
                     self._sink.on_post_compile(kwargs)
                 except ServingCompileError as exc:
                     deliberate = exc
                 except Exception as exc:  # noqa: BLE001
-                    self._sink.on_hook_error("jit_post_compile_hook", exc)
-            prev = self._previous.get("jit_post_compile_hook")
-            try:
-                return prev(*args, **kwargs) if prev is not None else None
-            finally:
-                if deliberate is not None:
-                    raise deliberate
+                    self._report("jit_post_compile_hook", exc)
+            prev = link.prev
+            # The previous hook always runs; its exception (e.g. vLLM's error mode) wins, unchanged.
+            result = prev(*args, **kwargs) if prev is not None else None
+            if deliberate is not None:
+                raise deliberate
+            return result
 
         return jitwatch_jit_post_compile_hook
 
-    def _make_listener(self, slot: str, target: Callable[[dict[str, Any]], None]) -> Callable[..., Any]:
+    def _make_listener(self, link: _Link, slot: str, target: Callable[[dict[str, Any]], None]) -> Callable[..., Any]:
         def jitwatch_listener(*args: Any, **kwargs: Any) -> Any:
             deliberate: ServingCompileError | None = None
-            if self.active:
+            if link.live:
                 try:
                     target(kwargs)
                 except ServingCompileError as exc:  # error mode, listener-only compile
                     deliberate = exc
                 except Exception as exc:  # noqa: BLE001
-                    self._sink.on_hook_error(slot, exc)
-            prev = self._previous.get(slot)
-            try:
-                return prev(*args, **kwargs) if prev is not None else None
-            finally:
-                if deliberate is not None:
-                    raise deliberate
+                    self._report(slot, exc)
+            prev = link.prev
+            result = prev(*args, **kwargs) if prev is not None else None
+            if deliberate is not None:
+                raise deliberate
+            return result
 
         jitwatch_listener.__name__ = f"jitwatch_{slot}"
+        jitwatch_listener.__qualname__ = f"jitwatch_{slot}"
         return jitwatch_listener

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jitwatch.config import Mode, Settings, detect_rank, parse_mode
+from jitwatch.config import Mode, Settings, detect_parallel_ranks, detect_rank, parse_mode
 from jitwatch.events import Event, EventKind, Phase
 from jitwatch.hooks import HookSet, ServingCompileError, TritonSupport
 from jitwatch.redact import redact
@@ -76,6 +76,21 @@ class WorkerIdentity:
     pid: int = field(default_factory=os.getpid)
     host: str = field(default_factory=socket.gethostname)
 
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, *, rank: int | None = None) -> WorkerIdentity:
+        """Identity from the environment: ``rank`` as :func:`jitwatch.config.detect_rank`
+        (``JITWATCH_RANK``, ``RANK``, ``LOCAL_RANK``, else 0) unless given; TP/PP/DP ranks from
+        ``JITWATCH_TP_RANK``/``JITWATCH_PP_RANK``/``JITWATCH_DP_RANK``; ``local_rank`` from
+        ``LOCAL_RANK``. Raises :class:`jitwatch.config.ConfigError` for a non-integer value."""
+        ranks = detect_parallel_ranks(env)
+        return cls(
+            rank=detect_rank(env) if rank is None else rank,
+            tp_rank=ranks["tp_rank"],
+            pp_rank=ranks["pp_rank"],
+            dp_rank=ranks["dp_rank"],
+            local_rank=ranks["local_rank"],
+        )
+
     def attrs(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             k: v
@@ -116,6 +131,37 @@ def _name_constexprs(constants: Any, arg_names: list[str] | None) -> dict[str, A
             name = str(path)
         out[name] = _jsonable(value)
     return out
+
+
+def _compile_info(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``compile`` dict of a JIT hook call, or ``{}`` when missing or not a dict."""
+    info = kwargs.get("compile")
+    return info if isinstance(info, dict) else {}
+
+
+def _hook_key(kwargs: dict[str, Any]) -> str | None:
+    """Triton's in-memory cache key as a redacted string (``compute_cache_key`` returns a ``str`` in 3.6-3.9)."""
+    key = kwargs.get("key")
+    if key is None:
+        key = _compile_info(kwargs).get("key")
+    if key is None:
+        return None
+    try:
+        return redact(str(key))
+    except Exception:  # noqa: BLE001 - an odd object whose __str__ raises
+        return f"<{type(key).__name__}>"
+
+
+def _fn_names(fn: Any) -> tuple[str, str | None]:
+    """(kernel, module) from ``JitFunctionInfo`` (``.name``, ``.module``) or a ``JITFunction``."""
+    name = getattr(fn, "name", None)
+    if not isinstance(name, str) or not name:
+        inner = getattr(fn, "fn", None)
+        name = getattr(inner, "__qualname__", None) or getattr(fn, "__qualname__", None)
+    module = getattr(fn, "module", None)
+    if not isinstance(module, str):
+        module = getattr(getattr(fn, "fn", None), "__module__", None)
+    return (str(name) if name else "<unknown>"), (str(module) if module else None)
 
 
 def _stage_seconds(times: Any) -> dict[str, float]:
@@ -162,7 +208,7 @@ class Monitor:
     ) -> None:
         self.settings = settings or Settings.from_env()
         self.mode = parse_mode(mode) if mode is not None else self.settings.mode
-        self.identity = identity or WorkerIdentity(rank=detect_rank())
+        self.identity = identity or WorkerIdentity.from_env()
         self.phase = Phase.STARTUP
         self._lock = threading.Lock()
         self._pending: dict[tuple[int, str], _Pending] = {}
@@ -219,6 +265,7 @@ class Monitor:
     def uninstall(self) -> None:
         """Restore the previous Triton hooks and flush the journal."""
         self._hooks.uninstall()
+        atexit.unregister(self.flush)
         if self.writer is not None:
             self.writer.close()
 
@@ -269,7 +316,8 @@ class Monitor:
         the exception propagates.
         """
         attrs = {ATTR_RANK: self.identity.rank, **self._span_attributes, **span_attributes}
-        with warmup_span(self._tracer_provider, attrs) as span:
+        provider = None if self.mode is Mode.OFF else self._tracer_provider
+        with warmup_span(provider, attrs) as span:
             self.begin_warmup()
             yield self
             self.activate()
@@ -302,56 +350,84 @@ class Monitor:
         self.writer.submit(ev)
 
     def on_pre_compile(self, kwargs: dict[str, Any]) -> None:
+        """``jit_cache_hook``: remember when (and in which phase/request) a compile started."""
         fn = kwargs.get("fn")
-        kernel = getattr(fn, "name", None) or "<unknown>"
-        module = getattr(fn, "module", None)
-        key = redact(str(kwargs.get("key")))
+        kernel, module = _fn_names(fn)
+        key = _hook_key(kwargs)
         jit_function = getattr(fn, "jit_function", None)
         pending = _Pending(
             start_wall=time.time(),
             start_perf=time.perf_counter(),
             phase=self.phase,
-            kernel=str(kernel),
-            module=str(module) if module is not None else None,
-            key=key,
+            kernel=kernel,
+            module=module,
+            key=key or "",
             kwargs=kwargs,
             request_id=_current_request.get(),
         )
         with self._lock:
-            self._pending[(id(jit_function), key)] = pending
+            self._pending[(id(jit_function), key or "")] = pending
+
+    def on_compile_skipped(self, kwargs: dict[str, Any]) -> None:
+        """A hook chained below jitwatch's ``jit_cache_hook`` raised or returned truthy: no compile."""
+        key = _hook_key(kwargs)
+        jit_function = getattr(kwargs.get("fn"), "jit_function", None)
+        with self._lock:
+            self._pending.pop((id(jit_function), key or ""), None)
 
     def on_compile_listener(self, kwargs: dict[str, Any]) -> None:
         src = kwargs.get("src")
         fn = getattr(src, "fn", None)
         stages = _stage_seconds(kwargs.get("times"))
         cache_hit = kwargs.get("cache_hit")
+        metadata = kwargs.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {}
         match: _Pending | None = None
         with self._lock:
-            candidates = [p for (fid, _), p in self._pending.items() if fid == id(fn) and p.stages is None]
-            if len(candidates) > 1:
-                sig = getattr(src, "signature", None)
-                consts = getattr(src, "constants", None)
-                candidates = [
-                    p
-                    for p in candidates
-                    if p.kwargs.get("compile", {}).get("signature") == sig
-                    and p.kwargs.get("compile", {}).get("constants") == consts
-                ] or candidates[:1]
-            if candidates:
-                match = candidates[0]
+            candidates = (
+                [p for (fid, _), p in self._pending.items() if fid == id(fn) and p.stages is None]
+                if fn is not None
+                else []
+            )
+            # Several compiles of one kernel can be in flight (async compile mode, vLLM's parallel
+            # warmup) and finish in any order: match on what the listener's ``src`` carries.
+            sig = getattr(src, "signature", None)
+            consts = getattr(src, "constants", None)
+            attrs = getattr(src, "attrs", None)
+
+            def same(p: _Pending) -> bool | None:
+                info = _compile_info(p.kwargs)
+                if "signature" not in info:
+                    return None  # malformed hook kwargs: cannot tell
+                if info.get("signature") != sig or info.get("constants") != consts:
+                    return False
+                configs = info.get("configs")
+                if attrs is not None and isinstance(configs, (list, tuple)) and configs and configs[0] != attrs:
+                    return False
+                return all(
+                    info.get(opt) == metadata.get(opt)
+                    for opt in ("num_warps", "num_stages", "num_ctas")
+                    if opt in info and opt in metadata
+                )
+
+            verdicts = [(same(p), p) for p in candidates]
+            match = next((p for v, p in verdicts if v is True), None) or next(
+                (p for v, p in verdicts if v is None), None
+            )
+            if match is not None:
                 match.stages = stages
                 match.cache_hit = None if cache_hit is None else bool(cache_hit)
         if match is not None:
             return
-        # A compile that did not come through JITFunction (Inductor, triton.compile, …).
-        metadata = kwargs.get("metadata") or {}
-        name = metadata.get("name") if isinstance(metadata, dict) else None
-        name = name or getattr(src, "name", None) or "<unknown>"
+        # A compile that did not come through JITFunction (Inductor, triton.compile, …), or a Triton
+        # without the JIT hooks (degraded mode).
+        name = metadata.get("name") or getattr(src, "name", None) or "<unknown>"
         duration = sum(stages.values())
         self._record_compile(
             kernel=str(name),
             module=None,
-            key=redact(str(metadata.get("hash"))) if isinstance(metadata, dict) else None,
+            key=redact(str(metadata["hash"])) if metadata.get("hash") is not None else None,
             phase=self.phase,
             start_wall=time.time() - duration,
             duration=duration,
@@ -362,26 +438,31 @@ class Monitor:
         )
 
     def on_post_compile(self, kwargs: dict[str, Any]) -> None:
+        """``jit_post_compile_hook``: record the compile (raises ``ServingCompileError`` in error mode)."""
         fn = kwargs.get("fn")
-        key = redact(str(kwargs.get("key")))
+        key = _hook_key(kwargs)
         jit_function = getattr(fn, "jit_function", None)
         with self._lock:
-            pending = self._pending.pop((id(jit_function), key), None)
+            pending = self._pending.pop((id(jit_function), key or ""), None)
         end_perf = time.perf_counter()
         if pending is None:  # pre-hook missed (installed mid-compile, or another hook swallowed it)
+            kernel, module = _fn_names(fn)
             pending = _Pending(
                 start_wall=time.time(),
                 start_perf=end_perf,
                 phase=self.phase,
-                kernel=str(getattr(fn, "name", None) or "<unknown>"),
-                module=getattr(fn, "module", None),
-                key=key,
+                kernel=kernel,
+                module=module,
+                key=key or "",
                 kwargs=kwargs,
                 request_id=_current_request.get(),
             )
-        compile_info = kwargs.get("compile") or {}
+        compile_info = _compile_info(kwargs)
         arg_names = getattr(jit_function, "arg_names", None)
+        if not isinstance(arg_names, list):
+            arg_names = None
         signature = compile_info.get("signature")
+        warm = kwargs.get("is_manual_warmup", compile_info.get("is_warmup"))
         extra: dict[str, Any] = {
             "signature": {str(k): _jsonable(v) for k, v in signature.items()} if isinstance(signature, dict) else None,
             "constexprs": _name_constexprs(compile_info.get("constants"), arg_names),
@@ -390,8 +471,9 @@ class Monitor:
                 for k in ("num_warps", "num_ctas", "num_stages", "enable_fp_fusion", "launch_cooperative_grid")
                 if k in compile_info
             },
-            "is_warmup_call": bool(kwargs.get("is_manual_warmup", compile_info.get("is_warmup", False))),
-            "repr": redact(str(kwargs.get("repr", ""))),
+            "is_warmup_call": None if warm is None else bool(warm),
+            # Triton's own ``repr`` kwarg is not kept: in 3.6-3.9 it zips parameters with the
+            # characters of the (string) key and reads "x_ptr: (" — signature/constexprs say it right.
         }
         spec = compile_info.get("specialization_data")
         if isinstance(spec, str):
@@ -461,26 +543,34 @@ class Monitor:
             )
 
     def on_autotune(self, kwargs: dict[str, Any]) -> None:
+        """``knobs.autotuning.listener`` (Triton 3.8+): one ``autotune`` event per benchmark sweep.
+
+        Called by ``Autotuner.run`` with ``fn`` (the ``JITFunction``), ``key`` (tuple of key-argument
+        values and dtypes), ``best_config``, ``configs_timings`` (``Config`` → ms list),
+        ``duration`` (seconds, ``None`` on a cache hit) and ``cache_hit`` (Triton's autotune disk
+        cache). Cache hits ran no benchmark and are not recorded.
+        """
         fn = kwargs.get("fn")
-        cache_hit = bool(kwargs.get("cache_hit"))
-        if cache_hit:
+        if kwargs.get("cache_hit"):
             return  # served from Triton's autotune disk cache: no benchmark ran
-        kernel = getattr(fn, "__qualname__", None) or getattr(getattr(fn, "fn", None), "__qualname__", None)
-        timings = kwargs.get("configs_timings") or {}
+        kernel, module = _fn_names(fn)
+        timings = kwargs.get("configs_timings")
         duration = kwargs.get("duration")
         best = kwargs.get("best_config")
+        attrs: dict[str, Any] = {
+            "configs": len(timings) if isinstance(timings, dict) else None,
+            "best_config": redact(str(best)) if best is not None else None,
+            "module": module,
+            "request_id": _current_request.get(),
+            **self.identity.attrs(),
+        }
+        key = kwargs.get("key")
         self._emit(
             EventKind.AUTOTUNE,
-            kernel=str(kernel or "<unknown>"),
-            key=redact(str(kwargs.get("key"))),
-            duration_s=float(duration) if duration is not None else None,
-            attrs={
-                "configs": len(timings),
-                "best_config": redact(str(best)),
-                "module": getattr(fn, "__module__", None),
-                "request_id": _current_request.get(),
-                **self.identity.attrs(),
-            },
+            kernel=kernel,
+            key=redact(str(key)) if key is not None else None,
+            duration_s=float(duration) if isinstance(duration, (int, float)) else None,
+            attrs={k: v for k, v in attrs.items() if v is not None},
         )
 
     def on_hook_error(self, hook: str, exc: BaseException) -> None:
@@ -559,7 +649,7 @@ def install(
 
             settings = replace(settings, journal_dir=Path(journal_dir))
         if identity is None:
-            identity = WorkerIdentity(rank=detect_rank() if rank is None else rank)
+            identity = WorkerIdentity.from_env(rank=rank)
         _monitor = Monitor(
             settings, mode=mode, identity=identity, tracer_provider=tracer_provider, span_attributes=span_attributes
         ).install()

@@ -28,7 +28,11 @@ def _patterns() -> tuple[re.Pattern[str], ...]:
         homes.add(os.environ["HOME"].rstrip("/"))
     homes.discard("")
     homes.discard("/")
-    pats = [re.compile(re.escape(h) + r"(?=/|\b|$)") for h in sorted(homes, key=len, reverse=True)]
+    # A home directory only as a whole path component: HOME=/root must not touch /rootfs or /root-old.
+    pats = [
+        re.compile(r"(?<![\w.\-])" + re.escape(h) + r"(?![^/\s'\",)\]}:;])")
+        for h in sorted(homes, key=len, reverse=True)
+    ]
     # Any /home/<name> or /Users/<name> prefix, whoever's it is.
     pats.append(re.compile(r"(?<![\w.])/(?:home|Users)/[^/\s'\",)\]}]+"))
     return tuple(pats)
@@ -42,18 +46,25 @@ def _user_pattern() -> re.Pattern[str] | None:
         return None
     if not user or user == "root" or len(user) < 3:
         return None
-    return re.compile(r"(?<![A-Za-z0-9])" + re.escape(user) + r"(?![A-Za-z0-9])")
+    # Only as a whole path component (``/scratch/alice/...``): a user called ``vllm`` or ``triton``
+    # must not rename modules and kernels.
+    return re.compile(r"(?<=/)" + re.escape(user) + r"(?![^/\s'\",)\]}:;])")
 
 
 def redact(text: str) -> str:
     """Replace home directories with ``~`` and the current user name with ``<user>``.
 
-    ``/home/alice/.venv/lib/libdevice.10.bc`` becomes ``~/.venv/lib/libdevice.10.bc``. The user
-    name is only replaced as a whole word (``root`` and names under 3 characters are left alone:
-    they would match unrelated words). Never raises.
+    ``/home/alice/.venv/lib/libdevice.10.bc`` becomes ``~/.venv/lib/libdevice.10.bc`` (the
+    current ``$HOME`` and any ``/home/<name>`` or ``/Users/<name>``, as whole path components).
+    The current user name is replaced only as a whole path component
+    (``/scratch/alice/x`` → ``/scratch/<user>/x``): kernel and module names that happen to equal
+    a user name (``vllm``) stay. ``root`` and names under 3 characters are never replaced.
+    Never raises.
     """
     if not text:
         return text
+    if not isinstance(text, str):
+        text = str(text)
     out = text
     for pat in _patterns():
         out = pat.sub(REDACTED_HOME, out)
