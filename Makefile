@@ -32,6 +32,8 @@ lint: env
 	$(BIN)/ruff format --check jitwatch tests benchmarks dashboards
 	$(BIN)/ruff check jitwatch tests benchmarks dashboards
 	$(BIN)/mypy
+	$(BIN)/python -m jitwatch.contract_doc --check
+	$(BIN)/python dashboards/grafana/generate.py --check
 
 # Prometheus/promtool from Debian's package, unpacked under .tools/ (no daemon started).
 tools:
@@ -48,7 +50,7 @@ test-core: env tools
 	touch $@
 
 test-triton36: .venv-triton36/.installed
-	.venv-triton36/bin/pytest -m "not vllm and not gpu and not prometheus and not slow" tests/test_hooks.py tests/test_monitor.py tests/test_field_cases.py $(PYTEST_ARGS)
+	.venv-triton36/bin/pytest -p no:cacheprovider -m "not vllm and not gpu and not prometheus" tests/test_hooks.py tests/test_monitor.py tests/test_field_cases.py tests/test_config.py tests/test_redact.py tests/test_tracing.py $(PYTEST_ARGS)
 
 .venv-vllm/.installed: pyproject.toml scripts/make-vllm-env.sh
 	bash scripts/make-vllm-env.sh .venv-vllm

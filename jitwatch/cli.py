@@ -94,7 +94,7 @@ def demo(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Sidecar port.")] = 9400,
     journal_dir: Annotated[
         Path | None,
-        typer.Option(help="Journal directory, reset at start [default: a 'demo' subdirectory of JITWATCH_DIR]."),
+        typer.Option(help="Journal directory, reset at start (default: a 'demo' subdirectory of JITWATCH_DIR)."),
     ] = None,
     no_warmup: Annotated[
         bool, typer.Option("--no-warmup", help="Skip the slot-mapping warmup (it then compiles on the first request).")
