@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import ContextDecorator, contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ from jitwatch.tracing import (
 from jitwatch.writer import JournalWriter
 
 log = logging.getLogger(__name__)
+
+_WARNED_MAX = 4096
+"""(kernel, key) pairs remembered for warn-once; the oldest is forgotten past this."""
 
 _current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("jitwatch_request", default=None)
 
@@ -212,7 +216,7 @@ class Monitor:
         self.phase = Phase.STARTUP
         self._lock = threading.Lock()
         self._pending: dict[tuple[int, str], _Pending] = {}
-        self._warned: set[tuple[str, str]] = set()
+        self._warned: OrderedDict[tuple[str, str], None] = OrderedDict()  # bounded: _WARNED_MAX
         self._request_ids = itertools.count(1)
         self.first_request_done = False
         self.requests_seen = 0
@@ -532,7 +536,10 @@ class Monitor:
             )
         with self._lock:
             first = (kernel, key) not in self._warned
-            self._warned.add((kernel, key))
+            self._warned[(kernel, key)] = None
+            self._warned.move_to_end((kernel, key))
+            if len(self._warned) > _WARNED_MAX:
+                self._warned.popitem(last=False)
         if first:
             log.warning(
                 "jitwatch: post-warmup compile of Triton kernel %r on rank %d, key %s; "

@@ -51,6 +51,42 @@ def _user_pattern() -> re.Pattern[str] | None:
     return re.compile(r"(?<=/)" + re.escape(user) + r"(?![^/\s'\",)\]}:;])")
 
 
+_needles_cache: tuple[object, tuple[str, ...]] | None = None
+
+
+def _needles() -> tuple[str, ...]:
+    """Substrings at least one of which is in any text the regexes would change.
+
+    Recomputed whenever ``_patterns``' cache is (tests clear it after changing ``HOME``).
+    """
+    global _needles_cache
+    pats = _patterns()
+    if _needles_cache is not None and _needles_cache[0] is pats:
+        return _needles_cache[1]
+    homes: set[str] = set()
+    try:
+        homes.add(str(Path.home()))
+    except RuntimeError:
+        pass
+    if os.environ.get("HOME"):
+        homes.add(os.environ["HOME"].rstrip("/"))
+    homes.discard("")
+    homes.discard("/")
+    out = {"/home/", "/Users/", *homes}
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001
+        user = ""
+    if user and user != "root" and len(user) >= 3:
+        out.add("/" + user)
+    _needles_cache = (pats, tuple(out))
+    return _needles_cache[1]
+
+
+def _may_need_redaction(text: str) -> bool:
+    return any(n in text for n in _needles())
+
+
 def redact(text: str) -> str:
     """Replace home directories with ``~`` and the current user name with ``<user>``.
 
@@ -65,6 +101,8 @@ def redact(text: str) -> str:
         return text
     if not isinstance(text, str):
         text = str(text)
+    if not _may_need_redaction(text):
+        return text  # fast path: most keys hold no path at all (the regexes cost ~70 µs on 2 KB)
     out = text
     for pat in _patterns():
         out = pat.sub(REDACTED_HOME, out)

@@ -39,7 +39,7 @@ from jitwatch.config import Settings
 from jitwatch.events import Event, EventKind, Phase
 from jitwatch.journal import Journal, JournalCorruptError
 from jitwatch.metrics import render as render_metrics
-from jitwatch.status import JitStatus, Readiness, build_status, readiness
+from jitwatch.status import DEFAULT_KERNELS_LIMIT, JitStatus, Readiness, build_status, readiness
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +155,15 @@ def create_app(
         responses=auth_responses,
         summary="JIT compilation status of every rank",
     )
-    def get_status() -> JitStatus:
+    def get_status(
+        kernels: Annotated[
+            int,
+            Query(ge=1, le=10_000, description="Most kernels listed (most serving compiles first)."),
+        ] = DEFAULT_KERNELS_LIMIT,
+    ) -> JitStatus:
         with open_journal() as (journal, error):
             try:
-                return build_status(journal, error=error)
+                return build_status(journal, error=error, kernels_limit=kernels)
             except sqlite3.Error as exc:
                 log.warning("jitwatch: journal read failed: %s", exc)
                 return build_status(None, error=f"journal unreadable: {type(exc).__name__}")

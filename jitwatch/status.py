@@ -121,7 +121,9 @@ class JitStatus(BaseModel):
     not_ready_reason: str | None = None
     ranks: list[RankStatus] = Field(default_factory=list)
     kernels: list[KernelStatus] = Field(
-        default_factory=list, description="Sorted by serving compiles, then all compiles (descending)."
+        default_factory=list,
+        description="Sorted by serving compiles, then all compiles (descending); at most `kernels` "
+        "(query parameter, default 100) entries — totals.kernels counts them all.",
     )
     recent_serving_compiles: list[ServingCompile] = Field(
         default_factory=list, description=f"Newest first, at most {RECENT_SERVING_COMPILES}."
@@ -182,8 +184,21 @@ def _mode(modes: Iterable[str | None]) -> str | None:
     return seen.pop() if len(seen) == 1 else "mixed"
 
 
-def build_status(journal: Journal | None, *, error: str | None = None, now: float | None = None) -> JitStatus:
+DEFAULT_KERNELS_LIMIT = 100
+"""Kernels listed in ``/jit`` by default (``totals.kernels`` always counts them all)."""
+
+
+def build_status(
+    journal: Journal | None,
+    *,
+    error: str | None = None,
+    now: float | None = None,
+    kernels_limit: int = DEFAULT_KERNELS_LIMIT,
+) -> JitStatus:
     """Build the ``/jit`` document from ``journal`` (``None``: missing journal → empty status).
+
+    ``kernels_limit`` bounds the ``kernels`` and ``coverage`` lists (most serving compiles first),
+    so a journal with thousands of kernel names still gives a small, fast answer.
 
     Raises ``sqlite3.Error`` if the journal cannot be read mid-way (the sidecar catches it).
     """
@@ -291,10 +306,10 @@ def build_status(journal: Journal | None, *, error: str | None = None, now: floa
         ranks=ranks,
         kernels=sorted(
             kernels.values(), key=lambda k: (-k.compiles_serving, -(k.compiles_warmup + k.compiles_startup), k.name)
-        ),
+        )[:kernels_limit],
         recent_serving_compiles=recent,
         totals=totals,
-        coverage=_coverage(journal),
+        coverage=_coverage(journal)[:kernels_limit],
     )
 
 
