@@ -11,7 +11,14 @@ events; the sidecar reads them. Design:
 * Writes use ``BEGIN IMMEDIATE`` with a busy timeout, so concurrent writers serialize instead of
   failing; a killed writer loses only its uncommitted transaction (SQLite's rollback journal /
   WAL guarantees), never committed events.
-* The file and directory are created owner-only (0600 / 0700).
+* The file and directory are created owner-only (0600 / 0700); SQLite gives the ``-wal`` and
+  ``-shm`` files the database file's mode.
+* Everything stored passes through :func:`~jitwatch.redact.redact` (kernel, key, attrs) and is
+  made strict JSON (no NaN/inf), whoever produced the event. Nothing read back is ever
+  evaluated: attrs are parsed with ``json.loads`` only.
+* Corruption (``SQLITE_CORRUPT``/``SQLITE_NOTADB``, failed ``quick_check``) is told apart from
+  storage faults (full, read-only, locked): only the former moves the file aside
+  (:func:`open_or_recover`).
 
 SQLite (stdlib ``sqlite3``) is used as-is; nothing here is a home-made storage engine.
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sqlite3
 import time
@@ -28,9 +36,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAULT_RETENTION_SECONDS
 from jitwatch.events import Event, EventKind, Phase
+from jitwatch.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +160,92 @@ def bucket_index(seconds: float) -> int:
     return len(COMPILE_DURATION_BUCKETS)
 
 
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+_CORRUPT_MESSAGES = ("malformed", "not a database", "file is encrypted")
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database *file* is damaged (``SQLITE_CORRUPT``/``SQLITE_NOTADB``).
+
+    Storage faults (``SQLITE_FULL``, ``SQLITE_READONLY``, ``SQLITE_CANTOPEN``, ``SQLITE_IOERR``,
+    ``SQLITE_BUSY``) are *not* corruption: moving a healthy journal aside because the disk is
+    full or another writer holds the lock would lose every event in it. Uses
+    ``sqlite3.Error.sqlite_errorcode`` (Python 3.11+), else the message text.
+    """
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    text = str(exc).lower()
+    return any(m in text for m in _CORRUPT_MESSAGES)
+
+
+def _create_owner_only(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 if it does not exist (SQLite then gives its ``-wal``
+    and ``-shm`` files the same mode). Done with ``os.open`` rather than ``os.umask`` because the
+    umask is process-wide and the host's other threads may be creating files at the same time."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def _finite_json(value: Any) -> Any:
+    """``value`` with NaN/±inf floats replaced by their string names (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
+
+
+def _sanitize(ev: Event) -> tuple[Event, str]:
+    """What is stored for ``ev``: kernel, key and attrs passed through :func:`~jitwatch.redact.redact`
+    (defence in depth: every producer should redact, the journal makes sure), non-finite times
+    and durations dropped, and ``attrs`` as strict JSON (NaN/inf become strings), so one odd
+    event can neither fail its whole batch nor make the sidecar's JSON responses fail."""
+    try:
+        text = json.dumps(ev.attrs, default=str, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite_json(ev.attrs), default=str, allow_nan=False)
+    attrs_json = redact(text)
+    update: dict[str, Any] = {}
+    if ev.kernel is not None:
+        kernel = redact(ev.kernel)
+        if kernel != ev.kernel:
+            update["kernel"] = kernel
+    if ev.key is not None:
+        key = redact(ev.key)
+        if key != ev.key:
+            update["key"] = key
+    if not math.isfinite(ev.ts):
+        update["ts"] = time.time()
+    for name in ("start_ts", "duration_s"):
+        value = getattr(ev, name)
+        if value is not None and _finite(value) is None:
+            update[name] = None
+    if attrs_json != text:
+        update["attrs"] = json.loads(attrs_json)
+    return (ev.model_copy(update=update) if update else ev), attrs_json
+
+
+def _on_readonly_fs_without_wal(path: Path) -> bool:
+    try:
+        readonly_fs = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+    return readonly_fs and not Path(f"{path}-wal").exists()
+
+
 def _row_to_event(row: sqlite3.Row) -> Event:
     return Event(
         id=row["id"],
@@ -183,8 +279,12 @@ class Journal:
         busy_timeout_s: how long a write waits for another writer's lock.
 
     Raises:
-        JournalCorruptError: the file is not a usable database (``readonly=False`` callers use
-            :func:`open_or_recover` instead, which moves it aside and starts a fresh one).
+        JournalCorruptError: the file is not a usable database (``SQLITE_CORRUPT``/``NOTADB``
+            or an unknown schema version); ``readonly=False`` callers use
+            :func:`open_or_recover` instead, which moves it aside and starts a fresh one.
+        sqlite3.OperationalError: a storage fault (full disk, read-only filesystem, lock
+            timeout); the file is left alone.
+        FileNotFoundError: ``readonly=True`` and there is no journal yet.
         OSError: the directory cannot be created.
 
     A ``Journal`` is not thread-safe; give each thread its own.
@@ -207,36 +307,57 @@ class Journal:
         self.max_kernels = max_kernels
         self.readonly = readonly
         self._writes_since_prune = 0
+        self._cap_reached = False
         if readonly:
             if not self.path.exists():
                 raise FileNotFoundError(f"no journal at {self.path}")
-            uri = f"file:{self.path}?mode=ro"
-            self._conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
+            self._conn = self._connect_readonly(immutable=False, timeout=busy_timeout_s)
         else:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            old_umask = os.umask(0o077)
-            try:
-                self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
-            finally:
-                os.umask(old_umask)
-        self._conn.row_factory = sqlite3.Row
+            _create_owner_only(self.path)
+            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
         try:
-            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-            if not readonly:
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                self._conn.execute("PRAGMA synchronous=NORMAL")
-                self._conn.executescript(_SCHEMA)
-                self._conn.execute(
-                    "INSERT OR IGNORE INTO meta(k, v) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
-            version = self._conn.execute("SELECT v FROM meta WHERE k='schema_version'").fetchone()
+            version = self._prepare(busy_timeout_s)
         except sqlite3.DatabaseError as exc:
             self._conn.close()
-            raise JournalCorruptError(f"{self.path}: {exc}") from exc
-        if version is None or int(version[0]) != SCHEMA_VERSION:
+            if is_corruption(exc):
+                raise JournalCorruptError(f"{self.path}: {exc}") from exc
+            if not (readonly and _on_readonly_fs_without_wal(self.path)):
+                raise  # a storage fault (full, read-only, locked): the file itself may be fine
+            # A WAL database on a read-only filesystem (or a read-only mount of a shared volume,
+            # as a sidecar container often has) with no -wal/-shm cannot be opened with mode=ro:
+            # SQLite would have to create the -shm. No -wal means no writer is connected (a WAL
+            # writer keeps it while open), so a short immutable read is safe; a writer starting
+            # during it can at worst make this one read fail (sqlite3.Error, a 503), never write.
+            self._conn = self._connect_readonly(immutable=True, timeout=busy_timeout_s)
+            try:
+                version = self._prepare(busy_timeout_s)
+            except sqlite3.DatabaseError as exc2:
+                self._conn.close()
+                if is_corruption(exc2):
+                    raise JournalCorruptError(f"{self.path}: {exc2}") from exc2
+                raise
+        if version is None or str(version[0]) != str(SCHEMA_VERSION):
             self._conn.close()
             raise JournalCorruptError(f"{self.path}: unknown schema version {version and version[0]}")
+
+    def _connect_readonly(self, *, immutable: bool, timeout: float) -> sqlite3.Connection:
+        uri = f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
+        return sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+
+    def _prepare(self, busy_timeout_s: float) -> Any:
+        """Pragmas and (when writable) schema; returns the ``schema_version`` row."""
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        if not self.readonly:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA)
+            self._conn.execute(
+                "INSERT OR IGNORE INTO meta(k, v) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+        return self._conn.execute("SELECT v FROM meta WHERE k='schema_version'").fetchone()
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -274,10 +395,17 @@ class Journal:
                 ids.append(self._insert(conn, ev))
         self._writes_since_prune += len(events)
         if self._writes_since_prune >= 1000:
-            self.prune()
+            # The events are committed: a failing prune (lock timeout, full disk) must not make
+            # the caller think they were not (it would retry them and duplicate, or count them
+            # as dropped). It is retried after the next write.
+            try:
+                self.prune()
+            except sqlite3.Error as exc:
+                log.debug("jitwatch journal prune failed, will retry: %s", exc)
         return ids
 
     def _insert(self, conn: sqlite3.Connection, ev: Event) -> int:
+        ev, attrs_json = _sanitize(ev)
         cur = conn.execute(
             "INSERT INTO events(ts, start_ts, duration_s, kind, rank, pid, host, phase, backend,"
             " kernel, key, cache_hit, attrs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -294,7 +422,7 @@ class Journal:
                 ev.kernel,
                 ev.key,
                 None if ev.cache_hit is None else int(ev.cache_hit),
-                json.dumps(ev.attrs, default=str),
+                attrs_json,
             ),
         )
         row_id = int(cur.lastrowid or 0)
@@ -311,7 +439,7 @@ class Journal:
                     ev.attrs.get("mode"),
                     ev.ts,
                     ev.ts,
-                    json.dumps(ev.attrs, default=str),
+                    attrs_json,
                 ),
             )
         elif kind is EventKind.WARMUP_START:
@@ -397,8 +525,12 @@ class Journal:
         row = conn.execute("SELECT label FROM kernels WHERE name=?", (kernel,)).fetchone()
         if row is not None:
             return str(row[0])
-        named = conn.execute("SELECT COUNT(*) FROM kernels WHERE label != ?", (OTHER_KERNEL,)).fetchone()[0]
-        label = kernel if named < self.max_kernels else OTHER_KERNEL
+        if self._cap_reached:  # the named count never shrinks: no need to count again
+            label = OTHER_KERNEL
+        else:
+            named = conn.execute("SELECT COUNT(*) FROM kernels WHERE label != ?", (OTHER_KERNEL,)).fetchone()[0]
+            self._cap_reached = named >= self.max_kernels
+            label = OTHER_KERNEL if self._cap_reached else kernel
         conn.execute("INSERT INTO kernels(name, label, first_seen) VALUES (?,?,?)", (kernel, label, ts))
         return label
 
@@ -409,7 +541,6 @@ class Journal:
         ``retired_events`` counter (rank -1, journal-wide).
         """
         now = time.time() if now is None else now
-        self._writes_since_prune = 0
         with self._transaction() as conn:
             max_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
             removed = conn.execute(
@@ -418,6 +549,7 @@ class Journal:
             ).rowcount
             if removed:
                 self._add_counter(conn, -1, "retired_events", removed)
+        self._writes_since_prune = 0
         return int(removed)
 
     # ------------------------------------------------------------------ reading
@@ -532,30 +664,49 @@ class Journal:
         return int(named), int(folded)
 
     def integrity_ok(self) -> bool:
-        """``PRAGMA quick_check`` passes."""
+        """``PRAGMA quick_check`` passes.
+
+        ``False`` when the check reports damage or SQLite says the file is corrupt
+        (``SQLITE_CORRUPT``/``SQLITE_NOTADB``). Any other ``sqlite3.Error`` (locked, I/O, full disk)
+        is raised: it says nothing about the file's integrity.
+        """
         try:
             return bool(self._conn.execute("PRAGMA quick_check").fetchone()[0] == "ok")
-        except sqlite3.DatabaseError:
-            return False
+        except sqlite3.DatabaseError as exc:
+            if is_corruption(exc):
+                return False
+            raise
 
 
 def open_or_recover(directory: str | os.PathLike[str], **kwargs: Any) -> Journal:
     """Open the journal for writing; a corrupt file is moved aside and a fresh one started.
 
-    The damaged file is renamed ``journal.db.corrupt-<unix time>`` (with its ``-wal``/``-shm``)
-    and an error is logged; the worker keeps running. Raises only ``OSError``/``sqlite3.Error``
-    for faults that a fresh file cannot fix (unwritable directory, full disk).
+    Corrupt means SQLite reports ``SQLITE_CORRUPT``/``SQLITE_NOTADB`` or ``PRAGMA quick_check``
+    fails (see :func:`is_corruption`). The damaged file is renamed
+    ``journal.db.corrupt-<unix time>-<pid>[-<n>]`` (with its ``-wal``/``-shm``) and an error is logged; the
+    worker keeps running. Storage faults are *not* treated as corruption and leave the file
+    where it is: they raise ``OSError``/``sqlite3.Error`` (unwritable or missing-and-uncreatable
+    directory, full disk, lock timeout), which :class:`~jitwatch.writer.JournalWriter` counts.
     """
     try:
         journal = Journal(directory, **kwargs)
-        if journal.integrity_ok():
+        try:
+            healthy = journal.integrity_ok()
+        except BaseException:
+            journal.close()
+            raise
+        if healthy:
             return journal
         journal.close()
         reason = "quick_check failed"
     except JournalCorruptError as exc:
         reason = str(exc)
     path = Path(directory) / JOURNAL_FILE
-    stamp = int(time.time())
+    stamp = f"{int(time.time())}-{os.getpid()}"
+    n = 0
+    while any(Path(f"{path}.corrupt-{stamp}{sfx}").exists() for sfx in ("", "-wal", "-shm")):
+        n += 1  # never overwrite an earlier damaged file kept for inspection
+        stamp = f"{int(time.time())}-{os.getpid()}-{n}"
     for suffix in ("", "-wal", "-shm"):
         src = Path(str(path) + suffix)
         if src.exists():

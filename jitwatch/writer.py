@@ -6,7 +6,10 @@ writes batches to the journal. A slow or failing disk therefore never blocks a c
 storage fault (missing, read-only or full directory) costs dropped events, counted and logged
 once per fault episode, never an exception in the host. When the fault clears the writer
 reopens the journal, resumes, and records how many events were dropped (``dropped`` event →
-``jitwatch_dropped_events_total``).
+``jitwatch_dropped_events_total``). While drops are unreported the thread retries every
+:data:`RETRY_INTERVAL_S` seconds, so the count lands even if no new event arrives. Lock
+contention (``SQLITE_BUSY``) is retried, not dropped; a corrupt file is moved aside by
+:func:`~jitwatch.journal.open_or_recover`; a full or read-only disk never moves the file.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,22 @@ from jitwatch.journal import Journal, open_or_recover
 log = logging.getLogger(__name__)
 
 _BATCH = 512
+_BUSY_RETRIES = 3
+"""Extra attempts for a batch that failed with ``SQLITE_BUSY``/``SQLITE_LOCKED`` (another writer
+held the lock past the busy timeout): contention is not a storage fault, so retry before dropping."""
+RETRY_INTERVAL_S = 1.0
+"""While events are dropped and unreported, the writer thread retries the journal this often
+(seconds) even if no new event arrives, so the ``dropped`` count lands once the fault clears."""
+
+
+def _is_busy(exc: BaseException) -> bool:
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
 
 class JournalWriter:
@@ -103,7 +124,13 @@ class JournalWriter:
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            with self._lock:
+                retry = self._dropped_unreported > 0 and not self._closed
+            try:
+                item = self._queue.get(timeout=RETRY_INTERVAL_S) if retry else self._queue.get()
+            except queue.Empty:
+                self._write([])  # only the pending ``dropped`` record: has the fault cleared?
+                continue
             if item is None:
                 break
             batch = [item]
@@ -120,6 +147,10 @@ class JournalWriter:
             self._write(batch)
             if stop:
                 break
+        with self._lock:
+            unreported = self._dropped_unreported
+        if unreported:
+            self._write([])  # last chance to record the drop count before the thread ends
         if self._journal is not None:
             try:
                 self._journal.close()
@@ -128,20 +159,7 @@ class JournalWriter:
 
     def _write(self, batch: list[Event]) -> None:
         try:
-            if self._journal is None:
-                self._journal = open_or_recover(self.directory, **self._journal_kwargs)
-            with self._lock:
-                dropped = self._dropped_unreported
-            to_write = list(batch)
-            if dropped:
-                to_write.append(Event.now(EventKind.DROPPED, rank=self.rank, attrs={"count": dropped}))
-            self._journal.write(to_write)
-            with self._lock:
-                self._dropped_unreported -= dropped
-                self.written_total += len(batch)
-            if self.fault is not None:
-                log.warning("jitwatch journal %s writable again; %d events were dropped", self.directory, dropped)
-                self.fault = None
+            self._write_attempts(batch)
         except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
             if self.fault is None:
                 log.error(
@@ -163,3 +181,31 @@ class JournalWriter:
             with self._lock:
                 self._pending -= len(batch)
                 self._done.notify_all()
+
+    def _write_attempts(self, batch: list[Event]) -> None:
+        for attempt in range(_BUSY_RETRIES + 1):
+            try:
+                self._write_once(batch)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or attempt == _BUSY_RETRIES:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def _write_once(self, batch: list[Event]) -> None:
+        if self._journal is None:
+            self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+        with self._lock:
+            dropped = self._dropped_unreported
+        to_write = list(batch)
+        if dropped:
+            to_write.append(Event.now(EventKind.DROPPED, rank=self.rank, attrs={"count": dropped}))
+        if not to_write:
+            return
+        self._journal.write(to_write)
+        with self._lock:
+            self._dropped_unreported -= dropped
+            self.written_total += len(batch)
+        if self.fault is not None:
+            log.warning("jitwatch journal %s writable again; %d events were dropped", self.directory, dropped)
+            self.fault = None
