@@ -59,6 +59,16 @@ JITWATCH_MANIFEST = "JITWATCH_MANIFEST"
 JITWATCH_SLOT_MAPPING_WARMUP = "JITWATCH_SLOT_MAPPING_WARMUP"
 """``auto`` / ``on`` / ``off``: the vLLM plugin's slot-mapping warmup. Default ``auto``."""
 
+JITWATCH_MANIFEST_ALLOW = "JITWATCH_MANIFEST_ALLOW"
+"""Comma-separated module prefixes manifest replay may import (e.g. ``vllm,my_kernels``). Unset: only
+kernels whose modules are already imported are replayed."""
+
+JITWATCH_REPLAY_PARALLEL = "JITWATCH_REPLAY_PARALLEL"
+"""``auto`` / ``serial`` / ``threads`` / ``processes``: how replay compiles. Default ``auto`` (threads)."""
+
+JITWATCH_REPLAY_WORKERS = "JITWATCH_REPLAY_WORKERS"
+"""Replay pool size. Default: the CPU count (at most 8)."""
+
 ALL_VARIABLES = (
     JITWATCH_DIR,
     JITWATCH_MODE,
@@ -75,6 +85,9 @@ ALL_VARIABLES = (
     JITWATCH_QUEUE_SIZE,
     JITWATCH_TARGET_ARCH,
     JITWATCH_MANIFEST,
+    JITWATCH_MANIFEST_ALLOW,
+    JITWATCH_REPLAY_PARALLEL,
+    JITWATCH_REPLAY_WORKERS,
     JITWATCH_SLOT_MAPPING_WARMUP,
 )
 

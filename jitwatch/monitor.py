@@ -482,6 +482,13 @@ class Monitor:
         spec = compile_info.get("specialization_data")
         if isinstance(spec, str):
             extra["specialization_data"] = redact(spec)
+        try:  # JITFunction.cache_key: hash of the kernel's source and dependencies, computed by
+            # Triton for this very compile (so cached); manifests use it to refuse stale replays.
+            source_hash = getattr(jit_function, "cache_key", None)
+        except Exception:  # noqa: BLE001
+            source_hash = None
+        if isinstance(source_hash, str):
+            extra["source_hash"] = source_hash
         self._record_compile(
             kernel=pending.kernel,
             module=pending.module,

@@ -313,8 +313,10 @@ def build_status(
     )
 
 
-_coverage_cache: dict[str, tuple[tuple[int, int | None, float], CoverageReport]] = {}
+_coverage_cache: dict[str, tuple[tuple[int, int | None, float], CoverageReport, float]] = {}
 _coverage_lock = threading.Lock()
+COVERAGE_REFRESH_S = 15.0
+"""While compiles keep arriving, coverage is recomputed at most this often (seconds)."""
 
 
 def cached_coverage(journal: Journal) -> CoverageReport:
@@ -323,19 +325,21 @@ def cached_coverage(journal: Journal) -> CoverageReport:
     The report depends only on the newest compile events still kept, so it is cached per journal
     file under (file inode, newest ``compile`` event id, events retired so far): a scrape or ``/jit`` with no new
     compile costs two indexed queries instead of re-parsing up to 20 000 keys (~2 s on one core).
+    While compiles keep arriving the report may lag by up to :data:`COVERAGE_REFRESH_S` seconds.
     Thread-safe. Raises ``sqlite3.Error`` like :func:`~jitwatch.coverage.coverage_for_journal`.
     """
     newest = journal.events(kind=EventKind.COMPILE, limit=1)
     retired = sum(v for (_rank, name), v in journal.counters().items() if name == "retired_events")
     key = (journal.path.stat().st_ino, newest[0].id if newest else None, retired)  # inode: a replaced file
     cache_id = str(journal.path.resolve())
+    now = time.monotonic()
     with _coverage_lock:
         hit = _coverage_cache.get(cache_id)
-    if hit is not None and hit[0] == key:
-        return hit[1]
+    if hit is not None and (hit[0] == key or (hit[0][0] == key[0] and now - hit[2] < COVERAGE_REFRESH_S)):
+        return hit[1]  # unchanged, or changed but recomputed less than COVERAGE_REFRESH_S ago
     report = coverage_for_journal(journal)
     with _coverage_lock:
-        _coverage_cache[cache_id] = (key, report)
+        _coverage_cache[cache_id] = (key, report, now)
     return report
 
 

@@ -251,3 +251,14 @@ def warmup_slot_mapping(
     else:
         result.new_keys = sorted(keys_after - keys_before)
     return result
+
+
+def replay(*args: Any, **kwargs: Any) -> Any:
+    """``jitwatch.warmup.replay(manifest, ...)``: precompile a warmup manifest before activation.
+
+    The same function as :func:`jitwatch.replay.replay` (see there for arguments, errors and the
+    Triton seams used), re-exported here so warmup steps live under one name.
+    """
+    from jitwatch.replay import replay as _replay
+
+    return _replay(*args, **kwargs)

@@ -219,8 +219,11 @@ def test_status_carries_specialization_coverage(tmp_path: Path) -> None:
     assert any(u.startswith("BLOCK:") for u in cov.uncovered)
 
 
-def test_coverage_cache_follows_new_compiles(tmp_path: Path) -> None:
+def test_coverage_cache_follows_new_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jitwatch.status as status_mod
     from jitwatch.status import cached_coverage
+
+    monkeypatch.setattr(status_mod, "COVERAGE_REFRESH_S", 0.0)  # recompute on every new compile
 
     sig = {"signature": {"BLOCK": "constexpr"}}
 
@@ -237,3 +240,7 @@ def test_coverage_cache_follows_new_compiles(tmp_path: Path) -> None:
         j.write([compile_event(T0 + 3, 32, Phase.SERVING)])
         second = cached_coverage(j)
         assert second is not first and second.by_kernel()["c"].ratio == 0.5
+        # Under a steady stream of compiles the report is recomputed at most every COVERAGE_REFRESH_S.
+        monkeypatch.setattr(status_mod, "COVERAGE_REFRESH_S", 3600.0)
+        j.write([compile_event(T0 + 4, 64, Phase.SERVING)])
+        assert cached_coverage(j) is second
