@@ -1,0 +1,44 @@
+"""A vLLM V1 logits processor that compiles a Triton kernel inside the engine's request path.
+
+Imported by vLLM worker processes (``PYTHONPATH`` points at this directory). The CPU backend runs no
+Triton kernel of its own, so this stands in for a kernel that warmup missed: on the first step that
+adds a real request to the batch (``update_state`` with ``batch_update.added``, called inside the
+worker's ``execute_model``), it runs jitwatch's slot-mapping kernel through the compile-only driver —
+a real ttir → cubin compile with every Triton hook firing, result from the torch reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+
+
+class CompileInRequest(LogitsProcessor):
+    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
+        self.done = False
+
+    def is_argmax_invariant(self) -> bool:
+        return True
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if self.done or batch_update is None or not batch_update.added:
+            return
+        self.done = True
+        from jitwatch.kernels.slot_mapping import compute_slot_mapping, new_slot_mapping_kernel
+
+        block_table = torch.zeros(4, 8, dtype=torch.int32)
+        block_table[0, 0] = 1
+        result = compute_slot_mapping(
+            torch.tensor([0, 3], dtype=torch.int32),
+            torch.arange(3, dtype=torch.int64),
+            block_table,
+            16,
+            torch.empty(32, dtype=torch.int64),
+            kernel=new_slot_mapping_kernel(),
+        )
+        print(f"COMPILE_IN_REQUEST source={result.source} slots={result.slot_mapping[:3].tolist()}", flush=True)
