@@ -218,6 +218,7 @@ class Monitor:
         self._pending: dict[tuple[int, str], _Pending] = {}
         self._warned: OrderedDict[tuple[str, str], None] = OrderedDict()  # bounded: _WARNED_MAX
         self._request_ids = itertools.count(1)
+        self._request_names: dict[int, str] = {}  # open requests' names, by request_id
         self.first_request_done = False
         self.requests_seen = 0
         self.hook_errors = 0
@@ -245,6 +246,8 @@ class Monitor:
                 "retention_seconds": self.settings.retention_seconds,
                 "max_kernels": self.settings.max_kernels,
             },
+            heartbeat=(self.identity.host, self.identity.pid, self.identity.rank),
+            heartbeat_s=self.settings.heartbeat_seconds,
         )
         self.support = self._hooks.install()
         if self._tracer_provider is None:
@@ -260,6 +263,8 @@ class Monitor:
                 "triton_version": self.support.version,
                 "hooks": self._hooks.installed_slots(),
                 "degraded": self.support.reason,
+                # Advertised so the sidecar judges staleness only for workers that heartbeat.
+                "heartbeat_s": self.settings.heartbeat_seconds if self.settings.heartbeat_seconds > 0 else None,
                 **self.identity.attrs(),
             },
         )
@@ -350,6 +355,8 @@ class Monitor:
         if self.writer is None:
             return
         fields.setdefault("phase", self.phase)
+        # Every event carries the worker's TP/PP/DP ranks and labels, not only worker_start.
+        fields["attrs"] = {**self.identity.attrs(), **(fields.get("attrs") or {})}
         ev = Event.now(kind, **self._identity_fields(), **fields)
         self.writer.submit(ev)
 
@@ -522,6 +529,9 @@ class Monitor:
         attrs = {"module": module, "stages": stages, **extra, **self.identity.attrs()}
         if request_id is not None:
             attrs["request_id"] = request_id
+            name = self._request_names.get(request_id)
+            if name:
+                attrs["request"] = name  # e.g. the vLLM request ids of the engine step
         self._emit(
             EventKind.COMPILE,
             phase=phase,
@@ -616,11 +626,14 @@ class _RequestMarker(ContextDecorator):
         if stack is None:
             stack = self._state.stack = []
         stack.append((rid, timed, time.time(), time.perf_counter(), _current_request.set(rid)))
+        if self.name:
+            mon._request_names[rid] = self.name
         return self
 
     def __exit__(self, *exc: object) -> None:
         rid, timed, start_wall, start_perf, token = self._state.stack.pop()
         _current_request.reset(token)
+        self.monitor._request_names.pop(rid, None)
         if timed:
             self.monitor._emit(
                 EventKind.FIRST_REQUEST,

@@ -193,6 +193,24 @@ def test_request_ids_and_first_request(harness: MonitorHarness) -> None:
     assert firsts[0].duration_s is not None and firsts[0].duration_s >= serving[0].duration_s
 
 
+def test_every_event_carries_parallel_ranks_and_request_names(tmp_path: Path, triton_cache: Path) -> None:
+    """TP/PP/DP ranks ride on every event (not only worker_start); a named request's name rides on
+    the compiles inside it (the vLLM plugin names requests after vLLM's request ids)."""
+    ident = WorkerIdentity(rank=3, tp_rank=1, pp_rank=0, dp_rank=2)
+    with monitored("warn", identity=ident, journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        with h.monitor.warmup():
+            compile_scale()
+        with h.monitor.request("vllm:req-7"):
+            compile_scale(n=1000)
+        events = h.events()
+    kinds = {e.kind for e in events}
+    assert {EventKind.WARMUP_START, EventKind.WARMUP_COMPLETE, EventKind.FIRST_REQUEST, EventKind.COMPILE} <= kinds
+    for e in events:
+        assert (e.rank, e.attrs.get("tp_rank"), e.attrs.get("pp_rank"), e.attrs.get("dp_rank")) == (3, 1, 0, 2), e
+    serving = [e for e in events if e.kind is EventKind.COMPILE and e.phase is Phase.SERVING]
+    assert len(serving) == 1 and serving[0].attrs["request"] == "vllm:req-7"
+
+
 # ----------------------------------------------------------------------------------- modes
 def test_warn_logs_once_per_kernel_and_key(harness: MonitorHarness, caplog) -> None:
     harness.monitor.activate()
