@@ -3,7 +3,9 @@
 * ``jitwatch serve`` — run the sidecar (:func:`jitwatch.sidecar.run`).
 * ``jitwatch status`` — fetch ``/jit`` from a running sidecar and print it as tables.
 
-Option defaults come from :meth:`jitwatch.config.Settings.from_env` (``JITWATCH_*`` variables).
+Option defaults come from :meth:`jitwatch.config.Settings.from_env` (``JITWATCH_*`` variables);
+``--help`` names each option's variable (typer's ``envvar=``) and default. Usage and
+configuration errors print one ``jitwatch: ...`` line and exit 2; runtime failures exit 1.
 """
 
 from __future__ import annotations
@@ -14,7 +16,19 @@ from typing import Annotated
 
 import typer
 
-from jitwatch.config import ConfigError, Settings
+from jitwatch import __version__
+from jitwatch.config import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_STALE_SECONDS,
+    JITWATCH_DIR,
+    JITWATCH_HOST,
+    JITWATCH_PORT,
+    JITWATCH_STALE_SECONDS,
+    JITWATCH_TOKEN,
+    ConfigError,
+    Settings,
+)
 
 app = typer.Typer(
     name="jitwatch",
@@ -24,39 +38,90 @@ app = typer.Typer(
 )
 
 
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``jitwatch: <message>`` to stderr; return the :class:`typer.Exit` to raise."""
+    typer.echo(f"jitwatch: {message}", err=True)
+    return typer.Exit(code)
+
+
 def _settings() -> Settings:
+    """:meth:`Settings.from_env`; a bad ``JITWATCH_*`` value is one line on stderr and exit 2."""
     try:
         return Settings.from_env()
     except ConfigError as exc:
-        typer.echo(f"jitwatch: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(exc)) from None
+
+
+DEFAULT_DIR_HELP = "$XDG_STATE_HOME/jitwatch or ~/.local/state/jitwatch"
+# Boolean flags: no "<bool>" value column in --help.
+FLAG = {"metavar": ""}
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"jitwatch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version and exit.", **FLAG
+        ),
+    ] = False,
+) -> None:
+    """Observability for Triton JIT compilation in LLM inference workers."""
 
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Bind address [default: JITWATCH_HOST or 127.0.0.1].")] = None,
-    port: Annotated[int | None, typer.Option(min=0, max=65535, help="Port [default: JITWATCH_PORT or 9400].")] = None,
+    host: Annotated[str, typer.Option(envvar=JITWATCH_HOST, help="Bind address.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(envvar=JITWATCH_PORT, min=0, max=65535, help="Port.")] = DEFAULT_PORT,
     journal_dir: Annotated[
-        Path | None, typer.Option(help="Journal directory [default: JITWATCH_DIR or ~/.local/state/jitwatch].")
+        Path | None, typer.Option(envvar=JITWATCH_DIR, show_default=DEFAULT_DIR_HELP, help="Journal directory.")
     ] = None,
     token: Annotated[
         str | None,
-        typer.Option(help="Bearer token for every endpoint but /livez and /readyz [default: JITWATCH_TOKEN]."),
+        typer.Option(envvar=JITWATCH_TOKEN, help="Bearer token for every endpoint but /livez and /readyz."),
     ] = None,
+    stale_after: Annotated[
+        float,
+        typer.Option(
+            envvar=JITWATCH_STALE_SECONDS,
+            min=0,
+            help="Seconds without a worker heartbeat after which its rank is stale (not ready); 0: off.",
+        ),
+    ] = DEFAULT_STALE_SECONDS,
 ) -> None:
     """Run the sidecar: /jit, /jit/events, /metrics, /livez, /readyz."""
-    from jitwatch.sidecar import run
+    from jitwatch.sidecar import PortUnavailableError, run
 
-    run(host, port, journal_dir, token, settings=_settings())
+    settings = _settings()
+    try:
+        run(
+            host,
+            port,
+            journal_dir.expanduser() if journal_dir else None,
+            token,
+            settings=settings,
+            stale_after=stale_after,
+        )
+    except PortUnavailableError as exc:
+        raise _fail(f"{exc} (another process listens there? use --port or JITWATCH_PORT)") from None
 
 
 @app.command()
 def status(
     url: Annotated[
-        str | None, typer.Option(help="Sidecar base URL [default: http://JITWATCH_HOST:JITWATCH_PORT].")
+        str | None,
+        typer.Option(
+            show_default="http://$JITWATCH_HOST:$JITWATCH_PORT, else http://127.0.0.1:9400", help="Sidecar base URL."
+        ),
     ] = None,
-    token: Annotated[str | None, typer.Option(help="Bearer token [default: JITWATCH_TOKEN].")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the raw /jit JSON instead of tables.")] = False,
+    token: Annotated[str | None, typer.Option(envvar=JITWATCH_TOKEN, help="Bearer token.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw /jit JSON instead of tables.", **FLAG)] = False,
     timeout: Annotated[float, typer.Option(min=0.1, help="HTTP timeout, seconds.")] = 5.0,
 ) -> None:
     """Fetch /jit from a running sidecar and print ranks, kernels and serving-phase compiles."""
@@ -75,13 +140,25 @@ def status(
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         resp = httpx.get(url.rstrip("/") + "/jit", headers=headers, timeout=timeout)
-    except httpx.HTTPError as exc:
-        typer.echo(f"jitwatch: cannot reach {url}: {exc}", err=True)
-        raise typer.Exit(1) from None
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        raise _fail(f"invalid --url {url!r}: {exc}") from None
+    except (httpx.HTTPError, httpx.StreamError) as exc:
+        raise _fail(f"cannot reach {url}: {exc or type(exc).__name__}", 1) from None
+    if resp.status_code == 401:
+        raise _fail(
+            f"{url}/jit answered 401 (unauthorized): "
+            + ("wrong token" if token else "the sidecar needs a token")
+            + "; pass --token or set JITWATCH_TOKEN",
+            1,
+        )
     if resp.status_code != 200:
-        typer.echo(f"jitwatch: {url}/jit answered {resp.status_code}: {resp.text.strip()[:500]}", err=True)
-        raise typer.Exit(1)
-    st = JitStatus.model_validate(resp.json())
+        raise _fail(f"{url}/jit answered {resp.status_code}: {resp.text.strip()[:500]}", 1)
+    try:
+        st = JitStatus.model_validate(resp.json())
+    except ValueError as exc:  # not JSON, or not a /jit document (pydantic's ValidationError is one)
+        raise _fail(
+            f"{url}/jit did not answer a jitwatch status ({type(exc).__name__}); is it a jitwatch sidecar?", 1
+        ) from None
     if as_json:
         typer.echo(json.dumps(st.model_dump(mode="json"), indent=2))
         return
@@ -90,51 +167,62 @@ def status(
 
 @app.command()
 def demo(
-    host: Annotated[str, typer.Option(help="Sidecar bind address.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Sidecar port.")] = 9400,
+    host: Annotated[str, typer.Option(help="Sidecar bind address.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Sidecar port.")] = DEFAULT_PORT,
     journal_dir: Annotated[
         Path | None,
-        typer.Option(help="Journal directory, reset at start (default: a 'demo' subdirectory of JITWATCH_DIR)."),
+        typer.Option(
+            show_default="$JITWATCH_DIR/demo-<port>",
+            help="Journal directory, reset at start and locked while the demo runs.",
+        ),
     ] = None,
     no_warmup: Annotated[
-        bool, typer.Option("--no-warmup", help="Skip the slot-mapping warmup (it then compiles on the first request).")
+        bool,
+        typer.Option(
+            "--no-warmup", help="Skip the slot-mapping warmup (it then compiles on the first request).", **FLAG
+        ),
     ] = False,
     specialize_num_tokens: Annotated[
         bool,
         typer.Option(
             "--specialize-num-tokens",
             help="Use the kernel without do_not_specialize=['num_tokens'] (recompiles per request-size class).",
+            **FLAG,
         ),
     ] = False,
     exit_after: Annotated[
-        bool, typer.Option("--exit", help="Exit after the scenario instead of serving until Ctrl-C.")
+        bool, typer.Option("--exit", help="Exit after the scenario instead of serving until Ctrl-C.", **FLAG)
     ] = False,
     keep_triton_cache: Annotated[
         bool,
-        typer.Option("--keep-triton-cache", help="Use your TRITON_CACHE_DIR instead of a fresh temporary one."),
+        typer.Option("--keep-triton-cache", help="Use your TRITON_CACHE_DIR instead of a fresh temporary one.", **FLAG),
     ] = False,
     output_dir: Annotated[
         Path | None, typer.Option(help="Also write the final /jit, /metrics and the /readyz history here.")
     ] = None,
 ) -> None:
     """Run a sidecar and a demo worker with real Triton compiles (GPU, or compile-only on CPU)."""
-    from jitwatch.demo import DemoError, DemoOptions, run_demo
+    from jitwatch.demo import DemoError, DemoOptions, default_journal_dir, run_demo
 
+    settings = _settings()  # the worker reads the same JITWATCH_* variables: fail here, cleanly
     opts = DemoOptions(
         host=host,
         port=port,
-        journal_dir=journal_dir,
+        journal_dir=journal_dir.expanduser() if journal_dir else default_journal_dir(port, settings),
         no_warmup=no_warmup,
         specialize_num_tokens=specialize_num_tokens,
         exit_after=exit_after,
         keep_triton_cache=keep_triton_cache,
-        output_dir=output_dir,
+        output_dir=output_dir.expanduser() if output_dir else None,
     )
     try:
         run_demo(opts)
     except DemoError as exc:
         typer.echo(f"jitwatch demo: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        typer.echo("jitwatch demo: stopped", err=True)
+        raise typer.Exit(130) from None
 
 
 # ---------------------------------------------------------------------------------------- manifests
@@ -147,17 +235,44 @@ AllowOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--allow",
+        show_default="$JITWATCH_MANIFEST_ALLOW (comma-separated), else none",
         help="Module prefix that may be imported by name (repeatable), e.g. --allow vllm. Nothing else is imported.",
     ),
 ]
 
 
+def _allow(allow: list[str] | None) -> list[str]:
+    """``--allow`` values, else ``JITWATCH_MANIFEST_ALLOW`` split on commas."""
+    import os
+
+    from jitwatch.config import JITWATCH_MANIFEST_ALLOW
+
+    if allow:
+        return allow
+    return [p.strip() for p in os.environ.get(JITWATCH_MANIFEST_ALLOW, "").split(",") if p.strip()]
+
+
+def _short(text: str, width: int = 80) -> str:
+    """``text`` cut to at most ``width`` characters, ending in an ellipsis, at a token boundary
+    (after a ``), `` between specialization tuples, else a ``, `` or a space), never mid-token."""
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    for sep, keep in (("), ", 2), (", ", 1), (" ", 0)):
+        at = cut.rfind(sep)
+        if at > width // 3:
+            return cut[: at + keep] + "…"
+    return cut + "…"
+
+
 @manifest_app.command("export")
 def manifest_export(
     output: Annotated[Path, typer.Option("-o", "--output", help="Manifest file to write (JSON).")],
-    journal_dir: Annotated[Path | None, typer.Option(help="Journal directory [default: JITWATCH_DIR].")] = None,
+    journal_dir: Annotated[
+        Path | None, typer.Option(envvar=JITWATCH_DIR, show_default=DEFAULT_DIR_HELP, help="Journal directory.")
+    ] = None,
     all_phases: Annotated[
-        bool, typer.Option("--all-phases", help="Record every compile, not only serving-phase ones.")
+        bool, typer.Option("--all-phases", help="Record every compile, not only serving-phase ones.", **FLAG)
     ] = False,
     allow: AllowOpt = None,
     rank: Annotated[int | None, typer.Option(help="Only this rank's compiles.")] = None,
@@ -168,7 +283,7 @@ def manifest_export(
 
     jdir = journal_dir or _settings().journal_dir
     try:
-        manifest, problems = export(jdir, output, all_phases=all_phases, allow=allow or [], rank=rank)
+        manifest, problems = export(jdir, output, all_phases=all_phases, allow=_allow(allow), rank=rank)
     except (FileNotFoundError, JournalCorruptError) as exc:
         typer.echo(f"jitwatch: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -185,18 +300,27 @@ def warmup_replay(
     file: Annotated[Path, typer.Argument(help="Manifest written by `jitwatch manifest export`.")],
     allow: AllowOpt = None,
     parallel: Annotated[str, typer.Option(help="auto / serial / threads / processes.")] = "auto",
-    workers: Annotated[int | None, typer.Option(min=1, help="Pool size [default: CPU count, at most 8].")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, show_default="CPU count, at most 8", help="Pool size.")] = None,
     compile_only: Annotated[
         bool | None,
         typer.Option(
-            "--compile-only/--gpu", help="Compile for the recorded target without a GPU [default: when no GPU]."
+            "--compile-only/--gpu",
+            show_default="--compile-only when no GPU",
+            help="Compile for the recorded target without a GPU.",
+            **FLAG,
         ),
     ] = None,
     arch: Annotated[int, typer.Option(help="Compute capability for --compile-only (90 = sm_90).")] = 90,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the replay report as JSON.")] = False,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the replay report as JSON.", **FLAG)] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No progress bar (none either when stderr is not a terminal).", **FLAG)
+    ] = False,
 ) -> None:
-    """Precompile every manifest entry (nothing is launched); exit 1 if any entry failed."""
+    """Precompile every manifest entry (nothing is launched).
+
+    Exit 1 if any entry failed, or if entries were skipped and none compiled (or was cached):
+    usually a missing --allow / JITWATCH_MANIFEST_ALLOW.
+    """
     from rich.console import Console
 
     from jitwatch.compile_only import activate, gpu_available
@@ -218,10 +342,10 @@ def warmup_replay(
         activate(arch)
     report = replay(
         manifest,
-        allow=allow or [],
+        allow=_allow(allow),
         parallel=parallel,  # type: ignore[arg-type]
         workers=workers,
-        progress=not no_progress and not as_json,
+        progress=not no_progress and not as_json and console.is_terminal,
         console=console,
     )
     if as_json:
@@ -230,17 +354,27 @@ def warmup_replay(
         typer.echo(report.summary())
         for r in report.results:
             if r.status in ("skipped", "failed"):
-                typer.echo(f"  {r.status}: {r.kernel} {r.key[:80]}: {r.reason}")
+                typer.echo(f"  {r.status}: {r.kernel} {_short(r.key)}: {r.reason}")
     if report.failed:
         raise typer.Exit(1)
+    if report.skipped and not (report.compiled or report.cached):
+        raise _fail(
+            f"every entry was skipped ({report.skipped}), nothing compiled: pass --allow MODULE_PREFIX "
+            "(or set JITWATCH_MANIFEST_ALLOW) for the kernels' modules, or import them first",
+            1,
+        )
 
 
 @app.command()
 def coverage(
-    journal_dir: Annotated[Path | None, typer.Option(help="Journal directory [default: JITWATCH_DIR].")] = None,
+    journal_dir: Annotated[
+        Path | None, typer.Option(envvar=JITWATCH_DIR, show_default=DEFAULT_DIR_HELP, help="Journal directory.")
+    ] = None,
     allow: AllowOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the coverage report as JSON.")] = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also list every argument's classes.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the coverage report as JSON.", **FLAG)] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Also list every argument's classes.", **FLAG)
+    ] = False,
 ) -> None:
     """Specialization coverage per kernel: classes Triton distinguishes, covered by warmup or not."""
     from rich.console import Console
@@ -252,8 +386,8 @@ def coverage(
     try:
         with Journal(jdir, readonly=True) as journal:
             report = coverage_for_journal(journal)
-            if allow:
-                report = coverage_for_journal(journal, kernels=kernels_for_report(report, allow))
+            if _allow(allow):
+                report = coverage_for_journal(journal, kernels=kernels_for_report(report, _allow(allow)))
     except (FileNotFoundError, JournalCorruptError) as exc:
         typer.echo(f"jitwatch: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -8,6 +8,7 @@ the environment late still see them. The table in ``docs/configuration.md`` mirr
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -69,6 +70,15 @@ JITWATCH_REPLAY_PARALLEL = "JITWATCH_REPLAY_PARALLEL"
 JITWATCH_REPLAY_WORKERS = "JITWATCH_REPLAY_WORKERS"
 """Replay pool size. Default: the CPU count (at most 8)."""
 
+JITWATCH_HEARTBEAT_SECONDS = "JITWATCH_HEARTBEAT_SECONDS"
+"""Seconds between a worker's liveness heartbeats (its journal writer thread updates the worker
+row's ``last_ts``). ``0`` turns the heartbeat off (the sidecar then never reports that worker
+stale). Default 10."""
+
+JITWATCH_STALE_SECONDS = "JITWATCH_STALE_SECONDS"
+"""Sidecar: a rank whose latest worker heartbeats but was last seen longer ago than this is
+``stale`` and not ready. ``0`` turns the check off. Default 60 (6 times the default heartbeat)."""
+
 ALL_VARIABLES = (
     JITWATCH_DIR,
     JITWATCH_MODE,
@@ -89,6 +99,8 @@ ALL_VARIABLES = (
     JITWATCH_REPLAY_PARALLEL,
     JITWATCH_REPLAY_WORKERS,
     JITWATCH_SLOT_MAPPING_WARMUP,
+    JITWATCH_HEARTBEAT_SECONDS,
+    JITWATCH_STALE_SECONDS,
 )
 
 DEFAULT_HOST = "127.0.0.1"
@@ -98,6 +110,8 @@ DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
 DEFAULT_MAX_KERNELS = 500
 DEFAULT_QUEUE_SIZE = 10_000
 DEFAULT_TARGET_ARCH = 90
+DEFAULT_HEARTBEAT_SECONDS = 10.0
+DEFAULT_STALE_SECONDS = 60.0
 
 
 class Mode(str, Enum):
@@ -131,6 +145,19 @@ def _int(
         raise ConfigError(f"{name}={value} is below the minimum {minimum}")
     if maximum is not None and value > maximum:
         raise ConfigError(f"{name}={value} is above the maximum {maximum}")
+    return value
+
+
+def _float(env: dict[str, str] | os._Environ[str], name: str, default: float, minimum: float = 0.0) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value) or value < minimum:
+        raise ConfigError(f"{name}={raw!r}: expected a finite number >= {minimum:g}")
     return value
 
 
@@ -219,6 +246,8 @@ class Settings:
     max_kernels: int = DEFAULT_MAX_KERNELS
     queue_size: int = DEFAULT_QUEUE_SIZE
     target_arch: int = DEFAULT_TARGET_ARCH
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    stale_seconds: float = DEFAULT_STALE_SECONDS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ[str] | None = None) -> Settings:
@@ -235,4 +264,6 @@ class Settings:
             max_kernels=_int(env, JITWATCH_MAX_KERNELS, DEFAULT_MAX_KERNELS, 1),
             queue_size=_int(env, JITWATCH_QUEUE_SIZE, DEFAULT_QUEUE_SIZE, 1),
             target_arch=_int(env, JITWATCH_TARGET_ARCH, DEFAULT_TARGET_ARCH, 1),
+            heartbeat_seconds=_float(env, JITWATCH_HEARTBEAT_SECONDS, DEFAULT_HEARTBEAT_SECONDS),
+            stale_seconds=_float(env, JITWATCH_STALE_SECONDS, DEFAULT_STALE_SECONDS),
         )

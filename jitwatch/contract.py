@@ -128,6 +128,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Unix time the rank's latest worker installed the monitor.",
     ),
     MetricSpec(
+        "jitwatch_worker_last_seen_timestamp_seconds",
+        "gauge",
+        ("rank",),
+        "seconds",
+        "Unix time the rank's latest worker was last seen (phase event or heartbeat, every "
+        "JITWATCH_HEARTBEAT_SECONDS); time() minus this is how long a dead worker has been gone.",
+    ),
+    MetricSpec(
         "jitwatch_worker_info",
         "info",
         ("rank", "tp_rank", "pp_rank", "dp_rank", "mode", "state"),

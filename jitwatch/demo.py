@@ -9,6 +9,10 @@ Ctrl-C (or exits, with ``--exit``).
 
 Triton's disk cache: a fresh temporary ``TRITON_CACHE_DIR`` per run (cold compiles, as on a new
 node), unless ``keep_triton_cache``.
+
+The journal directory defaults to ``<JITWATCH_DIR>/demo-<port>`` (one per port, so two demos on
+different ports never reset each other's journal) and is locked (``fcntl.flock`` on
+:data:`LOCK_FILE` inside it) for the demo's lifetime: a second demo on the same directory refuses.
 """
 
 from __future__ import annotations
@@ -31,10 +35,22 @@ from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, Settings
 from jitwatch.journal import JOURNAL_FILE, Journal
 
 DEMO_SUBDIR = "demo"
+"""Default journal directory: ``<JITWATCH_DIR>/demo-<port>``."""
+LOCK_FILE = "demo.lock"
+"""Lock file inside the demo's journal directory (``fcntl.flock``, exclusive, held while running)."""
 
 
 class DemoError(RuntimeError):
-    """The demo could not run (port in use, worker failed); the message says why."""
+    """The demo failed while running (worker failed); the message says why. CLI exit code 1."""
+
+    exit_code = 1
+
+
+class DemoSetupError(DemoError):
+    """The demo cannot start (port in use, journal or output directory unusable, journal locked
+    by another demo); checked before anything runs. CLI exit code 2."""
+
+    exit_code = 2
 
 
 @dataclass
@@ -66,9 +82,60 @@ class DemoReport:
     metrics: str = ""
 
 
-def default_journal_dir() -> Path:
-    """``<configured journal dir>/demo`` (``JITWATCH_DIR`` or ``~/.local/state/jitwatch``)."""
-    return Settings.from_env().journal_dir / DEMO_SUBDIR
+def default_journal_dir(port: int = DEFAULT_PORT, settings: Settings | None = None) -> Path:
+    """``<configured journal dir>/demo-<port>`` (``JITWATCH_DIR`` or ``~/.local/state/jitwatch``).
+
+    Raises :class:`~jitwatch.config.ConfigError` for a bad ``JITWATCH_*`` value (``settings`` unset).
+    """
+    settings = settings or Settings.from_env()
+    return settings.journal_dir / f"{DEMO_SUBDIR}-{port}"
+
+
+def _prepare_dir(directory: Path, what: str) -> None:
+    """Create ``directory`` (0700) if missing; :class:`DemoSetupError` if it is a file or cannot be
+    created or written."""
+    if directory.exists() and not directory.is_dir():
+        raise DemoSetupError(f"{what} {directory} is not a directory")
+    for parent in directory.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise DemoSetupError(f"cannot create {what} {directory}: {parent} is not a directory")
+            break
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise DemoSetupError(f"cannot create {what} {directory}: {exc.strerror or exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise DemoSetupError(f"{what} {directory} is not writable")
+
+
+@contextlib.contextmanager
+def journal_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``directory/demo.lock`` (non-blocking).
+
+    Raises:
+        DemoSetupError: another demo holds the lock (or the lock file cannot be opened).
+    """
+    import fcntl
+
+    path = directory / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise DemoSetupError(f"cannot open the lock file {path}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise DemoSetupError(
+                f"another jitwatch demo is using the journal directory {directory} "
+                "(stop it, or pass --journal-dir / --port)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def reset_journal(directory: Path) -> None:
@@ -109,14 +176,14 @@ class _Sidecar:
 
 
 def _check_port(host: str, port: int) -> None:
-    import socket
+    """:func:`jitwatch.sidecar.check_bind` (``SO_REUSEADDR``, as uvicorn): a port left in
+    ``TIME_WAIT`` by a demo just stopped is free again; one with a listener is not."""
+    from jitwatch.sidecar import PortUnavailableError, check_bind
 
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(fam, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise DemoError(f"cannot bind {host}:{port}: {exc.strerror or exc} (use --port)") from None
+    try:
+        check_bind(host, port)
+    except PortUnavailableError as exc:
+        raise DemoSetupError(f"{exc} (use --port)") from None
 
 
 @contextlib.contextmanager
@@ -172,7 +239,15 @@ class _LineReader:
         with self.cond:
             while name not in self.events:
                 if "_eof" in self.events:
-                    raise DemoError(f"the worker exited (code {self.proc.wait()}) before {name!r}; see its log above")
+                    code = self.proc.wait()
+                    stopped = self.events.get("serving_compile_error")
+                    if stopped is not None:
+                        raise DemoError(
+                            "JITWATCH_MODE=error stopped the worker on the serving compile of "
+                            f"{stopped.get('kernel')} (that is what error mode does: a compile warmup "
+                            "missed is fatal); run with JITWATCH_MODE=warn to serve through it"
+                        )
+                    raise DemoError(f"the worker exited (code {code}) before {name!r}; see its log above")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise DemoError(f"the worker did not reach {name!r} within {timeout:.0f}s")
@@ -187,15 +262,36 @@ class _LineReader:
 def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     """Run the demo (blocking). Returns what it saw; serves until Ctrl-C unless ``exit_after``.
 
+    Before anything runs: the journal directory (default :func:`default_journal_dir`) and
+    ``output_dir`` must be (creatable) directories, the port must be free (``SO_REUSEADDR``) and
+    the journal directory's lock (:func:`journal_lock`) free. SIGTERM stops the demo like Ctrl-C.
+
     Raises:
-        DemoError: the port is taken, the sidecar or the worker failed.
+        DemoSetupError: one of those checks failed, or a bad ``JITWATCH_*`` value.
+        DemoError: the sidecar or the worker failed (including ``JITWATCH_MODE=error`` stopping
+            the worker on a serving-phase compile).
+        KeyboardInterrupt: Ctrl-C or SIGTERM before the scenario completed (cleaned up).
     """
-    import httpx
     from rich.console import Console
 
+    from jitwatch.config import ConfigError
+
     console = console or Console()
-    journal_dir = Path(opts.journal_dir) if opts.journal_dir is not None else default_journal_dir()
+    try:
+        journal_dir = Path(opts.journal_dir) if opts.journal_dir is not None else default_journal_dir(opts.port)
+    except ConfigError as exc:
+        raise DemoSetupError(str(exc)) from None
+    _prepare_dir(journal_dir, "journal directory")
+    if opts.output_dir is not None:
+        _prepare_dir(Path(opts.output_dir), "output directory")
     _check_port(opts.host, opts.port)
+    with journal_lock(journal_dir), _sigterm_as_interrupt():
+        return _run_locked(opts, journal_dir, console)
+
+
+def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoReport:
+    import httpx
+
     reset_journal(journal_dir)
     # Create the empty journal now, so the sidecar never reads a half-initialised file.
     Journal(journal_dir).close()
@@ -207,6 +303,7 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     sidecar.start()
     console.print(f"[bold]jitwatch demo[/bold]: sidecar on {url} (journal {journal_dir})")
     proc: subprocess.Popen[str] | None = None
+    serving = stopped = False
     try:
         with _triton_cache(opts.keep_triton_cache) as cache_env, httpx.Client(base_url=url, timeout=5.0) as client:
             env = {**os.environ, **cache_env, "PYTHONUNBUFFERED": "1"}
@@ -240,14 +337,17 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
                 if code != 0:
                     raise DemoError(f"the worker exited with code {code}")
             else:
-                _sigterm_as_interrupt()
+                serving = True  # from here on, Ctrl-C / SIGTERM is the normal way to stop
                 console.print(
                     f"\nServing (one step a second). Try:  curl {url}/jit   curl {url}/metrics   "
                     f"jitwatch status --url {url}\nCtrl-C to stop."
                 )
-                with contextlib.suppress(KeyboardInterrupt):
-                    while proc.poll() is None:
-                        time.sleep(0.5)
+                while proc.poll() is None:
+                    time.sleep(0.5)
+    except KeyboardInterrupt:
+        if not serving:
+            raise
+        stopped = True
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -257,18 +357,28 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
                 proc.kill()
                 proc.wait()
         sidecar.stop()
+    if stopped:
+        console.print("jitwatch demo: stopped (worker and sidecar shut down)")
     return report
 
 
-def _sigterm_as_interrupt() -> None:
-    """SIGTERM (``kill``, ``docker stop``) stops the demo like Ctrl-C: worker and sidecar cleaned up."""
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, ``docker stop``) stops the demo like Ctrl-C: worker and sidecar cleaned
+    up. The previous handler is restored on exit. Only in the main thread (signals need it)."""
     import signal
 
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def save_report(report: DemoReport, directory: Path) -> None:

@@ -14,6 +14,10 @@ Scenario:
    :func:`jitwatch.kernels.kv_blocks.zero_kv_blocks`, a kernel warmup does not cover: one
    serving-phase compile.
 
+With ``JITWATCH_MODE=error`` the step-4 compile raises :class:`jitwatch.ServingCompileError` (by
+design); the worker then emits ``{"event": "serving_compile_error", "kernel": ...}`` and exits with
+:data:`ERROR_MODE_EXIT`, without a traceback, and the parent prints one line about it.
+
 On a CUDA GPU the kernels launch; on CPU they are compiled with the compile-only driver and the
 torch reference computes the values (the report says which). Progress goes to stdout as JSON
 lines (``{"event": ...}``) for the parent; logs go to stderr.
@@ -35,6 +39,9 @@ from typing import Any
 REQUEST_STREAM: list[list[int]] = [[7], [1], [10, 6], [33], [60, 40], [5], [32, 16, 16], [2]]
 """Engine steps; each lists the new tokens of the requests batched in it (totals 7, 1, 16, 33, 100,
 5, 64, 2: the three Triton int classes ``== 1``, ``% 16 == 0`` and other)."""
+
+ERROR_MODE_EXIT = 3
+"""Exit code when ``JITWATCH_MODE=error`` stopped the worker on a serving-phase compile."""
 
 ZERO_FROM_STEP = 2
 """First step (0-based) after which finished requests' blocks are zeroed (the uncovered kernel)."""
@@ -181,32 +188,48 @@ def main(argv: list[str] | None = None) -> int:
     warm["seconds"] = time.perf_counter() - t0
     _emit("warmup_complete", **warm)
 
-    served: list[dict[str, Any]] = []
-    for i, counts in enumerate(REQUEST_STREAM):
-        t = time.perf_counter()
-        with mon.request(name=f"step-{i}"):
-            info = engine.step(counts, zero_freed=i >= ZERO_FROM_STEP)
-        info["latency_s"] = time.perf_counter() - t
-        served.append(info)
-    # On a GPU, replay the stream once more, untimed, checking every result against the reference.
-    if served[0]["source"] == "kernel":
-        with mon.request(name="check"):
-            for counts in REQUEST_STREAM:
-                engine.step(counts, zero_freed=True, check=True)
-    mon.flush()
-    _emit("scenario_done", steps=served, source=served[0]["source"])
+    try:
+        served: list[dict[str, Any]] = []
+        for i, counts in enumerate(REQUEST_STREAM):
+            t = time.perf_counter()
+            with mon.request(name=f"step-{i}"):
+                info = engine.step(counts, zero_freed=i >= ZERO_FROM_STEP)
+            info["latency_s"] = time.perf_counter() - t
+            served.append(info)
+        # On a GPU, replay the stream once more, untimed, checking every result against the reference.
+        if served[0]["source"] == "kernel":
+            with mon.request(name="check"):
+                for counts in REQUEST_STREAM:
+                    engine.step(counts, zero_freed=True, check=True)
+        mon.flush()
+        _emit("scenario_done", steps=served, source=served[0]["source"])
 
-    i = 0
-    while not args.exit and not stop["flag"]:
-        time.sleep(args.interval)
-        if stop["flag"]:
-            break
-        with mon.request():
-            engine.step(REQUEST_STREAM[i % len(REQUEST_STREAM)], zero_freed=True)
-        i += 1
+        i = 0
+        while not args.exit and not stop["flag"]:
+            time.sleep(args.interval)
+            if stop["flag"]:
+                break
+            with mon.request():
+                engine.step(REQUEST_STREAM[i % len(REQUEST_STREAM)], zero_freed=True)
+            i += 1
+    except jitwatch.ServingCompileError as exc:
+        # JITWATCH_MODE=error: the serving-phase compile raised from Triton's jit_post_compile_hook,
+        # as designed. Report it to the parent (which prints one clear line), no traceback.
+        mon.flush()
+        _emit("serving_compile_error", kernel=getattr(exc, "kernel", None) or _kernel_of(str(exc)), message=str(exc))
+        jitwatch.uninstall()
+        return ERROR_MODE_EXIT
     mon.flush()
     jitwatch.uninstall()
     return 0
+
+
+def _kernel_of(message: str) -> str | None:
+    """The kernel name quoted in a :class:`jitwatch.ServingCompileError` message."""
+    import re
+
+    m = re.search(r"kernel '([^']+)'", message)
+    return m.group(1) if m else None
 
 
 if __name__ == "__main__":

@@ -505,6 +505,21 @@ class Journal:
             self._add_counter(conn, ev.rank, "dropped_events", float(ev.attrs.get("count", 1)))
         return row_id
 
+    def heartbeat(self, host: str, pid: int, rank: int, ts: float) -> bool:
+        """Liveness: advance the worker row ``(host, pid, rank)``'s ``last_ts`` to ``ts`` (Unix
+        seconds; never moves it back). One ``UPDATE``, no event row (the event log is untouched).
+
+        Returns ``False`` when there is no such worker row yet (nothing is written).
+        Raises ``sqlite3.Error`` like :meth:`write` (the journal writer thread catches it).
+        """
+        if self.readonly:
+            raise PermissionError("journal opened read-only")
+        cur = self._conn.execute(
+            "UPDATE workers SET last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
+            (float(ts), host, pid, rank),
+        )
+        return cur.rowcount > 0
+
     @staticmethod
     def _ensure_worker(conn: sqlite3.Connection, ev: Event) -> None:
         conn.execute(

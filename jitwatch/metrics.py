@@ -196,12 +196,14 @@ def journal_families(journal: Journal) -> list[Metric]:
     w_compiles = _gauge("jitwatch_warmup_compiles")
     first = _gauge("jitwatch_first_request_latency_seconds")
     started = _gauge("jitwatch_worker_start_timestamp_seconds")
+    last_seen = _gauge("jitwatch_worker_last_seen_timestamp_seconds")
     info = _info("jitwatch_worker_info")
     for rank in sorted(workers):
         w = workers[rank]
         r = [str(rank)]
         complete.add_metric(r, 1.0 if w.state is Phase.SERVING else 0.0)
         started.add_metric(r, w.started_ts)
+        last_seen.add_metric(r, w.last_ts)
         if w.warmup_start_ts is not None:
             w_start.add_metric(r, w.warmup_start_ts)
         if w.warmup_end_ts is not None:
@@ -223,7 +225,7 @@ def journal_families(journal: Journal) -> list[Metric]:
                 "state": w.state.value,
             },
         )
-    out += [complete, w_start, w_end, w_dur, w_compiles, first, started, info]
+    out += [complete, w_start, w_end, w_dur, w_compiles, first, started, last_seen, info]
 
     # ---- specialization coverage (jitwatch.coverage), per kernel label; "_other" pooled.
     cov = _gauge("jitwatch_specialization_coverage_ratio")

@@ -10,7 +10,8 @@ Routes (see ``docs/sidecar.md``):
   ``/metrics`` with a 307 redirect to ``/metrics/``.
 * ``GET /livez`` — always 200 while the process runs.
 * ``GET /readyz`` — 200 once ≥ 1 rank registered and every rank's latest worker completed
-  warmup; 503 otherwise, with the reason.
+  warmup and is not stale (stopped heartbeating for ``stale_after`` seconds); 503 otherwise,
+  with the reason.
 
 Every request opens the journal read-only (``Journal(..., readonly=True)``) and closes it again;
 the sidecar never writes. With a token (``JITWATCH_TOKEN`` / ``--token``) every route except
@@ -96,6 +97,7 @@ def create_app(
     *,
     token: str | None = None,
     settings: Settings | None = None,
+    stale_after: float | None = None,
 ) -> FastAPI:
     """Build the sidecar's FastAPI app.
 
@@ -104,6 +106,8 @@ def create_app(
         token: bearer token; default ``settings.token`` (``JITWATCH_TOKEN``); ``None`` and no
             setting → no authentication.
         settings: default :meth:`Settings.from_env` (raises :class:`~jitwatch.config.ConfigError`).
+        stale_after: seconds without a worker heartbeat after which its rank is ``stale`` and not
+            ready; default ``settings.stale_seconds`` (``JITWATCH_STALE_SECONDS``, 60); 0: off.
 
     Returns:
         The app; nothing is read until the first request.
@@ -111,6 +115,7 @@ def create_app(
     settings = settings or Settings.from_env()
     directory = Path(journal_dir) if journal_dir is not None else settings.journal_dir
     token = token if token is not None else settings.token
+    stale = settings.stale_seconds if stale_after is None else stale_after
     protected: list[Any] = [Depends(_token_dependency(token))] if token else []
     auth_responses = _UNAUTHORIZED if token else {}
 
@@ -133,10 +138,16 @@ def create_app(
 
     @contextmanager
     def open_journal() -> Iterator[tuple[Journal | None, str | None]]:
+        if not directory.is_dir() and (directory.exists() or directory.parent.is_file()):
+            yield None, f"journal directory {directory} is not a directory"
+            return
         try:
             journal = Journal(directory, readonly=True)
         except FileNotFoundError:
             yield None, "no journal yet (no worker has written to it)"
+            return
+        except NotADirectoryError:
+            yield None, f"journal directory {directory} is not a directory"
             return
         except (OSError, JournalCorruptError, sqlite3.Error) as exc:
             log.warning("jitwatch: cannot open journal in %s: %s", directory, exc)
@@ -163,7 +174,7 @@ def create_app(
     ) -> JitStatus:
         with open_journal() as (journal, error):
             try:
-                return build_status(journal, error=error, kernels_limit=kernels)
+                return build_status(journal, error=error, kernels_limit=kernels, stale_after=stale)
             except sqlite3.Error as exc:
                 log.warning("jitwatch: journal read failed: %s", exc)
                 return build_status(None, error=f"journal unreadable: {type(exc).__name__}")
@@ -226,13 +237,18 @@ def create_app(
     @app.get(
         "/readyz",
         response_model=Readiness,
-        responses={503: {"model": Readiness, "description": "Some rank has not completed warmup, or none registered."}},
-        summary="Readiness: every rank's latest worker has completed warmup",
+        responses={
+            503: {
+                "model": Readiness,
+                "description": "Some rank has not completed warmup or is stale (no heartbeat), or none registered.",
+            }
+        },
+        summary="Readiness: every rank's latest worker has completed warmup and is alive",
     )
     def readyz() -> JSONResponse:
         with open_journal() as (journal, error):
             try:
-                ready = readiness(journal.latest_workers() if journal is not None else {})
+                ready = readiness(journal.latest_workers() if journal is not None else {}, stale_after=stale)
             except sqlite3.Error as exc:
                 ready = Readiness(status="not ready", ready=False, reason=f"journal unreadable: {type(exc).__name__}")
         if journal is None and error and not error.startswith("no journal"):
@@ -246,6 +262,39 @@ def is_all_interfaces(host: str) -> bool:
     return host.strip() in ALL_INTERFACES
 
 
+class PortUnavailableError(RuntimeError):
+    """``host:port`` cannot be bound (in use by a listener, or not an address of this host)."""
+
+
+def check_bind(host: str, port: int) -> None:
+    """Bind (and close) a test socket on ``host:port`` the way uvicorn binds its listener.
+
+    ``SO_REUSEADDR`` is set as uvicorn sets it, so a port whose previous listener is gone and only
+    left ``TIME_WAIT`` connections (a server just stopped with Ctrl-C) counts as free, while a port
+    with a live listener does not. Port 0 always succeeds.
+
+    Raises:
+        PortUnavailableError: the bind failed; the message names the address and the OS reason.
+    """
+    import socket
+
+    bind_host = host.strip("[]") or "0.0.0.0"
+    fam = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((bind_host, port))
+        except OSError as exc:
+            raise PortUnavailableError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
+
+
+def startup_line(host: str, port: int, journal_dir: Path, token: str | None) -> str:
+    """The one line ``jitwatch serve`` prints before serving: URL, journal dir, token or not."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    auth = "bearer token required (except /livez, /readyz)" if token else "no token"
+    return f"jitwatch sidecar on http://{shown}:{port} (journal {journal_dir}; {auth})"
+
+
 def run(
     host: str | None = None,
     port: int | None = None,
@@ -253,25 +302,33 @@ def run(
     token: str | None = None,
     *,
     settings: Settings | None = None,
+    stale_after: float | None = None,
 ) -> None:
     """Serve the sidecar with uvicorn until interrupted (blocking).
 
     Defaults come from ``settings`` (``JITWATCH_HOST``/``JITWATCH_PORT``/``JITWATCH_DIR``/
     ``JITWATCH_TOKEN``): ``127.0.0.1:9400``. Binding every interface logs a warning (and a louder
-    one without a token): the endpoints expose kernel names and specialization keys.
+    one without a token): the endpoints expose kernel names and specialization keys. Prints
+    :func:`startup_line` to stderr before uvicorn starts.
+
+    Raises:
+        PortUnavailableError: ``host:port`` cannot be bound (checked before uvicorn starts).
     """
+    import sys
+
     import uvicorn
 
     settings = settings or Settings.from_env()
     host = host if host is not None else settings.host
     port = port if port is not None else settings.port
     token = token if token is not None else settings.token
-    app = create_app(journal_dir, token=token, settings=settings)
+    app = create_app(journal_dir, token=token, settings=settings, stale_after=stale_after)
     if is_all_interfaces(host):
         log.warning(
             "jitwatch sidecar bound to all interfaces (%s)%s; bind 127.0.0.1 unless remote scrapes need it",
             host or "0.0.0.0",
             "" if token else " WITHOUT a token (JITWATCH_TOKEN)",
         )
-    log.info("jitwatch sidecar: journal %s, http://%s:%d", app.state.journal_dir, host, port)
+    check_bind(host, port)
+    print(startup_line(host, port, app.state.journal_dir, token), file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.coverage import CoverageReport, KernelCoverage, coverage_for_journal
 from jitwatch.events import EventKind, Phase
 from jitwatch.journal import Journal, WorkerRow
@@ -38,7 +39,7 @@ class RankStatus(BaseModel):
 
     rank: int = Field(description="Global rank (JITWATCH_RANK, RANK or LOCAL_RANK).")
     state: Phase = Field(description="startup → warmup → serving.")
-    ready: bool = Field(description="True once this worker has completed warmup (state serving).")
+    ready: bool = Field(description="True once this worker has completed warmup (state serving) and is not stale.")
     host: str
     pid: int
     tp_rank: int | None = None
@@ -48,7 +49,15 @@ class RankStatus(BaseModel):
     triton_version: str | None = Field(default=None, description="Triton version seen by the worker.")
     degraded: str | None = Field(default=None, description="Why some Triton hooks are unavailable, if any.")
     started_ts: float = Field(description="Unix time the monitor was installed, seconds.")
-    last_seen_ts: float = Field(description="Unix time of the worker's latest phase event, seconds.")
+    last_seen_ts: float = Field(
+        description="Unix time the worker was last seen (latest phase event or heartbeat), seconds."
+    )
+    stale: bool = Field(
+        default=False,
+        description="True when the worker heartbeats (JITWATCH_HEARTBEAT_SECONDS) but was last seen "
+        "longer ago than the sidecar's stale window (--stale-after / JITWATCH_STALE_SECONDS): "
+        "presumed dead; the rank is then not ready.",
+    )
     warmup_start_ts: float | None = None
     warmup_end_ts: float | None = None
     warmup_duration_s: float | None = None
@@ -144,22 +153,67 @@ class Readiness(BaseModel):
     reason: str | None = None
     ranks: dict[str, Phase] = Field(default_factory=dict, description="State of each rank's latest worker.")
     not_ready_ranks: list[int] = Field(default_factory=list)
+    stale_ranks: list[int] = Field(
+        default_factory=list, description="Ranks whose latest worker stopped heartbeating (presumed dead)."
+    )
 
 
-def readiness(workers: dict[int, WorkerRow]) -> Readiness:
-    """Ready when at least one rank is known and every rank's latest worker is ``serving``."""
+def stale_window(worker: WorkerRow, stale_after: float) -> float | None:
+    """Seconds after which ``worker`` counts as stale, or ``None`` when it cannot be judged.
+
+    Only workers that advertise a heartbeat (``heartbeat_s`` in their ``worker_start`` attrs,
+    from ``JITWATCH_HEARTBEAT_SECONDS``) are judged: rows written by workers without one (heartbeat
+    off, older jitwatch) only advance on events, so their age says nothing. The window is
+    ``stale_after``, raised to 3 heartbeats for a worker with a longer interval; ``stale_after <= 0``
+    turns the check off.
+    """
+    if stale_after <= 0:
+        return None
+    try:
+        beat = float(worker.attrs.get("heartbeat_s") or 0.0)
+    except (TypeError, ValueError):
+        return None
+    if not beat > 0:
+        return None
+    return max(stale_after, 3 * beat)
+
+
+def stale_ranks(workers: dict[int, WorkerRow], now: float, stale_after: float) -> dict[int, float]:
+    """``{rank: seconds since last seen}`` for each rank whose latest worker is stale."""
+    out: dict[int, float] = {}
+    for rank, w in sorted(workers.items()):
+        window = stale_window(w, stale_after)
+        if window is not None and now - w.last_ts > window:
+            out[rank] = now - w.last_ts
+    return out
+
+
+def readiness(
+    workers: dict[int, WorkerRow], *, now: float | None = None, stale_after: float = DEFAULT_STALE_SECONDS
+) -> Readiness:
+    """Ready when at least one rank is known and every rank's latest worker is ``serving`` and not
+    stale (see :func:`stale_window`; ``now`` defaults to ``time.time()``, Unix seconds)."""
     states = {str(rank): w.state for rank, w in sorted(workers.items())}
     if not workers:
         return Readiness(status="not ready", ready=False, reason=NO_WORKER_REASON)
-    waiting = [rank for rank, w in sorted(workers.items()) if w.state is not Phase.SERVING]
+    now = time.time() if now is None else now
+    stale = stale_ranks(workers, now, stale_after)
+    waiting = [rank for rank, w in sorted(workers.items()) if w.state is not Phase.SERVING and rank not in stale]
+    reasons: list[str] = []
+    if stale:
+        detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in stale.items())
+        reasons.append(f"no heartbeat from rank(s) {detail}: worker gone?")
     if waiting:
         detail = ", ".join(f"{r} ({workers[r].state.value})" for r in waiting)
+        reasons.append(f"warmup not complete on rank(s) {detail}")
+    if reasons:
         return Readiness(
             status="not ready",
             ready=False,
-            reason=f"warmup not complete on rank(s) {detail}",
+            reason="; ".join(reasons),
             ranks=states,
-            not_ready_ranks=waiting,
+            not_ready_ranks=sorted([*waiting, *stale]),
+            stale_ranks=sorted(stale),
         )
     return Readiness(status="ready", ready=True, ranks=states)
 
@@ -194,8 +248,12 @@ def build_status(
     error: str | None = None,
     now: float | None = None,
     kernels_limit: int = DEFAULT_KERNELS_LIMIT,
+    stale_after: float = DEFAULT_STALE_SECONDS,
 ) -> JitStatus:
     """Build the ``/jit`` document from ``journal`` (``None``: missing journal → empty status).
+
+    ``stale_after``: seconds without a heartbeat after which a rank is ``stale`` and not ready
+    (:func:`readiness`); ``now``: Unix seconds, default ``time.time()``.
 
     ``kernels_limit`` bounds the ``kernels`` and ``coverage`` lists (most serving compiles first),
     so a journal with thousands of kernel names still gives a small, fast answer.
@@ -247,13 +305,15 @@ def build_status(
     totals.compiles = totals.compiles_startup + totals.compiles_warmup + totals.compiles_serving
     totals.kernels = len(kernels)
 
+    stale = stale_ranks(workers, now, stale_after)
     ranks: list[RankStatus] = []
     for rank, w in sorted(workers.items()):
         ranks.append(
             RankStatus(
                 rank=rank,
                 state=w.state,
-                ready=w.state is Phase.SERVING,
+                ready=w.state is Phase.SERVING and rank not in stale,
+                stale=rank in stale,
                 host=w.host,
                 pid=w.pid,
                 tp_rank=_opt_int(w.attrs.get("tp_rank")),
@@ -296,7 +356,7 @@ def build_status(
         for e in journal.events(kind=EventKind.COMPILE, phase=Phase.SERVING, limit=RECENT_SERVING_COMPILES)
     ]
 
-    ready = readiness(workers)
+    ready = readiness(workers, now=now, stale_after=stale_after)
     return JitStatus(
         generated_ts=now,
         journal_up=True,
@@ -390,6 +450,8 @@ def render_status(status: JitStatus, console: Console) -> None:
     for r in status.ranks:
         tpd = "/".join("-" if v is None else str(v) for v in (r.tp_rank, r.pp_rank, r.dp_rank))
         state = f"[green]{r.state.value}[/green]" if r.ready else f"[yellow]{r.state.value}[/yellow]"
+        if r.stale:
+            state += f" [red]stale[/red] (last seen {_ts(r.last_seen_ts)})"
         ranks.add_row(
             str(r.rank),
             state,

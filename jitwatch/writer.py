@@ -10,6 +10,12 @@ reopens the journal, resumes, and records how many events were dropped (``droppe
 :data:`RETRY_INTERVAL_S` seconds, so the count lands even if no new event arrives. Lock
 contention (``SQLITE_BUSY``) is retried, not dropped; a corrupt file is moved aside by
 :func:`~jitwatch.journal.open_or_recover`; a full or read-only disk never moves the file.
+
+Liveness: given a ``heartbeat`` identity, the same thread advances the worker row's ``last_ts``
+every ``heartbeat_s`` seconds (:meth:`~jitwatch.journal.Journal.heartbeat`, one ``UPDATE``), even
+when no event arrives; the sidecar reports a rank ``stale`` (not ready) once that stops (the
+worker died, e.g. ``kill -9``). A failed heartbeat is logged at debug level and retried at the
+next interval; it never counts as a dropped event.
 """
 
 from __future__ import annotations
@@ -53,8 +59,10 @@ class JournalWriter:
     Args:
         directory: journal directory.
         queue_size: events buffered before new ones are dropped (and counted).
-        rank, pid, host: identity stamped on the ``dropped`` bookkeeping event.
+        rank: rank stamped on the ``dropped`` bookkeeping event.
         journal_kwargs: passed to :class:`~jitwatch.journal.Journal` (retention, cap).
+        heartbeat: ``(host, pid, rank)`` of the worker row to keep alive; ``None``: no heartbeat.
+        heartbeat_s: seconds between heartbeats (``<= 0``: no heartbeat).
     """
 
     def __init__(
@@ -64,9 +72,15 @@ class JournalWriter:
         queue_size: int = 10_000,
         rank: int = 0,
         journal_kwargs: dict[str, Any] | None = None,
+        heartbeat: tuple[str, int, int] | None = None,
+        heartbeat_s: float = 10.0,
     ) -> None:
         self.directory = Path(directory)
         self.rank = rank
+        self.heartbeat = heartbeat if heartbeat_s > 0 else None
+        self.heartbeat_s = heartbeat_s
+        self.heartbeats_total = 0
+        self._next_heartbeat = time.monotonic() + heartbeat_s
         self._journal_kwargs = journal_kwargs or {}
         self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()
@@ -126,10 +140,18 @@ class JournalWriter:
         while True:
             with self._lock:
                 retry = self._dropped_unreported > 0 and not self._closed
+            timeout = RETRY_INTERVAL_S if retry else None
+            if self.heartbeat is not None:
+                due = self._next_heartbeat - time.monotonic()
+                if due <= 0:
+                    self._beat()
+                    continue
+                timeout = due if timeout is None else min(timeout, due)
             try:
-                item = self._queue.get(timeout=RETRY_INTERVAL_S) if retry else self._queue.get()
+                item = self._queue.get(timeout=timeout) if timeout is not None else self._queue.get()
             except queue.Empty:
-                self._write([])  # only the pending ``dropped`` record: has the fault cleared?
+                if retry:
+                    self._write([])  # only the pending ``dropped`` record: has the fault cleared?
                 continue
             if item is None:
                 break
@@ -156,6 +178,25 @@ class JournalWriter:
                 self._journal.close()
             except Exception:  # noqa: BLE001
                 pass
+
+    def _beat(self) -> None:
+        """One heartbeat (writer thread only); failures are retried at the next interval."""
+        self._next_heartbeat = time.monotonic() + self.heartbeat_s
+        assert self.heartbeat is not None
+        host, pid, rank = self.heartbeat
+        try:
+            if self._journal is None:
+                self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+            if self._journal.heartbeat(host, pid, rank, time.time()):
+                self.heartbeats_total += 1
+        except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
+            log.debug("jitwatch heartbeat to %s failed: %s: %s", self.directory, type(exc).__name__, exc)
+            if self._journal is not None:
+                try:
+                    self._journal.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._journal = None
 
     def _write(self, batch: list[Event]) -> None:
         try:

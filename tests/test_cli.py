@@ -107,8 +107,83 @@ def test_status_without_token_fails_clearly(server: str, monkeypatch: pytest.Mon
     monkeypatch.delenv("JITWATCH_TOKEN", raising=False)
     result = runner.invoke(app, ["status", "--url", server])
     assert result.exit_code == 1
-    assert "401" in result.output
+    assert "401" in result.output and "--token or set JITWATCH_TOKEN" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    result = runner.invoke(app, ["status", "--url", server, "--token", "wrong"])
+    assert result.exit_code == 1 and "wrong token" in result.output
     assert httpx.get(server + "/livez").status_code == 200
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "ftp://127.0.0.1/", "not a url"])
+def test_status_bad_url_is_one_line(url: str) -> None:
+    result = runner.invoke(app, ["status", "--url", url, "--timeout", "1"])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    out = result.output.strip()
+    assert out.startswith("jitwatch: invalid --url") and len(out.splitlines()) == 1
+
+
+def test_version() -> None:
+    from jitwatch import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"jitwatch {__version__}"
+
+
+def test_help_shows_env_vars_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    out = runner.invoke(app, ["serve", "--help"]).output
+    for text in ("JITWATCH_HOST", "JITWATCH_PORT", "JITWATCH_DIR", "JITWATCH_TOKEN", "JITWATCH_STALE_SECONDS"):
+        assert text in out
+    assert "[default: 9400]" in out and "[default: 127.0.0.1]" in out and "~/.local/state/jitwatch" in out
+    out = runner.invoke(app, ["demo", "--help"]).output
+    assert "demo-<port>" in out
+    (exit_line,) = [line for line in out.splitlines() if "--exit " in line]
+    assert "<bool>" not in exit_line
+    out = runner.invoke(app, ["warmup", "replay", "--help"]).output
+    assert "CPU count, at most 8" in out and "JITWATCH_MANIFEST_ALLOW" in out
+
+
+def test_short_keys_end_with_ellipsis() -> None:
+    from jitwatch.cli import _short
+
+    key = "[('*fp32', 'D'), ('i32', ''), ('constexpr', 16), ('constexpr', 1024)]"
+    assert _short(key, 200) == key
+    short = _short(key, 40)
+    assert len(short) <= 40 and short.endswith("…") and key.startswith(short[:-1])
+    assert short[:-1].endswith("),")  # cut between tuples, not inside ('i32', '')
+
+
+def test_serve_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result = runner.invoke(app, ["serve", "--port", str(port), "--journal-dir", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    out = result.output.strip()
+    assert out.startswith(f"jitwatch: cannot bind 127.0.0.1:{port}") and len(out.splitlines()) == 1
+
+
+def test_demo_bad_environment_and_directories_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fails before the sidecar or the worker starts: exit 2, one line, no traceback."""
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    j = str(tmp_path / "j")
+    cases: list[tuple[dict[str, str], list[str], str]] = [
+        ({"JITWATCH_MODE": "bogus"}, ["demo", "--exit"], "JITWATCH_MODE='bogus'"),
+        ({"JITWATCH_DIR": str(a_file)}, ["demo", "--exit"], f"{a_file} is not a directory"),
+        ({}, ["demo", "--exit", "--journal-dir", str(a_file)], "is not a directory"),
+        ({}, ["demo", "--exit", "--journal-dir", str(a_file / "sub")], "cannot create journal directory"),
+        ({}, ["demo", "--exit", "--journal-dir", j, "--output-dir", str(a_file / "out")], "cannot create output"),
+    ]
+    for env, args, expected in cases:
+        result = runner.invoke(app, args, env=env)
+        assert result.exit_code == 2, (args, result.output)
+        out = result.output.strip()
+        assert expected in out and len(out.splitlines()) == 1, (args, out)
+        assert "Traceback" not in out and isinstance(result.exception, SystemExit)
+    assert not (tmp_path / "j" / "journal.db").exists()  # the output dir was checked first
 
 
 def test_status_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,6 +201,10 @@ def test_bad_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
         result = runner.invoke(app, command)
         assert result.exit_code == 2
         assert "JITWATCH_PORT" in result.output
+    monkeypatch.delenv("JITWATCH_PORT")
+    monkeypatch.setenv("JITWATCH_HEARTBEAT_SECONDS", "-1")
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 2 and "JITWATCH_HEARTBEAT_SECONDS" in result.output
 
 
 def test_serve_rejects_bad_port() -> None:

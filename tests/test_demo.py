@@ -14,7 +14,17 @@ from typing import Any
 import httpx
 import pytest
 
-from jitwatch.demo import DemoError, DemoOptions, reset_journal, run_demo
+from jitwatch.config import Settings
+from jitwatch.demo import (
+    LOCK_FILE,
+    DemoError,
+    DemoOptions,
+    DemoSetupError,
+    default_journal_dir,
+    journal_lock,
+    reset_journal,
+    run_demo,
+)
 from jitwatch.journal import JOURNAL_FILE
 
 
@@ -24,13 +34,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    return {**env, "COLUMNS": "160", "JITWATCH_DIR": str(tmp_path / "unused"), **extra}
+
+
 def run_demo_cli(tmp_path: Path, *flags: str) -> dict[str, Any]:
     """Run ``jitwatch demo --exit`` as a subprocess; poll /readyz meanwhile; return what it saw."""
     port = free_port()
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--exit", "--port", str(port)]
     cmd += ["--journal-dir", str(tmp_path / "journal"), "--output-dir", str(out), *flags]
-    env = {**os.environ, "COLUMNS": "160", "JITWATCH_DIR": str(tmp_path / "unused")}
+    env = demo_env(tmp_path)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     codes: list[int] = []
     deadline = time.monotonic() + 240
@@ -133,3 +148,72 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         port = s.getsockname()[1]
         with pytest.raises(DemoError, match="--port"):
             run_demo(DemoOptions(port=port, journal_dir=tmp_path / "j", exit_after=True))
+
+
+def test_default_journal_dir_is_per_port(tmp_path: Path) -> None:
+    settings = Settings(journal_dir=tmp_path)
+    assert default_journal_dir(9400, settings) == tmp_path / "demo-9400"
+    assert default_journal_dir(9401, settings) == tmp_path / "demo-9401"
+
+
+def test_second_demo_on_the_same_journal_refuses(tmp_path: Path) -> None:
+    """The first demo holds an exclusive flock on <journal dir>/demo.lock; a second one (another
+    port, same --journal-dir) refuses before touching the journal."""
+    jdir = tmp_path / "j"
+    jdir.mkdir()
+    (jdir / JOURNAL_FILE).write_text("the first demo's journal")
+    with journal_lock(jdir):
+        assert (jdir / LOCK_FILE).read_text().strip() == str(os.getpid())
+        with pytest.raises(DemoSetupError, match="another jitwatch demo is using the journal directory"):
+            run_demo(DemoOptions(port=free_port(), journal_dir=jdir, exit_after=True))
+        # a second process sees the same (flock is per open file description, so test across processes)
+        code = (
+            "import sys; from pathlib import Path; from jitwatch.demo import journal_lock, DemoSetupError\n"
+            "try:\n    journal_lock(Path(sys.argv[1])).__enter__()\nexcept DemoSetupError: sys.exit(7)"
+        )
+        assert subprocess.run([sys.executable, "-c", code, str(jdir)], timeout=60).returncode == 7
+    assert (jdir / JOURNAL_FILE).read_text() == "the first demo's journal"
+    with journal_lock(jdir):  # released: free again
+        pass
+
+
+@pytest.mark.slow
+def test_demo_error_mode_stops_with_one_clear_line(tmp_path: Path) -> None:
+    """JITWATCH_MODE=error: the serving compile of the zeroing kernel stops the worker, as designed;
+    the demo says so in one line and exits non-zero, with no traceback."""
+    cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--exit", "--port", str(free_port())]
+    cmd += ["--journal-dir", str(tmp_path / "journal")]
+    proc = subprocess.run(
+        cmd, env=demo_env(tmp_path, JITWATCH_MODE="error"), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "JITWATCH_MODE=error stopped the worker on the serving compile of zero_kv_blocks_kernel" in proc.stderr, (
+        proc.stderr
+    )
+
+
+@pytest.mark.slow
+def test_demo_sigterm_prints_stopped(tmp_path: Path) -> None:
+    """Serving until interrupted: SIGTERM stops worker and sidecar and prints a 'stopped' line."""
+    import signal
+
+    cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--port", str(free_port())]
+    cmd += ["--journal-dir", str(tmp_path / "journal")]
+    proc = subprocess.Popen(cmd, env=demo_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "Ctrl-C to stop" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, "".join(seen) + rest
+    assert "jitwatch demo: stopped" in rest and "Traceback" not in rest
+    with journal_lock(tmp_path / "journal"):  # the lock went with the process
+        pass

@@ -230,3 +230,30 @@ def test_cli_replay(recorded: Manifest, tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["warmup", "replay", str(tmp_path / "future.json")])
     assert res.exit_code == 2 and "newer jitwatch" in res.output
     assert load(path) == recorded
+
+
+def test_cli_replay_all_skipped_fails_with_a_hint(
+    recorded: Manifest, evil_module: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing allowed → every entry skipped → exit 1 naming --allow/JITWATCH_MANIFEST_ALLOW; no
+    progress bar on a non-terminal stderr; the key is shortened at a token boundary."""
+    from jitwatch.cli import app
+
+    monkeypatch.delenv(JITWATCH_MANIFEST_ALLOW, raising=False)
+    name, marker = evil_module
+    path = save(_entry_like(recorded, module=name), tmp_path / "skip.json")
+    res = CliRunner().invoke(app, ["warmup", "replay", str(path)])
+    assert res.exit_code == 1, res.output
+    assert "--allow" in res.output and "JITWATCH_MANIFEST_ALLOW" in res.output
+    assert "warmup replay" not in res.output  # the rich progress bar stayed off (stderr is no TTY)
+    (skip_line,) = [line for line in res.output.splitlines() if line.startswith("  skipped:")]
+    key = recorded.entries[0].key
+    assert len(key) > 80  # long enough to be shortened
+    shown = skip_line.split(f"{name}.scale_copy ", 1)[1].split("…:", 1)[0]
+    assert key.startswith(shown) and shown.endswith("),"), skip_line  # cut between tuples
+    assert not marker.exists()
+    # allowed through the environment: the CLI reads JITWATCH_MANIFEST_ALLOW too (then it is a
+    # different skip: the module has no such kernel), still exit 1 as nothing compiled
+    monkeypatch.setenv(JITWATCH_MANIFEST_ALLOW, name)
+    res = CliRunner().invoke(app, ["warmup", "replay", str(path)])
+    assert res.exit_code == 1 and "has no attribute" in res.output

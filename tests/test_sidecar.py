@@ -23,7 +23,7 @@ from jitwatch.config import Settings
 from jitwatch.contract import exposed_series_names
 from jitwatch.events import Event, EventKind, Phase
 from jitwatch.journal import JOURNAL_FILE, Journal
-from jitwatch.sidecar import MAX_EVENTS_LIMIT, create_app, run
+from jitwatch.sidecar import MAX_EVENTS_LIMIT, PortUnavailableError, check_bind, create_app, run
 from jitwatch.status import NO_WORKER_REASON, JitStatus
 
 T0 = 1_700_000_000.0
@@ -137,6 +137,7 @@ def test_readyz_flips_when_warmup_completes(tmp_path: Path) -> None:
         "reason": None,
         "ranks": {"0": "serving", "1": "serving"},
         "not_ready_ranks": [],
+        "stale_ranks": [],
     }
 
 
@@ -294,6 +295,7 @@ def test_run_warns_on_all_interfaces(
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
+    monkeypatch.setattr("jitwatch.sidecar.check_bind", lambda host, port: None)  # 9400 may be busy here
     with caplog.at_level(logging.WARNING, logger="jitwatch.sidecar"):
         run("0.0.0.0", 9999, tmp_path, None, settings=NO_ENV)
     assert seen["host"] == "0.0.0.0" and seen["port"] == 9999
@@ -305,6 +307,65 @@ def test_run_warns_on_all_interfaces(
     assert not caplog.records
 
 
+def test_run_prints_startup_line_and_checks_the_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    port = free_port()
+    run("127.0.0.1", port, tmp_path, "secret", settings=NO_ENV)
+    err = capsys.readouterr().err
+    assert f"http://127.0.0.1:{port}" in err and str(tmp_path) in err and "token required" in err
+    run("127.0.0.1", port, tmp_path, None, settings=NO_ENV)
+    assert "no token" in capsys.readouterr().err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        with pytest.raises(PortUnavailableError, match=f"127.0.0.1:{busy}"):
+            run("127.0.0.1", busy, tmp_path, None, settings=NO_ENV)
+    assert f":{busy}" not in capsys.readouterr().err  # nothing printed: it never started
+
+
+def test_check_bind_accepts_a_port_left_in_time_wait() -> None:
+    """A server just stopped leaves TIME_WAIT connections on its port: SO_REUSEADDR (as uvicorn
+    binds) makes it free; a plain bind would fail with EADDRINUSE."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's listener (Linux needs both)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = listener.accept()
+    conn.close()  # the server side closes first: its end of the connection goes to TIME_WAIT
+    listener.close()
+    time.sleep(0.05)
+    client.close()
+    time.sleep(0.05)
+    plain = socket.socket()
+    try:
+        plain.bind(("127.0.0.1", port))
+        pytest.skip("this kernel let a plain bind through; no TIME_WAIT to test against")
+    except OSError:
+        pass
+    finally:
+        plain.close()
+    check_bind("127.0.0.1", port)  # must not raise
+
+
+def test_journal_dir_that_is_a_file(tmp_path: Path) -> None:
+    a_file = tmp_path / "jitwatch"
+    a_file.write_text("x")
+    for directory in (a_file, a_file / "sub"):
+        app = create_app(directory, settings=NO_ENV)
+        st = JitStatus.model_validate(get(app, "/jit").json())
+        assert st.journal_up is False and "not a directory" in (st.journal_error or "")
+        r = get(app, "/readyz")
+        assert r.status_code == 503 and "not a directory" in r.json()["reason"]
+        assert get(app, "/jit/events").status_code == 503
+
+
 # ------------------------------------------------------------------------ real uvicorn process
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -313,12 +374,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(journal_dir: Path, tmp_path: Path, token: str | None = None) -> Iterator[str]:
+def serve(journal_dir: Path, tmp_path: Path, token: str | None = None, *extra: str) -> Iterator[str]:
     """``jitwatch serve`` in a subprocess on a free 127.0.0.1 port; yields its base URL."""
     port = free_port()
     args = [sys.executable, "-m", "jitwatch.cli", "serve", "--port", str(port), "--journal-dir", str(journal_dir)]
     if token:
         args += ["--token", token]
+    args += extra
     env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
     log_path = tmp_path / f"sidecar-{port}.log"
     with open(log_path, "wb") as log_file:
@@ -494,3 +556,71 @@ def test_responses_conform_to_openapi_schema(tmp_path: Path) -> None:
         check()
         checked.append(operation.label)
     assert len(checked) == 5, checked
+
+
+# ---------------------------------------------------------------------- liveness: heartbeat, kill -9
+HEARTBEAT_WORKER = """
+import sys, time
+from pathlib import Path
+from jitwatch.config import Settings
+from jitwatch.monitor import Monitor
+mon = Monitor(Settings(journal_dir=Path(sys.argv[1]), heartbeat_seconds=0.2), mode="warn", tracer_provider=False)
+mon.install()
+with mon.warmup():
+    pass
+mon.flush()
+print("serving", flush=True)
+time.sleep(600)
+"""
+
+
+def _last_ts(journal_dir: Path, pid: int) -> float:
+    with Journal(journal_dir, readonly=True) as j:
+        (w,) = [w for w in j.workers() if w.pid == pid]
+        return w.last_ts
+
+
+def test_heartbeat_then_kill_9_makes_the_rank_stale(tmp_path: Path) -> None:
+    """A real worker heartbeats every 0.2 s (last_ts advances while it serves without events);
+    after kill -9 the sidecar (--stale-after 1) reports the rank stale: /readyz 503 naming it."""
+    jdir = tmp_path / "journal"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update({"JITWATCH_RANK": "3", "OTEL_SDK_DISABLED": "true", "TRITON_CACHE_DIR": str(tmp_path / "tc")})
+    worker = subprocess.Popen(
+        [sys.executable, "-c", HEARTBEAT_WORKER, str(jdir)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "serving"
+        with serve(jdir, tmp_path, None, "--stale-after", "1") as base:
+            first = _last_ts(jdir, worker.pid)
+            deadline = time.monotonic() + 30
+            while _last_ts(jdir, worker.pid) <= first:
+                assert time.monotonic() < deadline, "last_ts never advanced: no heartbeat"
+                time.sleep(0.1)
+            time.sleep(1.5)  # longer than the stale window: only the heartbeat keeps it ready
+            r = httpx.get(base + "/readyz")
+            assert r.status_code == 200, r.text
+            worker.kill()  # SIGKILL: no atexit, no flush, no goodbye
+            worker.wait(10)
+            deadline = time.monotonic() + 30
+            while (r := httpx.get(base + "/readyz")).status_code == 200:
+                assert time.monotonic() < deadline, "still ready long after the worker died"
+                time.sleep(0.2)
+            body = r.json()
+            assert r.status_code == 503 and body["stale_ranks"] == [3] and body["not_ready_ranks"] == [3]
+            assert "rank(s) 3 (last seen" in body["reason"]
+            st = JitStatus.model_validate(httpx.get(base + "/jit").json())
+            (rank,) = st.ranks
+            assert rank.stale and not rank.ready and not st.ready and rank.state is Phase.SERVING
+            metrics = httpx.get(base + "/metrics").text
+            seen = [
+                s.value
+                for f in parse_text(metrics)
+                for s in f.samples
+                if s.name == "jitwatch_worker_last_seen_timestamp_seconds" and s.labels == {"rank": "3"}
+            ]
+            assert seen == [pytest.approx(rank.last_seen_ts)]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)

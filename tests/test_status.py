@@ -164,6 +164,38 @@ def test_readiness_rules(tmp_path: Path) -> None:
         assert "0 (startup)" in (again.reason or "")
 
 
+def test_stale_ranks_are_not_ready(tmp_path: Path) -> None:
+    """A worker that advertises a heartbeat and was last seen > stale_after ago is stale; one that
+    never heartbeats (older worker, heartbeat off) is never judged; stale_after=0 is off."""
+    with Journal(tmp_path) as j:
+        j.write(
+            [
+                ev(EventKind.WORKER_START, T0, attrs={"mode": "warn", "heartbeat_s": 10.0}),
+                ev(EventKind.WORKER_START, T0, rank=1, pid=101, attrs={"mode": "warn"}),
+                ev(EventKind.WARMUP_COMPLETE, T0 + 1, phase=Phase.SERVING, duration_s=1.0),
+                ev(EventKind.WARMUP_COMPLETE, T0 + 1, rank=1, pid=101, phase=Phase.SERVING, duration_s=1.0),
+            ]
+        )
+        workers = j.latest_workers()
+        assert readiness(workers, now=T0 + 60, stale_after=60).ready
+        late = readiness(workers, now=T0 + 91, stale_after=60)
+        assert not late.ready and late.stale_ranks == [0] and late.not_ready_ranks == [0]
+        assert "rank(s) 0 (last seen 90s ago)" in (late.reason or "")
+        assert readiness(workers, now=T0 + 10_000, stale_after=0).ready
+        # a heartbeat (one UPDATE) brings it back; it never moves last_ts backwards
+        assert j.heartbeat("node-a", 100, 0, T0 + 90)
+        assert not j.heartbeat("node-a", 999, 0, T0 + 90)  # no such worker row: nothing written
+        assert j.heartbeat("node-a", 100, 0, T0 + 5)
+        assert j.latest_workers()[0].last_ts == T0 + 90
+        assert readiness(j.latest_workers(), now=T0 + 91, stale_after=60).ready
+        st = build_status(j, now=T0 + 200, stale_after=60)
+    assert [(r.rank, r.stale, r.ready) for r in st.ranks] == [(0, True, False), (1, False, True)]
+    assert not st.ready and "rank(s) 0" in (st.not_ready_reason or "")
+    out = Console(record=True, width=200)
+    render_status(st, out)
+    assert "stale" in out.export_text()
+
+
 def test_mixed_modes(tmp_path: Path) -> None:
     with Journal(tmp_path) as j:
         j.write(

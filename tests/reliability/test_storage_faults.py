@@ -98,6 +98,36 @@ def test_file_where_directory_should_be(tmp_path: Path, caplog: pytest.LogCaptur
     assert any("writable again" in r.getMessage() for r in caplog.records)
 
 
+def test_heartbeat_advances_last_ts_and_survives_a_fault(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The writer thread's heartbeat advances the worker row's last_ts with no event written;
+    a journal it cannot open costs heartbeats only: nothing dropped, no fault, no log above debug."""
+    caplog.set_level(logging.WARNING, logger="jitwatch")
+    d = tmp_path / "journal"
+    w = JournalWriter(d, heartbeat=("node-a", 7, 0), heartbeat_s=0.05)
+    w.submit(Event(kind=EventKind.WORKER_START, ts=time.time() - 100, rank=0, pid=7, host="node-a"))
+    assert w.flush(10)
+
+    def last_ts() -> float:
+        with Journal(d, readonly=True) as j:
+            return j.latest_workers()[0].last_ts
+
+    first = last_ts()
+    assert wait_for(lambda: last_ts() > first + 50, 10)
+    assert wait_for(lambda: w.heartbeats_total >= 2, 10)
+    w.close()
+    with Journal(d, readonly=True) as j:
+        assert j.count_events() == 1  # heartbeats add no events
+
+    bad = tmp_path / "file"
+    bad.write_text("not a directory")
+    w = JournalWriter(bad, heartbeat=("node-a", 7, 0), heartbeat_s=0.02)
+    time.sleep(0.3)
+    assert w._thread.is_alive() and w.heartbeats_total == 0
+    assert w.dropped_total == 0 and w.fault is None
+    w.close()
+    assert fault_logs(caplog) == 0
+
+
 def test_read_only_filesystem(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A worker starts on a journal whose filesystem is mounted read-only (a volume mounted ``ro``,
     or one the kernel remounted ``ro`` after I/O errors), then the volume comes back ``rw``.
