@@ -41,6 +41,7 @@ EXPECTED_ALERTS = {
     "JitwatchHookErrors",
     "JitwatchDroppedEvents",
     "JitwatchJournalDown",
+    "JitwatchWorkerStale",
 }
 COMPILE_DURATION_SERIES = re.compile(r"compile_seconds|compile_duration_seconds")
 """Expressions over these measure compile time: their thresholds must be bucket edges."""
