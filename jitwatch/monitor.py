@@ -567,12 +567,17 @@ class Monitor:
             )
 
     def on_autotune(self, kwargs: dict[str, Any]) -> None:
-        """``knobs.autotuning.listener`` (Triton 3.8+): one ``autotune`` event per benchmark sweep.
+        """One ``autotune`` event per benchmark sweep (an autotune cache miss).
 
-        Called by ``Autotuner.run`` with ``fn`` (the ``JITFunction``), ``key`` (tuple of key-argument
-        values and dtypes), ``best_config``, ``configs_timings`` (``Config`` → ms list),
-        ``duration`` (seconds, ``None`` on a cache hit) and ``cache_hit`` (Triton's autotune disk
-        cache). Cache hits ran no benchmark and are not recorded.
+        Triton 3.8+: called as ``knobs.autotuning.listener`` by ``Autotuner.run`` with ``fn`` (the
+        ``JITFunction``), ``key`` (tuple of key-argument values and dtypes), ``best_config``,
+        ``configs_timings`` (``Config`` → ms list), ``duration`` (seconds, ``None`` on a cache hit)
+        and ``cache_hit`` (Triton's autotune disk cache). Cache hits ran no benchmark and are not
+        recorded. ``attrs.source`` is ``"autotuning_listener"``.
+
+        Triton 3.4-3.7: called by :class:`jitwatch.hooks.HookSet`'s ``Autotuner._bench`` wrapper
+        after the sweep's last config with the same keywords plus ``source="autotuner_wrap"``
+        (``duration`` then runs from ``prune_configs`` to the end of the last ``_bench``).
         """
         fn = kwargs.get("fn")
         if kwargs.get("cache_hit"):
@@ -581,7 +586,9 @@ class Monitor:
         timings = kwargs.get("configs_timings")
         duration = kwargs.get("duration")
         best = kwargs.get("best_config")
+        source = kwargs.get("source")
         attrs: dict[str, Any] = {
+            "source": source if source == "autotuner_wrap" else "autotuning_listener",
             "configs": len(timings) if isinstance(timings, dict) else None,
             "best_config": redact(str(best)) if best is not None else None,
             "module": module,

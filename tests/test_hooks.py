@@ -23,6 +23,8 @@ from jitwatch.hooks import HookSet, ServingCompileError, probe_triton
 from jitwatch.testing import MonitorHarness, fresh_kernel_cache, monitored
 
 HAS_AUTOTUNE_LISTENER = probe_triton().autotuning_listener
+WRAPS = ["Autotuner._bench", "Autotuner.prune_configs"]
+"""What ``installed_slots`` lists when the autotuner wrappers are installed (no autotuning listener)."""
 
 
 @triton.jit
@@ -310,8 +312,8 @@ def _fake_knobs(runtime: bool, compilation: bool, autotuning: bool) -> types.Sim
 @pytest.mark.parametrize(
     ("runtime", "compilation", "autotuning", "expected", "phrase"),
     [
-        (False, True, False, ["compilation_listener"], "compilation listener only"),
-        (True, True, False, ["compilation_listener", "jit_cache_hook", "jit_post_compile_hook"], "autotuning"),
+        (False, True, False, [*WRAPS, "compilation_listener"], "compilation listener only"),
+        (True, True, False, [*WRAPS, "compilation_listener", "jit_cache_hook", "jit_post_compile_hook"], "autotuning"),
         (False, False, False, [], "no compile is recorded"),
     ],
 )
@@ -477,10 +479,16 @@ def test_autotune_listener_sink_unit() -> None:
 
 @pytest.mark.skipif(HAS_AUTOTUNE_LISTENER, reason="Triton 3.8+ has knobs.autotuning.listener")
 def test_autotune_degraded_before_3_8(harness: MonitorHarness) -> None:
-    """Triton < 3.8: no autotuning slot is installed and the worker_start event says why."""
-    assert "autotuning_listener" not in harness.monitor._hooks.installed_slots()
+    """Triton < 3.8: no autotuning slot; the Autotuner wrappers instead, and worker_start says so."""
+    slots_now = harness.monitor._hooks.installed_slots()
+    assert "autotuning_listener" not in slots_now
+    assert set(WRAPS) <= set(slots_now)
+    assert harness.monitor.support is not None
+    assert harness.monitor.support.autotune_mechanism == "autotuner_wrap"
     start = harness.events(EventKind.WORKER_START)[0]
     assert "autotuning.listener" in start.attrs["degraded"]
+    assert "prune_configs/_bench" in start.attrs["degraded"]
+    assert set(WRAPS) <= set(start.attrs["hooks"])
 
 
 def test_hookset_install_is_idempotent() -> None:
@@ -526,3 +534,201 @@ def test_compile_bypassing_jitfunction_is_a_listener_only_event(harness: Monitor
     assert ev.key and len(ev.key) == 64  # Triton's cache hash
     assert ev.cache_hit is False and "cubin" in ev.attrs["stages"]
     assert ev.duration_s == pytest.approx(sum(ev.attrs["stages"].values()))
+
+
+# ------------------------------------------------------- autotune: Autotuner wrappers (< 3.8)
+# Unit tests of the ``Autotuner.prune_configs``/``Autotuner._bench`` wrappers (Triton 3.4-3.7)
+# driven through a REAL ``triton.autotune`` Autotuner and its real ``Autotuner.run``. Only the
+# benchmarker is a stub (``do_bench=``): benchmarking needs launches, and the compile-only driver
+# cannot launch. The stub never calls ``kernel_call``; it returns fixed timings. After the sweep,
+# ``Autotuner.run`` launches the best config, which the compile-only driver refuses
+# (``CompileOnlyLaunchError``) — the sweep and its event are complete by then. The same tests run on
+# Triton 3.8+, where the event comes from ``knobs.autotuning.listener`` instead (same shape).
+# The end-to-end sweep with real launches is the gpu test in test_field_cases.py (case 6).
+from triton.runtime.autotuner import Autotuner  # noqa: E402
+
+from jitwatch.compile_only import CompileOnlyLaunchError  # noqa: E402
+from jitwatch.compile_only import compile_only as compile_only_driver  # noqa: E402
+
+ORIGINAL_AUTOTUNER = {name: Autotuner.__dict__[name] for name in ("prune_configs", "_bench")}
+AT_CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=2), triton.Config({"BLOCK": 64}, num_warps=4)]
+MECHANISM = "listener" if HAS_AUTOTUNE_LISTENER else "autotuner_wrap"
+SOURCE = "autotuning_listener" if HAS_AUTOTUNE_LISTENER else "autotuner_wrap"
+
+
+@pytest.fixture(autouse=True)
+def _autotuner_restored() -> Any:
+    yield
+    now = {name: Autotuner.__dict__.get(name) for name in ORIGINAL_AUTOTUNER}
+    if now != ORIGINAL_AUTOTUNER:
+        for name, fn in ORIGINAL_AUTOTUNER.items():
+            setattr(Autotuner, name, fn)
+        pytest.fail(f"test left Autotuner methods changed: {now}")
+
+
+class StubBench:
+    """``do_bench`` stand-in: returns ``timings[i]`` for the i-th config benchmarked; never launches."""
+
+    def __init__(self, raises: BaseException | None = None) -> None:
+        self.calls = 0
+        self.raises = raises
+
+    def __call__(self, kernel_call: Any, quantiles: Any) -> list[float]:
+        self.calls += 1
+        if self.raises is not None:
+            raise self.raises
+        return [0.05, 0.04, 0.06] if self.calls % 2 else [0.01, 0.01, 0.02]  # the 2nd config wins
+
+
+def make_tuner(bench: StubBench, cache_results: bool = False) -> Autotuner:
+    """A fresh Autotuner (empty in-memory autotune cache) over ``hk_add``."""
+    tuner = triton.autotune(configs=AT_CONFIGS, key=["n"], do_bench=bench, cache_results=cache_results)(hk_add)
+    assert isinstance(tuner, Autotuner)
+    return tuner
+
+
+def sweep(tuner: Autotuner, n: int = 1024) -> None:
+    with pytest.raises(CompileOnlyLaunchError):
+        tuner[(1,)](X, X, X, n)
+
+
+def test_autotune_mechanism_and_install_restores_originals(tmp_path, triton_cache) -> None:
+    """3.8+: the listener, Autotuner untouched. < 3.8: both methods wrapped while installed and the
+    very same function objects back afterwards."""
+    assert probe_triton().autotune_mechanism == MECHANISM
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        assert h.monitor.support is not None and h.monitor.support.autotune_mechanism == MECHANISM
+        wrapped = {name: Autotuner.__dict__[name] is not fn for name, fn in ORIGINAL_AUTOTUNER.items()}
+        slots_now = h.monitor._hooks.installed_slots()
+    if HAS_AUTOTUNE_LISTENER:
+        assert wrapped == {"prune_configs": False, "_bench": False}
+        assert not set(WRAPS) & set(slots_now) and "autotuning_listener" in slots_now
+    else:
+        assert wrapped == {"prune_configs": True, "_bench": True}
+        assert set(WRAPS) <= set(slots_now)
+    assert {name: Autotuner.__dict__[name] for name in ORIGINAL_AUTOTUNER} == ORIGINAL_AUTOTUNER
+
+
+def test_autotune_sweep_event_then_cache_hit_emits_nothing(harness: MonitorHarness) -> None:
+    """Unit test of the wrappers (stub benchmarker): one miss → one autotune event of the 3.8+ shape;
+    a cache hit (no prune, no _bench) → nothing; a new key → a second event."""
+    bench = StubBench()
+    tuner = make_tuner(bench)
+    with harness.monitor.warmup():
+        sweep(tuner)
+    sweep(tuner)  # in-memory autotune cache hit: Autotuner.run calls neither wrapped method
+    assert bench.calls == 2
+    with harness.monitor.request():
+        sweep(tuner, n=2048)
+    events = harness.events(EventKind.AUTOTUNE)
+    assert [(e.phase, e.key) for e in events] == [
+        (Phase.WARMUP, "(1024, 'torch.float32', 'torch.float32', 'torch.float32')"),
+        (Phase.SERVING, "(2048, 'torch.float32', 'torch.float32', 'torch.float32')"),
+    ]
+    for ev in events:
+        assert ev.kernel == "hk_add"
+        assert ev.attrs["module"] == __name__
+        assert ev.attrs["configs"] == len(AT_CONFIGS)
+        assert ev.attrs["source"] == SOURCE
+        assert "BLOCK: 64" in ev.attrs["best_config"]
+        assert ev.duration_s is not None and ev.duration_s >= 0
+    assert "request_id" not in events[0].attrs and events[1].attrs["request_id"] == 1
+    assert harness.monitor.hook_errors == 0
+
+
+def test_autotuner_warmup_emits_nothing(harness: MonitorHarness) -> None:
+    """``Autotuner.warmup`` prunes and compiles every config but benchmarks nothing: no autotune
+    event (its open sweep must not leak into the next real one)."""
+    bench = StubBench()
+    tuner = make_tuner(bench)
+    tuner.warmup(X, X, X, 1024, grid=(1,))
+    assert len(harness.compiles()) == len(AT_CONFIGS)
+    assert harness.events(EventKind.AUTOTUNE) == []
+    sweep(tuner)
+    (ev,) = harness.events(EventKind.AUTOTUNE)
+    assert ev.attrs["configs"] == len(AT_CONFIGS) and bench.calls == len(AT_CONFIGS)
+
+
+def test_autotune_disk_cache_hit_emits_nothing(harness: MonitorHarness) -> None:
+    """``cache_results=True``: a second Autotuner finds the timings on disk (``check_disk_cache``),
+    prunes but runs no ``_bench``: no event (3.8+: the listener's ``cache_hit=True`` is dropped)."""
+    first, second = StubBench(), StubBench()
+    sweep(make_tuner(first, cache_results=True))
+    sweep(make_tuner(second, cache_results=True))
+    assert (first.calls, second.calls) == (len(AT_CONFIGS), 0)
+    assert len(harness.events(EventKind.AUTOTUNE)) == 1
+
+
+def test_autotune_benchmark_exception_propagates_unchanged(harness: MonitorHarness) -> None:
+    """An exception from the original ``_bench`` (here the benchmarker's) leaves ``Autotuner.run``
+    unchanged and aborts the sweep: no event, no hook error; the next sweep is recorded."""
+    boom = ValueError("benchmarker broke")
+    bench = StubBench(raises=boom)
+    tuner = make_tuner(bench)
+    with pytest.raises(ValueError) as info:
+        tuner[(1,)](X, X, X, 1024)
+    assert info.value is boom
+    assert harness.events(EventKind.AUTOTUNE) == [] and harness.monitor.hook_errors == 0
+    bench.raises = None
+    sweep(tuner)
+    assert len(harness.events(EventKind.AUTOTUNE)) == 1
+
+
+def test_autotune_sink_fault_is_counted_not_raised(tmp_path, triton_cache, monkeypatch) -> None:
+    """A fault inside jitwatch's part never reaches Triton: the sweep completes, the error is counted."""
+    from jitwatch.monitor import Monitor
+
+    def broken(self: Any, kwargs: dict[str, Any]) -> None:
+        raise RuntimeError("jitwatch bug")
+
+    monkeypatch.setattr(Monitor, "on_autotune", broken)  # before install: the 3.8+ listener binds it then
+    bench = StubBench()
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        sweep(make_tuner(bench))  # reaches the launch: the sweep was not interrupted
+        assert bench.calls == len(AT_CONFIGS)
+        assert h.monitor.hook_errors == 1
+        (err,) = h.events(EventKind.HOOK_ERROR)
+    assert "jitwatch bug" in err.attrs["error"]
+
+
+@pytest.mark.skipif(HAS_AUTOTUNE_LISTENER, reason="the Autotuner wrappers are installed only before Triton 3.8")
+def test_autotuner_wrap_chains_with_other_wrappers(tmp_path, triton_cache) -> None:
+    """Someone else's class-level ``_bench`` wrapper below jitwatch is called and restored on
+    uninstall; one installed on top of jitwatch survives jitwatch's uninstall (ours passes through)."""
+    calls: list[str] = []
+
+    def wrap(name: str, inner: Any) -> Any:
+        def other_bench(self: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return inner(self, *args, **kwargs)
+
+        return other_bench
+
+    below = wrap("below", ORIGINAL_AUTOTUNER["_bench"])
+    Autotuner._bench = below  # type: ignore[method-assign]
+    try:
+        with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+            ours = Autotuner.__dict__["_bench"]
+            assert ours is not below
+            above = wrap("above", ours)
+            Autotuner._bench = above  # type: ignore[method-assign]
+            sweep(make_tuner(StubBench()))
+            assert calls == ["above", "below"] * len(AT_CONFIGS)
+            assert [e.attrs["configs"] for e in h.events(EventKind.AUTOTUNE)] == [len(AT_CONFIGS)]
+            journal = h.journal_dir
+        assert Autotuner.__dict__["_bench"] is above  # not cut out of their chain
+        assert Autotuner.__dict__["prune_configs"] is ORIGINAL_AUTOTUNER["prune_configs"]
+        calls.clear()
+        bench = StubBench()
+        with compile_only_driver():
+            sweep(make_tuner(bench))  # ours is a pass-through now
+        assert calls == ["above", "below"] * len(AT_CONFIGS) and bench.calls == len(AT_CONFIGS)
+        from jitwatch.testing import read_events
+
+        assert len(read_events(journal, EventKind.AUTOTUNE)) == 1
+        Autotuner._bench = below  # type: ignore[method-assign]
+        with monitored(journal_dir=tmp_path / "j2", triton_cache_dir=triton_cache):
+            assert Autotuner.__dict__["_bench"] is not below
+        assert Autotuner.__dict__["_bench"] is below  # restored exactly
+    finally:
+        Autotuner._bench = ORIGINAL_AUTOTUNER["_bench"]  # type: ignore[method-assign]
