@@ -14,7 +14,7 @@ PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(BIN)/pip
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint test-core test-triton36 test-vllm tools env clean
+.PHONY: demo test lint test-quick test-core test-triton36 test-vllm tools env clean
 
 env: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ tools:
 
 test-core: env tools
 	PATH="$(CURDIR)/.tools/prometheus/usr/bin:$$PATH" $(BIN)/pytest -m "not vllm and not gpu" $(PYTEST_ARGS)
+
+# The quick loop while developing: no slow, Prometheus, vLLM or GPU tests.
+test-quick: env
+	$(BIN)/pytest -m "not slow and not prometheus and not vllm and not gpu" $(PYTEST_ARGS)
 
 # The hook/monitor/field-case tests again under the oldest supported Triton.
 .venv-triton36/.installed: pyproject.toml
