@@ -109,7 +109,13 @@ def serve(
             stale_after=stale_after,
         )
     except PortUnavailableError as exc:
-        raise _fail(f"{exc} (another process listens there? use --port or JITWATCH_PORT)") from None
+        text = str(exc)
+        hint = (
+            "check --host / JITWATCH_HOST"
+            if "not known" in text or "resolution" in text or "nodename" in text
+            else "another process listens there? use --port or JITWATCH_PORT"
+        )
+        raise _fail(f"{text} ({hint})") from None
 
 
 @app.command()
@@ -167,8 +173,8 @@ def status(
 
 @app.command()
 def demo(
-    host: Annotated[str, typer.Option(help="Sidecar bind address.")] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Sidecar port.")] = DEFAULT_PORT,
+    host: Annotated[str, typer.Option(envvar=JITWATCH_HOST, help="Sidecar bind address.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(envvar=JITWATCH_PORT, min=1, max=65535, help="Sidecar port.")] = DEFAULT_PORT,
     journal_dir: Annotated[
         Path | None,
         typer.Option(

@@ -274,11 +274,16 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     """
     from rich.console import Console
 
-    from jitwatch.config import ConfigError
+    from jitwatch.config import ConfigError, Mode, Settings, detect_parallel_ranks, detect_rank
 
     console = console or Console()
     try:
         journal_dir = Path(opts.journal_dir) if opts.journal_dir is not None else default_journal_dir(opts.port)
+        # The worker reads these too: check them here, so a bad value is one line, not a worker traceback.
+        detect_rank()
+        detect_parallel_ranks()
+        if Settings.from_env().mode is Mode.OFF:
+            raise DemoSetupError("JITWATCH_MODE=off records nothing, so there is nothing to show; unset it or use warn")
     except ConfigError as exc:
         raise DemoSetupError(str(exc)) from None
     _prepare_dir(journal_dir, "journal directory")

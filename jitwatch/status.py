@@ -63,7 +63,11 @@ class RankStatus(BaseModel):
     warmup_duration_s: float | None = None
     warmup_compiles: int | None = Field(default=None, description="Compiles during warmup.")
     warmup_compile_seconds: float | None = None
-    serving_compiles: int = Field(default=0, description="Compiles after warmup on this rank (all workers).")
+    serving_compiles: int = Field(
+        default=0,
+        description="Compiles after warmup on this rank, summed over every worker that has held "
+        "the rank (like jitwatch_compiles_total); warmup_* fields describe the latest worker only.",
+    )
     first_request_latency_s: float | None = Field(
         default=None, description="Latency of the first request after warmup, seconds."
     )

@@ -150,6 +150,24 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
             run_demo(DemoOptions(port=port, journal_dir=tmp_path / "j", exit_after=True))
 
 
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("JITWATCH_RANK", "-1", "JITWATCH_RANK=-1 is negative"),
+        ("JITWATCH_TP_RANK", "x", "JITWATCH_TP_RANK='x' is not an integer"),
+        ("JITWATCH_MODE", "off", "JITWATCH_MODE=off records nothing"),
+    ],
+)
+def test_worker_settings_are_checked_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, var: str, value: str, message: str
+) -> None:
+    """Values only the worker reads fail up front as one setup error, not as a worker traceback."""
+    monkeypatch.setenv(var, value)
+    with pytest.raises(DemoSetupError, match=message):
+        run_demo(DemoOptions(port=9, journal_dir=tmp_path / "j", exit_after=True))
+    assert not (tmp_path / "j").exists()
+
+
 def test_default_journal_dir_is_per_port(tmp_path: Path) -> None:
     settings = Settings(journal_dir=tmp_path)
     assert default_journal_dir(9400, settings) == tmp_path / "demo-9400"
