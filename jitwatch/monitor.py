@@ -488,7 +488,9 @@ class Monitor:
         }
         spec = compile_info.get("specialization_data")
         if isinstance(spec, str):
-            extra["specialization_data"] = redact(spec)
+            # Redacted once, by the journal in the writer thread (it redacts every stored attr),
+            # not here on the compiling thread.
+            extra["specialization_data"] = spec
         try:  # JITFunction.cache_key: hash of the kernel's source and dependencies, computed by
             # Triton for this very compile (so cached); manifests use it to refuse stale replays.
             source_hash = getattr(jit_function, "cache_key", None)
