@@ -78,6 +78,18 @@ def _counter(name: str) -> CounterMetricFamily:
     return CounterMetricFamily(name, spec.help, labels=list(spec.labels), unit=spec.unit)
 
 
+def _per_kernel_counter(
+    name: str, values: dict[tuple[str, str, str], float], *, present: dict[tuple[str, str, str], float]
+) -> CounterMetricFamily:
+    """Counter family over (kernel label, phase, rank), with a series only where ``present`` is
+    non-zero (a kernel that only autotuned has no compile series, and vice versa)."""
+    fam = _counter(name)
+    for key in sorted(values):
+        if present[key]:
+            fam.add_metric(list(key), values[key])
+    return fam
+
+
 def _gauge(name: str) -> GaugeMetricFamily:
     spec = BY_NAME[name]
     return GaugeMetricFamily(name, spec.help, labels=list(spec.labels), unit=spec.unit)
@@ -93,14 +105,13 @@ def _opt(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _coverage_ratios(journal: Journal) -> dict[str, float]:
+def _coverage_ratios(journal: Journal, labels: dict[str, str]) -> dict[str, float]:
     """``jitwatch.coverage.journal_coverage_ratios`` (with the report cached between scrapes, see
     :func:`jitwatch.status.cached_coverage`); a failure there costs only this family."""
     from jitwatch.coverage import coverage_ratio_samples
     from jitwatch.status import cached_coverage
 
     try:
-        labels = {row.kernel: row.label for row in journal.kernel_stats()}
         return coverage_ratio_samples(cached_coverage(journal), labels)
     except sqlite3.Error:
         raise
@@ -143,17 +154,8 @@ def journal_families(journal: Journal) -> list[Metric]:
 
     out: list[Metric] = []
 
-    fam = _counter("jitwatch_compiles_total")
-    for key in sorted(compiles):
-        if compiles[key]:
-            fam.add_metric(list(key), compiles[key])
-    out.append(fam)
-
-    fam = _counter("jitwatch_compile_seconds_total")
-    for key in sorted(compile_s):
-        if compiles[key]:
-            fam.add_metric(list(key), compile_s[key])
-    out.append(fam)
+    out.append(_per_kernel_counter("jitwatch_compiles_total", compiles, present=compiles))
+    out.append(_per_kernel_counter("jitwatch_compile_seconds_total", compile_s, present=compiles))
 
     fam = _counter("jitwatch_compile_disk_cache_hits_total")
     for pr in sorted(hist_sum):
@@ -176,17 +178,8 @@ def journal_families(journal: Journal) -> list[Metric]:
         fam_g.add_metric(list(key), last_ts[key])
     out.append(fam_g)
 
-    fam = _counter("jitwatch_autotune_runs_total")
-    for key in sorted(autotune_runs):
-        if autotune_runs[key]:
-            fam.add_metric(list(key), autotune_runs[key])
-    out.append(fam)
-
-    fam = _counter("jitwatch_autotune_seconds_total")
-    for key in sorted(autotune_s):
-        if autotune_runs[key]:
-            fam.add_metric(list(key), autotune_s[key])
-    out.append(fam)
+    out.append(_per_kernel_counter("jitwatch_autotune_runs_total", autotune_runs, present=autotune_runs))
+    out.append(_per_kernel_counter("jitwatch_autotune_seconds_total", autotune_s, present=autotune_runs))
 
     # ---- per rank: the latest worker of each rank.
     complete = _gauge("jitwatch_warmup_complete")
@@ -229,7 +222,8 @@ def journal_families(journal: Journal) -> list[Metric]:
 
     # ---- specialization coverage (jitwatch.coverage), per kernel label; "_other" pooled.
     cov = _gauge("jitwatch_specialization_coverage_ratio")
-    for label, ratio in sorted(_coverage_ratios(journal).items()):
+    kernel_labels = {row.kernel: row.label for row in stats}
+    for label, ratio in sorted(_coverage_ratios(journal, kernel_labels).items()):
         cov.add_metric([label], ratio)
     out.append(cov)
 
