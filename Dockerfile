@@ -1,4 +1,4 @@
-# jitwatch image: the sidecar (`jitwatch serve`) and the demo worker (`python -m jitwatch.demo_worker`)
+# jitwatch image: the sidecar (`jitwatch serve`) and the demo worker (`python -m jitwatch.demo.worker`)
 # for docker-compose.yml. CPU-only torch + Triton: on a machine without a GPU the demo worker
 # compiles with jitwatch's compile-only driver (real Triton compiles for sm_90, nothing launched).
 #

@@ -32,7 +32,8 @@ lint: env
 	$(BIN)/ruff format --check jitwatch tests benchmarks dashboards
 	$(BIN)/ruff check jitwatch tests benchmarks dashboards
 	$(BIN)/mypy
-	$(BIN)/python -m jitwatch.contract_doc --check
+	$(BIN)/lint-imports
+	$(BIN)/python -m jitwatch.views.contract_doc --check
 	$(BIN)/python dashboards/grafana/generate.py --check
 
 # Prometheus/promtool from Debian's package, unpacked under .tools/ (no daemon started).
@@ -54,14 +55,14 @@ test-quick: env
 	touch $@
 
 test-triton36: .venv-triton36/.installed
-	.venv-triton36/bin/pytest -p no:cacheprovider -m "not vllm and not gpu and not prometheus" tests/test_hooks.py tests/test_monitor.py tests/test_field_cases.py tests/test_config.py tests/test_redact.py tests/test_tracing.py $(PYTEST_ARGS)
+	.venv-triton36/bin/pytest -p no:cacheprovider -m "not vllm and not gpu and not prometheus" tests/backends tests/core tests/test_config.py tests/test_redact.py tests/test_importhook.py $(PYTEST_ARGS)
 
 .venv-vllm/.installed: pyproject.toml scripts/make-vllm-env.sh
 	bash scripts/make-vllm-env.sh .venv-vllm
 	touch $@
 
 test-vllm: .venv-vllm/.installed
-	.venv-vllm/bin/pytest -m vllm tests/vllm $(PYTEST_ARGS)
+	.venv-vllm/bin/pytest -m vllm tests/integrations/vllm_plugin $(PYTEST_ARGS)
 
 test: lint test-core test-triton36 test-vllm
 

@@ -2,7 +2,7 @@
 
 Each ``(kernel, BLOCK, num_warps)`` triple is a separate specialization, so
 :func:`compile_plan` yields as many real compiles as asked for. On a CPU machine they are
-compiled with :mod:`jitwatch.compile_only` (``kernel.warmup``); on a GPU they launch for real.
+compiled with :mod:`jitwatch.backends.triton.compile_only` (``kernel.warmup``); on a GPU they launch for real.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Benchmark 4: cost per compile event — time spent inside jitwatch per Triton compile.
 
 What is timed, per compile (one ``kernel.warmup`` on a CPU machine through
-:mod:`jitwatch.compile_only`, one real launch on a GPU):
+:mod:`jitwatch.backends.triton.compile_only`, one real launch on a GPU):
 
 * **hooks** — wall time inside jitwatch's three Triton callbacks (``knobs.runtime.jit_cache_hook``,
   ``knobs.compilation.listener``, ``knobs.runtime.jit_post_compile_hook``; Triton ≥ 3.4), measured
   by wrapping the installed callables. This covers the monitor's bookkeeping, building the
-  :class:`~jitwatch.events.Event` (pydantic) and queueing it (``JournalWriter.submit``, timed
+  :class:`~jitwatch.core.events.Event` (pydantic) and queueing it (``JournalWriter.submit``, timed
   separately too). It runs on the compiling thread.
 * **journal write** — wall and CPU time of ``Journal.write`` in the writer thread (one SQLite
   ``BEGIN IMMEDIATE`` transaction: event row + aggregates), per event. It runs off the compiling
@@ -93,7 +93,7 @@ def _timer_overhead() -> float:
 
 def _patch_journal_write(records: list[tuple[int, float, float]]) -> None:
     """Record ``(events, wall_s, cpu_s)`` for every ``Journal.write`` (runs in the writer thread)."""
-    import jitwatch.journal as jj
+    import jitwatch.store.journal as jj
 
     orig = jj.Journal.write
 
@@ -115,7 +115,7 @@ def _worker_compile(cfg: dict[str, Any]) -> dict[str, Any]:
     device = cfg["device"]
     launch = device == "cuda"
     if not launch:
-        from jitwatch.compile_only import activate
+        from jitwatch.backends.triton.compile_only import activate
 
         activate()
     import _kernels
@@ -132,14 +132,14 @@ def _worker_compile(cfg: dict[str, Any]) -> dict[str, Any]:
 
         import triton
 
+        from jitwatch import WorkerIdentity, create_monitor
         from jitwatch.config import Settings
-        from jitwatch.monitor import Monitor, WorkerIdentity
 
         settings = dataclasses.replace(Settings.from_env(), journal_dir=Path(cfg["journal_dir"]))
-        mon = Monitor(settings, mode="warn", identity=WorkerIdentity(rank=cfg["rank"]), tracer_provider=False)
+        mon = create_monitor(settings, mode="warn", identity=WorkerIdentity(rank=cfg["rank"]), tracer_provider=False)
         mon.install()
-        assert mon.writer is not None
-        mon.writer.submit = timers["submit"].wrap(mon.writer.submit)  # type: ignore[method-assign]
+        assert mon.sink is not None
+        mon.sink.submit = timers["submit"].wrap(mon.sink.submit)  # type: ignore[method-assign]
         for key, (group, attr) in {
             "pre": ("runtime", "jit_cache_hook"),
             "listener": ("compilation", "listener"),
@@ -189,8 +189,8 @@ def _worker_compile(cfg: dict[str, Any]) -> dict[str, Any]:
     out["disk_hit_writes"] = list(writes)
     if mon is not None:
         mon.flush()
-        from jitwatch.events import EventKind, Phase
-        from jitwatch.journal import Journal
+        from jitwatch.core.events import EventKind, Phase
+        from jitwatch.store.journal import Journal
 
         with Journal(cfg["journal_dir"]) as j:
             evs = j.events(kind=EventKind.COMPILE, limit=1, newest_first=True)
@@ -200,15 +200,15 @@ def _worker_compile(cfg: dict[str, Any]) -> dict[str, Any]:
             hits = j.events(kind=EventKind.COMPILE, phase=Phase.SERVING, limit=100_000)
             out["disk_hit_events_flagged"] = sum(1 for e in hits if e.cache_hit)
             out["disk_hit_events"] = len(hits)
-        out["dropped"] = mon.writer.dropped_total if mon.writer else None
+        out["dropped"] = mon.sink.dropped_total if mon.sink else None
         mon.uninstall()
     return out
 
 
 def _worker_burst(cfg: dict[str, Any]) -> dict[str, Any]:
     """One process: journal ``cfg['n']`` copies of a real compile event, one transaction each."""
-    from jitwatch.events import Event
-    from jitwatch.writer import JournalWriter
+    from jitwatch.core.events import Event
+    from jitwatch.store.writer import JournalWriter
 
     writes: list[tuple[int, float, float]] = []
     _patch_journal_write(writes)

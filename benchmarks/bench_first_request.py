@@ -11,7 +11,7 @@ Six scenarios, each in a fresh process (Triton's in-memory cache is per process)
 * ``cold/no-warmup``: empty ``TRITON_CACHE_DIR``; the first request compiles the kernel.
 * ``warm/no-warmup``: the disk cache the previous process filled; the first request still loads
   it (a JIT hook round trip, a disk read, a module load).
-* ``cold/warmup`` and ``warm/warmup``: :func:`jitwatch.warmup.warmup_slot_mapping` runs inside
+* ``cold/warmup`` and ``warm/warmup``: :func:`jitwatch.warmup.slot_mapping.warmup_slot_mapping` runs inside
   ``Monitor.warmup()`` before the first request.
 * ``cold/warmup+gpu-awake`` and ``warm/warmup+gpu-awake``: the same, with 200 plain torch ops
   (no Triton) run right before the first request, so the GPU is busy when it arrives: this
@@ -57,11 +57,11 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     import torch
     import triton
 
-    from jitwatch.events import EventKind, Phase
+    from jitwatch import WorkerIdentity, create_monitor
+    from jitwatch.core.events import EventKind, Phase
     from jitwatch.kernels.slot_mapping import compute_slot_mapping, get_slot_mapping_kernel, slot_mapping_reference
-    from jitwatch.monitor import Monitor, WorkerIdentity
     from jitwatch.testing import read_events
-    from jitwatch.warmup import warmup_slot_mapping
+    from jitwatch.warmup.slot_mapping import warmup_slot_mapping
 
     dev = cfg.get("device", "cuda")
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
@@ -93,7 +93,7 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
         requests.append((n, qsl.to(dev), pos.to(dev), qsl, pos))
     sync()
 
-    mon = Monitor(mode="warn", identity=WorkerIdentity(rank=0), tracer_provider=False)
+    mon = create_monitor(mode="warn", identity=WorkerIdentity(rank=0), tracer_provider=False)
     import dataclasses
 
     mon.settings = dataclasses.replace(mon.settings, journal_dir=Path(cfg["journal_dir"]))

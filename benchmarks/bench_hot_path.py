@@ -109,15 +109,15 @@ def main() -> None:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
-        from jitwatch.compile_only import activate
+        from jitwatch.backends.triton.compile_only import activate
 
         activate()
         sync = lambda: None  # noqa: E731
     else:
         sync = torch.cuda.synchronize
 
+    from jitwatch import WorkerIdentity, create_monitor
     from jitwatch.config import Settings
-    from jitwatch.monitor import Monitor, WorkerIdentity
 
     s = _setup(device)
     calls = _calls(device, s)
@@ -140,7 +140,9 @@ def main() -> None:
         for cond in order:
             mon = None
             if cond == "monitor":
-                mon = Monitor(settings, mode="warn", identity=WorkerIdentity(rank=0), tracer_provider=False).install()
+                mon = create_monitor(
+                    settings, mode="warn", identity=WorkerIdentity(rank=0), tracer_provider=False
+                ).install()
                 mon.activate()
                 assert triton.knobs.runtime.jit_cache_hook is not slots[0]
             else:

@@ -43,7 +43,7 @@ def _capture_real_kwargs() -> dict[str, dict[str, Any]]:
     import torch
     import triton
 
-    from jitwatch.compile_only import activate
+    from jitwatch.backends.triton.compile_only import activate
     from jitwatch.kernels.slot_mapping import compute_slot_mapping, new_slot_mapping_kernel
 
     activate()
@@ -76,11 +76,11 @@ def _capture_real_kwargs() -> dict[str, dict[str, Any]]:
 def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     import triton
 
-    from jitwatch.monitor import Monitor, WorkerIdentity
+    from jitwatch import WorkerIdentity, create_monitor
 
     real = _capture_real_kwargs()
     rss0 = rss_bytes()
-    mon = Monitor(mode="warn", identity=WorkerIdentity(rank=0), tracer_provider=False).install()
+    mon = create_monitor(mode="warn", identity=WorkerIdentity(rank=0), tracer_provider=False).install()
     if cfg["phase"] == "serving":
         mon.activate()
     else:
@@ -120,8 +120,8 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
         "events_per_s": cfg["events"] / elapsed,
         "warned_pairs": len(getattr(mon, "_warned", ())),
         "pending": len(getattr(mon, "_pending", ())),
-        "dropped": mon.writer.dropped_total if mon.writer else None,
-        "written": mon.writer.written_total if mon.writer else None,
+        "dropped": mon.sink.dropped_total if mon.sink else None,
+        "written": mon.sink.written_total if mon.sink else None,
     }
     mon.uninstall()
     return out

@@ -35,7 +35,7 @@ BLOCK_SIZE = 16
 def _run_variant(specialize: bool, sizes: list[int], device: str) -> dict[str, Any]:
     import torch
 
-    from jitwatch.events import Phase
+    from jitwatch.core.events import Phase
     from jitwatch.kernels.slot_mapping import (
         cached_keys,
         compute_slot_mapping,

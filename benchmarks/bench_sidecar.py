@@ -4,7 +4,7 @@ Setup (all on 127.0.0.1, each server and the load generator in its own process):
 
 * a journal of ``--events`` compile events (default 100 000) over ``--kernels`` kernel names
   (500) and ``--ranks`` ranks (8), plus each rank's worker_start / warmup / first_request events,
-  written with :class:`jitwatch.journal.Journal` (the same aggregates a worker updates); each
+  written with :class:`jitwatch.store.journal.Journal` (the same aggregates a worker updates); each
   event carries attrs shaped like a real compile's (signature, constexprs, stages,
   specialization data);
 * the jitwatch sidecar (:func:`jitwatch.sidecar.create_app` under uvicorn, access log off);
@@ -46,8 +46,8 @@ HERE = Path(__file__).resolve()
 # --------------------------------------------------------------------------- journal
 def build_journal(directory: Path, events: int, kernels: int, ranks: int, seed: int = 0) -> dict[str, Any]:
     """Fill a journal like ``ranks`` workers that compiled ``events`` times over ``kernels`` names."""
-    from jitwatch.events import Event, EventKind, Phase
-    from jitwatch.journal import Journal
+    from jitwatch.core.events import Event, EventKind, Phase
+    from jitwatch.store.journal import Journal
 
     rng = random.Random(seed)
     t_start = time.time() - 3600
@@ -140,7 +140,7 @@ def serve_floor(journal_dir: str, port: int) -> None:
     from prometheus_client import start_http_server
     from prometheus_client.registry import Collector, CollectorRegistry
 
-    from jitwatch.metrics import make_registry
+    from jitwatch.views.metrics import make_registry
 
     families = list(make_registry(journal_dir).collect())  # read the journal once
 

@@ -4,7 +4,7 @@ Each request is split into host dispatch (``compute_slot_mapping`` returning), G
 (CUDA events around the launch) and the rest of ``torch.cuda.synchronize()``. Modes, each in a
 fresh process on a warm Triton disk cache, ``--reps`` times:
 
-* ``warmup1``: :func:`jitwatch.warmup.warmup_slot_mapping` (one launch), then the requests;
+* ``warmup1``: :func:`jitwatch.warmup.slot_mapping.warmup_slot_mapping` (one launch), then the requests;
 * ``warmup1+launches``: the same, plus ``--extra`` launches of the warmed kernel on the warmup's
   own shape before the first request (what a warmup that also exercises the launch path does);
 * ``warmup1+torch``: the same as ``warmup1`` plus ``--extra`` plain torch ops (GPU busy, no Triton).
@@ -37,9 +37,9 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     import torch
     import triton
 
+    from jitwatch import WorkerIdentity, create_monitor
     from jitwatch.kernels.slot_mapping import compute_slot_mapping, get_slot_mapping_kernel
-    from jitwatch.monitor import Monitor, WorkerIdentity
-    from jitwatch.warmup import warmup_slot_mapping
+    from jitwatch.warmup.slot_mapping import warmup_slot_mapping
 
     dev = "cuda"
     torch.ones(1024, device=dev).sum().item()
@@ -59,7 +59,7 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
         reqs.append((n, qsl.to(dev), pos.to(dev)))
     scratch = torch.zeros(1024, device=dev)
     torch.cuda.synchronize()
-    mon = Monitor(mode="warn", identity=WorkerIdentity(rank=0), tracer_provider=False).install()
+    mon = create_monitor(mode="warn", identity=WorkerIdentity(rank=0), tracer_provider=False).install()
     kernel = get_slot_mapping_kernel(False)
     with mon.warmup():
         warmup_slot_mapping(table, BLOCK_SIZE, MAX_NUM_TOKENS, slot_mappings=out, kernel=kernel)

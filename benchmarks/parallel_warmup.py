@@ -5,10 +5,10 @@ Usage::
     .venv/bin/python benchmarks/parallel_warmup.py [--variants 24] [--repeats 3] [--workers N]
 
 1. Records a manifest: one process, compile-only driver, monitor installed, compiles ``--variants``
-   distinct specializations of the field-case kernels (``tests/kernels_fieldcases.py``) and
-   exports them with ``jitwatch.manifest.export(..., all_phases=True)``.
+   distinct specializations of the field-case kernels (``tests/backends/triton/kernels_fieldcases.py``) and
+   exports them with ``jitwatch.warmup.manifest.export(..., all_phases=True)``.
 2. For each mode (serial, threads, processes) and repeat: a NEW process with an EMPTY
-   ``TRITON_CACHE_DIR`` replays the manifest (``jitwatch.replay.replay``) and reports the replay's
+   ``TRITON_CACHE_DIR`` replays the manifest (``jitwatch.warmup.replay.replay``) and reports the replay's
    wall time (seconds, from the first resolve to the last kernel in the in-memory cache; process
    start-up and imports excluded, pool start-up included).
 Prints a Markdown table (median of repeats) and the ratio serial / mode.
@@ -31,10 +31,10 @@ TESTS = ROOT / "tests"
 RECORD = r"""
 import sys, torch
 sys.path.insert(0, {tests!r})
-from jitwatch.compile_only import activate
+from jitwatch.backends.triton.compile_only import activate
 activate()
 import jitwatch, kernels_fieldcases as kf
-from jitwatch.manifest import export
+from jitwatch.warmup.manifest import export
 mon = jitwatch.install(mode="warn", journal_dir={journal!r}, tracer_provider=False)
 calls = []
 for block in (64, 128, 256, 512):
@@ -62,11 +62,11 @@ print("ENTRIES", len(m.entries))
 REPLAY = r"""
 import sys, json
 sys.path.insert(0, {tests!r})
-from jitwatch.compile_only import activate
+from jitwatch.backends.triton.compile_only import activate
 activate()
 import torch, triton, kernels_fieldcases  # imports outside the timed part
 import os
-from jitwatch.replay import replay
+from jitwatch.warmup.replay import replay
 load = os.getloadavg()[0]
 t0 = os.times()
 r = replay({manifest!r}, allow=["kernels_fieldcases"], parallel={mode!r}, workers={workers})

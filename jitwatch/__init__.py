@@ -1,4 +1,4 @@
-"""jitwatch: observability for Triton JIT compilation in LLM inference workers.
+"""jitwatch: observability for just-in-time compilation in LLM inference workers.
 
 Public API (see ``docs/api.md``)::
 
@@ -8,21 +8,34 @@ Public API (see ``docs/api.md``)::
         ...
     with mon.request():
         ...
+
+The package's layers (``docs/architecture.md``): :mod:`jitwatch.backends` → :mod:`jitwatch.core`
+→ :mod:`jitwatch.store` → :mod:`jitwatch.views` → :mod:`jitwatch.sidecar` / :mod:`jitwatch.cli`,
+with :mod:`jitwatch.warmup`, :mod:`jitwatch.kernels`, :mod:`jitwatch.integrations` and
+:mod:`jitwatch.demo` beside them; :mod:`jitwatch.worker` wires a worker's monitor together.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from jitwatch.config import ConfigError, Mode, Settings
-from jitwatch.events import Event, EventKind, Phase
-from jitwatch.hooks import ServingCompileError
-from jitwatch.monitor import Monitor, WorkerIdentity, get_monitor, install, uninstall
+from jitwatch._version import __version__
+from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind, CompileSink
+from jitwatch.config import Mode, Settings
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.core.identity import WorkerIdentity
+from jitwatch.core.monitor import Monitor
+from jitwatch.errors import ConfigError, JitwatchError, ServingCompileError
+from jitwatch.worker import create_monitor, get_monitor, install, uninstall
 
 __all__ = [
+    "Backend",
+    "BackendStatus",
+    "Capture",
+    "CompileKind",
+    "CompileSink",
     "ConfigError",
     "Event",
     "EventKind",
+    "JitwatchError",
     "Mode",
     "Monitor",
     "Phase",
@@ -30,6 +43,7 @@ __all__ = [
     "Settings",
     "WorkerIdentity",
     "__version__",
+    "create_monitor",
     "get_monitor",
     "install",
     "uninstall",

@@ -1,9 +1,11 @@
-"""Every ``JITWATCH_*`` environment variable, in one place.
+"""Every ``JITWATCH_*`` environment variable, in one place, parsed once into :class:`Settings`.
 
 Each name is a module-level constant so that code, tests and docs refer to the same string
 (the pattern of ``opentelemetry.sdk.environment_variables``). Values are read when a
-:class:`Settings` is built, never at import time, so tests and vLLM worker processes that set
-the environment late still see them. The table in ``docs/configuration.md`` mirrors this file.
+:class:`Settings` is built (:meth:`Settings.from_env`, once per entry point: ``jitwatch.install``,
+the vLLM plugin, the sidecar, each CLI command), never at import time, so tests and vLLM worker
+processes that set the environment late still see them. No other module reads a ``JITWATCH_*``
+variable. The README's configuration table mirrors this file.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from jitwatch.errors import ConfigError
+
 JITWATCH_DIR = "JITWATCH_DIR"
 """Journal directory shared by workers and the sidecar. Default: ``$XDG_STATE_HOME/jitwatch``
 or ``~/.local/state/jitwatch``."""
@@ -22,7 +26,10 @@ JITWATCH_MODE = "JITWATCH_MODE"
 """``off`` / ``warn`` / ``error``: what a serving-phase compile does. Default ``warn``."""
 
 JITWATCH_RANK = "JITWATCH_RANK"
-"""Explicit global rank of this worker; overrides ``RANK`` and ``LOCAL_RANK``."""
+"""Offset added to the worker's global rank, everywhere: the rank is ``JITWATCH_RANK`` plus the
+host's own (vLLM's global rank in the plugin; else ``RANK``, else ``LOCAL_RANK``, else 0). With no
+host rank it is the rank itself; with one it keeps independent jobs (two vLLM engines) that share a
+journal apart. Default 0."""
 
 JITWATCH_TP_RANK = "JITWATCH_TP_RANK"
 JITWATCH_PP_RANK = "JITWATCH_PP_RANK"
@@ -75,6 +82,11 @@ JITWATCH_HEARTBEAT_SECONDS = "JITWATCH_HEARTBEAT_SECONDS"
 row's ``last_ts``). ``0`` turns the heartbeat off (the sidecar then never reports that worker
 stale). Default 10."""
 
+JITWATCH_BACKENDS = "JITWATCH_BACKENDS"
+"""Comma-separated JIT backends to watch (``triton``, or a third-party backend's entry-point name),
+``all`` (every available backend: the default) or ``none`` (phases and requests only). A backend
+whose library is not installed is skipped at no cost; an unknown name is an error."""
+
 JITWATCH_STALE_SECONDS = "JITWATCH_STALE_SECONDS"
 """Sidecar: a rank whose latest worker heartbeats but was last seen longer ago than this is
 ``stale`` and not ready. ``0`` turns the check off. Default 60 (6 times the default heartbeat)."""
@@ -101,6 +113,7 @@ ALL_VARIABLES = (
     JITWATCH_SLOT_MAPPING_WARMUP,
     JITWATCH_HEARTBEAT_SECONDS,
     JITWATCH_STALE_SECONDS,
+    JITWATCH_BACKENDS,
 )
 
 DEFAULT_HOST = "127.0.0.1"
@@ -127,8 +140,8 @@ class Mode(str, Enum):
     ERROR = "error"
 
 
-class ConfigError(ValueError):
-    """A ``JITWATCH_*`` variable holds a value jitwatch cannot use; the message names it."""
+REPLAY_PARALLEL_CHOICES = ("auto", "serial", "threads", "processes")
+SLOT_MAPPING_WARMUP_CHOICES = ("auto", "on", "off")
 
 
 def _int(
@@ -189,52 +202,72 @@ def parse_mode(raw: str | Mode | None) -> Mode:
         raise ConfigError(f"{JITWATCH_MODE}={raw!r}: expected one of off, warn, error") from None
 
 
-def _optional_int(env: dict[str, str] | os._Environ[str], name: str) -> int | None:
+def mode_from_env(env: dict[str, str] | os._Environ[str] | None = None) -> Mode | None:
+    """``JITWATCH_MODE`` alone, or ``None`` when it is unusable: for a caller that must decide
+    whether to raise while reporting that *another* variable is unusable."""
+    env = os.environ if env is None else env
+    try:
+        return parse_mode(env.get(JITWATCH_MODE))
+    except ConfigError:
+        return None
+
+
+def _optional_int(env: dict[str, str] | os._Environ[str], name: str, *, minimum: int | None = 0) -> int | None:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return None
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name}={value} is negative" if minimum == 0 else f"{name}={value} is below {minimum}")
+    if value > MAX_RANK:
+        raise ConfigError(f"{name}={value} is above the maximum {MAX_RANK}")
+    return value
 
 
-def detect_rank(env: dict[str, str] | os._Environ[str] | None = None) -> int:
-    """Global rank: ``JITWATCH_RANK``, else ``RANK`` (torchrun), else ``LOCAL_RANK``, else 0."""
-    env = os.environ if env is None else env
-    for name in (JITWATCH_RANK, "RANK", "LOCAL_RANK"):
-        value = _optional_int(env, name)
-        if value is not None:
-            if value < 0:
-                raise ConfigError(f"{name}={value} is negative")
-            return value
-    return 0
+def _choice(env: dict[str, str] | os._Environ[str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw not in choices:
+        raise ConfigError(f"{name}={env.get(name)!r}: expected one of {', '.join(choices)}")
+    return raw
 
 
-def detect_parallel_ranks(env: dict[str, str] | os._Environ[str] | None = None) -> dict[str, int | None]:
-    """``{"tp_rank", "pp_rank", "dp_rank", "local_rank"}`` from ``JITWATCH_TP_RANK``,
-    ``JITWATCH_PP_RANK``, ``JITWATCH_DP_RANK`` and ``LOCAL_RANK`` (``None`` where unset).
+def _names(env: dict[str, str] | os._Environ[str], name: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p.strip() for p in (env.get(name) or "").split(",") if p.strip()))
 
-    Raises :class:`ConfigError` for a non-integer or negative value.
-    """
-    env = os.environ if env is None else env
-    out: dict[str, int | None] = {}
-    for field_name, var in (
-        ("tp_rank", JITWATCH_TP_RANK),
-        ("pp_rank", JITWATCH_PP_RANK),
-        ("dp_rank", JITWATCH_DP_RANK),
-        ("local_rank", "LOCAL_RANK"),
-    ):
-        value = _optional_int(env, var)
-        if value is not None and value < 0:
-            raise ConfigError(f"{var}={value} is negative")
-        out[field_name] = value
-    return out
+
+def parse_backends(raw: str | None) -> tuple[str, ...] | None:
+    """``JITWATCH_BACKENDS`` → backend names, ``None`` for ``all`` (or unset), ``()`` for ``none``.
+
+    Raises :class:`ConfigError` for a name that is not a plain identifier."""
+    text = (raw or "").strip().lower()
+    if text in ("", "all"):
+        return None
+    if text == "none":
+        return ()
+    names = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    for n in names:
+        if not n.replace("_", "a").replace("-", "a").isalnum():
+            raise ConfigError(f"{JITWATCH_BACKENDS}={raw!r}: {n!r} is not a backend name")
+    return names
+
+
+MAX_RANK = 2**31 - 1
+"""Largest rank accepted (ranks are stored as SQLite integers and Prometheus label values)."""
 
 
 @dataclass(frozen=True)
 class Settings:
-    """jitwatch's configuration, read from the environment by :meth:`from_env`."""
+    """jitwatch's configuration, read from the environment by :meth:`from_env`.
+
+    Every field maps to one variable (see the module constants); ``rank_offset`` is
+    ``JITWATCH_RANK``; ``env_rank`` and ``local_rank`` are the launcher's ``RANK`` and
+    ``LOCAL_RANK``, read here too so that nothing else parses the environment.
+    """
 
     journal_dir: Path
     mode: Mode = Mode.WARN
@@ -248,11 +281,26 @@ class Settings:
     target_arch: int = DEFAULT_TARGET_ARCH
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     stale_seconds: float = DEFAULT_STALE_SECONDS
+    backends: tuple[str, ...] | None = None
+    """``None``: every available backend; ``()``: none."""
+    rank_offset: int = 0
+    env_rank: int | None = None
+    local_rank: int | None = None
+    tp_rank: int | None = None
+    pp_rank: int | None = None
+    dp_rank: int | None = None
+    manifest: Path | None = None
+    manifest_allow: tuple[str, ...] = ()
+    replay_parallel: str = "auto"
+    replay_workers: int | None = None
+    slot_mapping_warmup: str = "auto"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ[str] | None = None) -> Settings:
-        """Build settings from ``env`` (default ``os.environ``). Raises :class:`ConfigError`."""
+        """Build settings from ``env`` (default ``os.environ``). Raises :class:`ConfigError`
+        naming the first variable whose value cannot be used."""
         env = os.environ if env is None else env
+        manifest = (env.get(JITWATCH_MANIFEST) or "").strip()
         return cls(
             journal_dir=default_journal_dir(env),
             mode=parse_mode(env.get(JITWATCH_MODE)),
@@ -266,4 +314,27 @@ class Settings:
             target_arch=_int(env, JITWATCH_TARGET_ARCH, DEFAULT_TARGET_ARCH, 1),
             heartbeat_seconds=_float(env, JITWATCH_HEARTBEAT_SECONDS, DEFAULT_HEARTBEAT_SECONDS),
             stale_seconds=_float(env, JITWATCH_STALE_SECONDS, DEFAULT_STALE_SECONDS),
+            backends=parse_backends(env.get(JITWATCH_BACKENDS)),
+            rank_offset=_optional_int(env, JITWATCH_RANK) or 0,
+            env_rank=_optional_int(env, "RANK"),
+            local_rank=_optional_int(env, "LOCAL_RANK"),
+            tp_rank=_optional_int(env, JITWATCH_TP_RANK),
+            pp_rank=_optional_int(env, JITWATCH_PP_RANK),
+            dp_rank=_optional_int(env, JITWATCH_DP_RANK),
+            manifest=Path(manifest).expanduser() if manifest else None,
+            manifest_allow=_names(env, JITWATCH_MANIFEST_ALLOW),
+            replay_parallel=_choice(env, JITWATCH_REPLAY_PARALLEL, REPLAY_PARALLEL_CHOICES, "auto"),
+            replay_workers=_optional_int(env, JITWATCH_REPLAY_WORKERS, minimum=1),
+            slot_mapping_warmup=_choice(env, JITWATCH_SLOT_MAPPING_WARMUP, SLOT_MAPPING_WARMUP_CHOICES, "auto"),
         )
+
+    def rank(self, host_rank: int | None = None) -> int:
+        """The global rank: :attr:`rank_offset` (``JITWATCH_RANK``) plus ``host_rank`` (what the
+        host framework says, e.g. vLLM's global rank), else ``RANK``, else ``LOCAL_RANK``, else 0.
+
+        Raises :class:`ConfigError` when the sum passes :data:`MAX_RANK` or is negative."""
+        base = host_rank if host_rank is not None else self.env_rank if self.env_rank is not None else self.local_rank
+        value = self.rank_offset + (base or 0)
+        if not 0 <= value <= MAX_RANK:
+            raise ConfigError(f"rank {value} ({JITWATCH_RANK}={self.rank_offset} + host rank {base}) is out of range")
+        return value

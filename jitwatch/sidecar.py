@@ -2,11 +2,11 @@
 
 Routes (see ``docs/sidecar.md``):
 
-* ``GET /jit`` — :class:`~jitwatch.status.JitStatus`: ranks, kernels, recent serving compiles.
-* ``GET /jit/events`` — the event log, filtered (``phase``, ``kind``, ``kernel``, ``rank``,
-  ``since``, ``limit``), newest first.
+* ``GET /jit`` — :class:`~jitwatch.views.status.JitStatus`: ranks, kernels, recent serving compiles.
+* ``GET /jit/events`` — the event log, filtered (``phase``, ``kind``, ``backend``, ``kernel``,
+  ``rank``, ``since``, ``limit``), newest first.
 * ``GET /metrics`` — Prometheus text 0.0.4 or OpenMetrics 1.0 (``Accept``), see
-  :mod:`jitwatch.metrics`. A plain route: mounting ``make_asgi_app()`` would answer
+  :mod:`jitwatch.views.metrics`. A plain route: mounting ``make_asgi_app()`` would answer
   ``/metrics`` with a 307 redirect to ``/metrics/``.
 * ``GET /livez`` — always 200 while the process runs.
 * ``GET /readyz`` — 200 once ≥ 1 rank registered and every rank's latest worker completed
@@ -35,12 +35,13 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from jitwatch import __version__
+from jitwatch._version import __version__
 from jitwatch.config import Settings
-from jitwatch.events import Event, EventKind, Phase
-from jitwatch.journal import Journal, JournalCorruptError
-from jitwatch.metrics import render as render_metrics
-from jitwatch.status import DEFAULT_KERNELS_LIMIT, JitStatus, Readiness, build_status, readiness
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.errors import JournalCorruptError, JournalVersionError, PortUnavailableError
+from jitwatch.store.journal import Journal
+from jitwatch.views.metrics import render as render_metrics
+from jitwatch.views.status import DEFAULT_KERNELS_LIMIT, JitStatus, Readiness, build_status, readiness
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,12 @@ ALL_INTERFACES = frozenset({"0.0.0.0", "::", "[::]", ""})
 MAX_EVENTS_LIMIT = 1000
 MAX_RANK = 2**31 - 1
 """Upper bound of the ``rank`` filter: larger integers do not fit SQLite's INTEGER (would be a 500)."""
+
+BackendQuery = Query(
+    max_length=64,
+    pattern=r"^[a-z][a-z0-9_]*$",
+    description="Only this JIT backend (e.g. triton, torch_compile).",
+)
 
 
 class PrettyJSONResponse(JSONResponse):
@@ -149,6 +156,10 @@ def create_app(
         except NotADirectoryError:
             yield None, f"journal directory {directory} is not a directory"
             return
+        except JournalVersionError as exc:
+            log.warning("jitwatch: %s", exc)
+            yield None, f"journal unreadable: {exc}"
+            return
         except (OSError, JournalCorruptError, sqlite3.Error) as exc:
             log.warning("jitwatch: cannot open journal in %s: %s", directory, exc)
             yield None, f"journal unreadable: {type(exc).__name__}"
@@ -171,10 +182,11 @@ def create_app(
             int,
             Query(ge=1, le=10_000, description="Most kernels listed (most serving compiles first)."),
         ] = DEFAULT_KERNELS_LIMIT,
+        backend: Annotated[str | None, BackendQuery] = None,
     ) -> JitStatus:
         with open_journal() as (journal, error):
             try:
-                return build_status(journal, error=error, kernels_limit=kernels, stale_after=stale)
+                return build_status(journal, error=error, kernels_limit=kernels, stale_after=stale, backend=backend)
             except sqlite3.Error as exc:
                 log.warning("jitwatch: journal read failed: %s", exc)
                 return build_status(None, error=f"journal unreadable: {type(exc).__name__}")
@@ -194,6 +206,7 @@ def create_app(
         phase: Annotated[Phase | None, Query(description="Only events in this phase.")] = None,
         kind: Annotated[EventKind | None, Query(description="Only events of this kind.")] = None,
         kernel: Annotated[str | None, Query(max_length=512, description="Exact kernel name.")] = None,
+        backend: Annotated[str | None, BackendQuery] = None,
         rank: Annotated[int | None, Query(ge=0, le=MAX_RANK, description="Global rank.")] = None,
         since: Annotated[
             float | None, Query(ge=0, allow_inf_nan=False, description="Only events after this Unix time (s).")
@@ -206,7 +219,9 @@ def create_app(
                     return []
                 raise HTTPException(status_code=503, detail=error or "journal unreadable")
             try:
-                return journal.events(kind=kind, phase=phase, kernel=kernel, rank=rank, since=since, limit=limit)
+                return journal.events(
+                    kind=kind, phase=phase, kernel=kernel, rank=rank, since=since, limit=limit, backend=backend
+                )
             except sqlite3.Error as exc:
                 raise HTTPException(status_code=503, detail=f"journal unreadable: {type(exc).__name__}") from exc
 
@@ -260,10 +275,6 @@ def create_app(
 
 def is_all_interfaces(host: str) -> bool:
     return host.strip() in ALL_INTERFACES
-
-
-class PortUnavailableError(RuntimeError):
-    """``host:port`` cannot be bound (in use by a listener, or not an address of this host)."""
 
 
 def check_bind(host: str, port: int) -> None:

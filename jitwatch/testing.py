@@ -1,13 +1,18 @@
 """Test helpers for code that uses jitwatch (importable by users, like ``structlog.testing``).
 
-* :func:`monitored` — a context manager giving a fresh :class:`~jitwatch.monitor.Monitor` whose
+* :func:`monitored` — a context manager giving a fresh :class:`~jitwatch.core.monitor.Monitor` whose
   journal lives in a temporary directory, with the compile-only driver active (real Triton
-  compiles on a CPU machine, see :mod:`jitwatch.compile_only`) and a fresh ``TRITON_CACHE_DIR``.
+  compiles on a CPU machine, see :mod:`jitwatch.backends.triton.compile_only`) and a fresh ``TRITON_CACHE_DIR``.
 * :class:`TritonHookRecorder` — records, independently of jitwatch, what Triton's own
   ``jit_cache_hook``/``jit_post_compile_hook``/``compilation.listener`` see; install it *before*
   jitwatch so jitwatch chains to it, then compare the two.
 * :func:`fresh_kernel_cache` — forget a kernel's in-memory compile cache (Triton keeps one per
   ``JITFunction`` per process), so the next ``warmup`` goes through the hooks again.
+* :class:`JournalBuilder` — writes made-up workers, phases and compiles into a real journal, for
+  tests of views, the sidecar, dashboards and alerts that need no compiler at all.
+* :class:`RecordingSink` — an in-memory event sink for a :class:`~jitwatch.core.monitor.Monitor`
+  (events materialized as the journal writer would), for tests of the core and of backends.
+* :func:`free_port` — a free TCP port on 127.0.0.1.
 
 Example::
 
@@ -27,27 +32,36 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from jitwatch.backends.base import Backend
+from jitwatch.backends.triton import TritonBackend
 from jitwatch.config import Mode, Settings
-from jitwatch.events import Event, EventKind, Phase
-from jitwatch.journal import Journal
-from jitwatch.monitor import Monitor, WorkerIdentity
+from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase
+from jitwatch.core.identity import WorkerIdentity
+from jitwatch.core.monitor import Monitor
 from jitwatch.redact import redact
+from jitwatch.store.journal import Journal
+from jitwatch.worker import create_monitor
 
 __all__ = [
+    "JournalBuilder",
     "MonitorHarness",
     "RecordedCompile",
+    "RecordingSink",
     "TritonHookRecorder",
     "compile_only_driver",
+    "free_port",
     "fresh_kernel_cache",
     "fresh_triton_cache",
+    "make_event",
     "monitored",
     "read_events",
 ]
@@ -200,20 +214,13 @@ class TritonHookRecorder:
 # ---------------------------------------------------------------------------------------------
 @contextmanager
 def compile_only_driver(arch: int = 90) -> Iterator[Any]:
-    """The compile-only driver (see :mod:`jitwatch.compile_only`) inside; the previous *active*
+    """The compile-only driver (see :mod:`jitwatch.backends.triton.compile_only`) inside; the previous *active*
     driver slot restored after — also on a machine where Triton has no default driver (CPU), where
-    ``triton.runtime.driver.reset_active()`` itself would raise."""
-    import triton
+    ``triton.runtime.driver.reset_active()`` itself would raise (:func:`compile_only`)."""
+    from jitwatch.backends.triton.compile_only import compile_only
 
-    from jitwatch.compile_only import activate
-
-    cfg = triton.runtime.driver
-    previous = getattr(cfg, "_active", None)
-    drv = activate(arch)
-    try:
+    with compile_only(arch) as drv:
         yield drv
-    finally:
-        cfg._active = previous
 
 
 @contextmanager
@@ -286,6 +293,20 @@ class MonitorHarness:
         with Journal(self.journal_dir) as j:
             return j.counters()
 
+    def backend(self, name: str) -> Backend:
+        """The monitor's installed backend called ``name`` (``KeyError`` if none)."""
+        for b in self.monitor.backends:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    @property
+    def triton(self) -> TritonBackend:
+        """The monitor's Triton backend."""
+        backend = self.backend("triton")
+        assert isinstance(backend, TritonBackend)
+        return backend
+
 
 @contextmanager
 def monitored(
@@ -298,14 +319,16 @@ def monitored(
     arch: int = 90,
     compile_only: bool = True,
     tracer_provider: Any = False,
+    backends: Sequence[Backend] | None = None,
 ) -> Iterator[MonitorHarness]:
     """A fresh, installed :class:`Monitor` (not the process-wide one) in a sandbox.
 
     Journal in ``journal_dir`` (default: a temp dir, removed after), ``TRITON_CACHE_DIR`` at
     ``triton_cache_dir`` (default: a fresh temp dir), the compile-only driver for ``arch`` active
     when ``compile_only`` (set ``False`` on a GPU machine to launch for real), tracing off unless a
-    provider is given. On exit the monitor is uninstalled (Triton's hooks restored) and the
-    previous driver and environment are put back.
+    provider is given, ``backends`` as :func:`jitwatch.create_monitor` (default: every available
+    one). On exit the monitor is uninstalled (every backend's hooks restored) and the previous
+    driver and environment are put back.
     """
     own_journal = journal_dir is None
     jdir = Path(tempfile.mkdtemp(prefix="jitwatch-journal-")) if journal_dir is None else Path(journal_dir)
@@ -314,7 +337,9 @@ def monitored(
     try:
         with fresh_triton_cache(triton_cache_dir) as cache_dir:
             with compile_only_driver(arch) if compile_only else _nothing() as drv:
-                mon = Monitor(settings, mode=mode, identity=ident, tracer_provider=tracer_provider).install()
+                mon = create_monitor(
+                    settings, mode=mode, identity=ident, backends=backends, tracer_provider=tracer_provider
+                ).install()
                 try:
                     yield MonitorHarness(mon, jdir, cache_dir, drv)
                 finally:
@@ -327,3 +352,208 @@ def monitored(
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield None
+
+
+# ---------------------------------------------------------------------------------------------
+# Journals and sinks without a compiler
+# ---------------------------------------------------------------------------------------------
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now (bound to port 0, then released)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class RecordingSink:
+    """An :class:`~jitwatch.core.monitor.EventSink` that keeps events in memory.
+
+    Deferred events are materialized at :meth:`submit` (on the calling thread, unlike the journal
+    writer), so a test sees exactly what the journal would store, minus redaction.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def submit(self, item: Event | DeferredEvent) -> bool:
+        ev = item if isinstance(item, Event) else item.to_event()
+        with self._lock:
+            self.events.append(ev)
+        return True
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.closed = True
+
+    def of_kind(self, kind: EventKind) -> list[Event]:
+        """Events of one kind, in submission order."""
+        with self._lock:
+            return [e for e in self.events if e.kind is kind]
+
+
+COMPILE_LIKE = (EventKind.COMPILE, EventKind.AUTOTUNE, EventKind.GRAPH_CAPTURE, EventKind.HOOK_ERROR)
+
+
+def make_event(
+    kind: EventKind, ts: float, *, rank: int = 0, pid: int = 100, host: str = "node-a", **fields: Any
+) -> Event:
+    """An :class:`Event` as a worker would journal it; compile-like kinds get ``backend="triton"``
+    unless a backend is given."""
+    if kind in COMPILE_LIKE:
+        fields.setdefault("backend", "triton")
+    return Event(kind=kind, ts=ts, rank=rank, pid=pid, host=host, **fields)
+
+
+class JournalBuilder:
+    """Writes made-up events into a real journal (``Journal(directory)``), for tests that need a
+    journal's contents but no compiler: views, sidecar, dashboards, alert rules.
+
+    Times are Unix seconds from ``t0``; every method writes at once (one transaction) and returns
+    the events written. Example::
+
+        b = JournalBuilder(tmp_path)
+        b.worker(rank=0)
+        b.warmup(rank=0, compiles=[("add", 0.3)])
+        b.compile("add", phase=Phase.SERVING, ts=b.t0 + 10, duration_s=0.09)
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, host: str = "node-a", t0: float = 1_700_000_000.0) -> None:
+        self.directory = Path(directory)
+        self.host = host
+        self.t0 = t0
+
+    def event(self, kind: EventKind, ts: float | None = None, *, rank: int = 0, pid: int = 100, **fields: Any) -> Event:
+        """An :class:`Event` (not written) with this builder's host (:func:`make_event`)."""
+        return make_event(kind, self.t0 if ts is None else ts, rank=rank, pid=pid, host=self.host, **fields)
+
+    def write(self, *events: Event) -> list[Event]:
+        """Write ``events`` in one transaction."""
+        with Journal(self.directory) as j:
+            j.write(list(events))
+        return list(events)
+
+    def worker(
+        self,
+        rank: int = 0,
+        *,
+        pid: int = 100,
+        ts: float | None = None,
+        mode: str = "warn",
+        backends: Sequence[str] = ("triton",),
+        **attrs: Any,
+    ) -> list[Event]:
+        """A ``worker_start`` with the given backends active (and their fields, as a monitor writes)."""
+        info: dict[str, dict[str, Any]] = {
+            b: {"state": "active", "version": "3.9.0" if b == "triton" else None, "hooks": []} for b in backends
+        }
+        return self.write(
+            self.event(
+                EventKind.WORKER_START,
+                ts,
+                rank=rank,
+                pid=pid,
+                attrs={
+                    "mode": mode,
+                    "backends": info,
+                    "triton_version": "3.9.0" if "triton" in backends else None,
+                    **attrs,
+                },
+            )
+        )
+
+    def compile(
+        self,
+        kernel: str,
+        *,
+        backend: str = "triton",
+        phase: Phase = Phase.WARMUP,
+        ts: float | None = None,
+        duration_s: float = 0.1,
+        key: str | None = None,
+        rank: int = 0,
+        pid: int = 100,
+        cache_hit: bool | None = None,
+        kind: EventKind = EventKind.COMPILE,
+        attrs: dict[str, Any] | None = None,
+    ) -> list[Event]:
+        """One compile-like event (``kind``: compile, autotune or graph_capture) ending at ``ts``."""
+        end = self.t0 if ts is None else ts
+        return self.write(
+            self.event(
+                kind,
+                end,
+                rank=rank,
+                pid=pid,
+                phase=phase,
+                backend=backend,
+                kernel=kernel,
+                key=key,
+                start_ts=end - duration_s,
+                duration_s=duration_s,
+                cache_hit=cache_hit,
+                attrs=dict(attrs or {}),
+            )
+        )
+
+    def warmup(
+        self,
+        rank: int = 0,
+        *,
+        pid: int = 100,
+        start: float | None = None,
+        end: float | None = None,
+        compiles: Sequence[tuple[str, float]] = (),
+        backend: str = "triton",
+    ) -> list[Event]:
+        """``warmup_start``, one warmup compile per ``(kernel, seconds)``, ``warmup_complete``."""
+        t_start = self.t0 + 1 if start is None else start
+        t_end = t_start + 1 + len(compiles) if end is None else end
+        events = [self.event(EventKind.WARMUP_START, t_start, rank=rank, pid=pid, phase=Phase.WARMUP)]
+        for i, (kernel, seconds) in enumerate(compiles):
+            ts = t_start + 0.5 + i * (t_end - t_start) / (len(compiles) + 1)
+            events.append(
+                self.event(
+                    EventKind.COMPILE,
+                    ts,
+                    rank=rank,
+                    pid=pid,
+                    phase=Phase.WARMUP,
+                    backend=backend,
+                    kernel=kernel,
+                    start_ts=ts - seconds,
+                    duration_s=seconds,
+                )
+            )
+        events.append(
+            self.event(
+                EventKind.WARMUP_COMPLETE,
+                t_end,
+                rank=rank,
+                pid=pid,
+                phase=Phase.SERVING,
+                start_ts=t_start,
+                duration_s=t_end - t_start,
+                attrs={"kernels_compiled": len(compiles), "compile_seconds": sum(s for _, s in compiles)},
+            )
+        )
+        return self.write(*events)
+
+    def first_request(
+        self, rank: int = 0, *, pid: int = 100, ts: float | None = None, latency_s: float = 0.01
+    ) -> list[Event]:
+        """The rank's ``first_request`` event."""
+        end = self.t0 + 10 if ts is None else ts
+        return self.write(
+            self.event(
+                EventKind.FIRST_REQUEST,
+                end,
+                rank=rank,
+                pid=pid,
+                phase=Phase.SERVING,
+                start_ts=end - latency_s,
+                duration_s=latency_s,
+            )
+        )

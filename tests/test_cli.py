@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from jitwatch.cli import app
 from jitwatch.config import Settings
-from jitwatch.events import Event, EventKind, Phase
-from jitwatch.journal import Journal
+from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.sidecar import create_app
+from jitwatch.store.journal import Journal
 
 T0 = 1_700_000_000.0
 TOKEN = "cli-token"
@@ -135,13 +135,15 @@ def test_help_shows_env_vars_and_defaults(monkeypatch: pytest.MonkeyPatch) -> No
     out = runner.invoke(app, ["serve", "--help"]).output
     for text in ("JITWATCH_HOST", "JITWATCH_PORT", "JITWATCH_DIR", "JITWATCH_TOKEN", "JITWATCH_STALE_SECONDS"):
         assert text in out
-    assert "[default: 9400]" in out and "[default: 127.0.0.1]" in out and "~/.local/state/jitwatch" in out
+    assert "JITWATCH_PORT, else 9400" in out and "JITWATCH_HOST, else 127.0.0.1" in out
+    assert "~/.local/state/jitwatch" in out
     out = runner.invoke(app, ["demo", "--help"]).output
     assert "demo-<port>" in out
     (exit_line,) = [line for line in out.splitlines() if "--exit " in line]
     assert "<bool>" not in exit_line
     out = runner.invoke(app, ["warmup", "replay", "--help"]).output
     assert "CPU count, at most 8" in out and "JITWATCH_MANIFEST_ALLOW" in out
+    assert "JITWATCH_REPLAY_PARALLEL" in out and "JITWATCH_TARGET_ARCH" in out
 
 
 def test_short_keys_end_with_ellipsis() -> None:

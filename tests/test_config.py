@@ -13,8 +13,7 @@ from jitwatch.config import (
     Mode,
     Settings,
     default_journal_dir,
-    detect_parallel_ranks,
-    detect_rank,
+    parse_backends,
     parse_mode,
 )
 
@@ -41,9 +40,45 @@ def test_every_variable_is_read() -> None:
         "JITWATCH_MAX_KERNELS": "3",
         "JITWATCH_QUEUE_SIZE": "7",
         "JITWATCH_TARGET_ARCH": "80",
+        "JITWATCH_HEARTBEAT_SECONDS": "2.5",
+        "JITWATCH_STALE_SECONDS": "30",
+        "JITWATCH_BACKENDS": "Triton, my_dsl",
+        "JITWATCH_RANK": "4",
+        "JITWATCH_TP_RANK": "1",
+        "JITWATCH_PP_RANK": "0",
+        "JITWATCH_DP_RANK": "2",
+        "JITWATCH_MANIFEST": "/tmp/m.json",
+        "JITWATCH_MANIFEST_ALLOW": "vllm, my_kernels,,vllm",
+        "JITWATCH_REPLAY_PARALLEL": "Threads",
+        "JITWATCH_REPLAY_WORKERS": "3",
+        "JITWATCH_SLOT_MAPPING_WARMUP": "off",
     }
+    assert set(env) == set(ALL_VARIABLES)
     s = Settings.from_env(env)
-    assert s == Settings(Path("/tmp/jw-x"), Mode.ERROR, "0.0.0.0", 0, "s3cret", 10, 60, 3, 7, 80)
+    assert s == Settings(
+        journal_dir=Path("/tmp/jw-x"),
+        mode=Mode.ERROR,
+        host="0.0.0.0",
+        port=0,
+        token="s3cret",
+        retention_events=10,
+        retention_seconds=60,
+        max_kernels=3,
+        queue_size=7,
+        target_arch=80,
+        heartbeat_seconds=2.5,
+        stale_seconds=30.0,
+        backends=("triton", "my_dsl"),
+        rank_offset=4,
+        tp_rank=1,
+        pp_rank=0,
+        dp_rank=2,
+        manifest=Path("/tmp/m.json"),
+        manifest_allow=("vllm", "my_kernels"),
+        replay_parallel="threads",
+        replay_workers=3,
+        slot_mapping_warmup="off",
+    )
 
 
 def test_variable_names_are_constants() -> None:
@@ -75,6 +110,14 @@ def test_journal_dir_without_home(monkeypatch) -> None:
         ({"JITWATCH_PORT": "-1"}, "below the minimum 0"),
         ({"JITWATCH_QUEUE_SIZE": "0"}, "JITWATCH_QUEUE_SIZE=0 is below the minimum 1"),
         ({"JITWATCH_RETENTION_EVENTS": "1e5"}, "not an integer"),
+        ({"JITWATCH_REPLAY_PARALLEL": "fast"}, "JITWATCH_REPLAY_PARALLEL='fast': expected one of auto, serial"),
+        ({"JITWATCH_REPLAY_WORKERS": "0"}, "JITWATCH_REPLAY_WORKERS=0 is below 1"),
+        ({"JITWATCH_SLOT_MAPPING_WARMUP": "yes"}, "expected one of auto, on, off"),
+        ({"JITWATCH_BACKENDS": "triton,../x"}, "is not a backend name"),
+        ({"JITWATCH_PP_RANK": "-2"}, "JITWATCH_PP_RANK=-2 is negative"),
+        ({"RANK": "-1"}, "RANK=-1 is negative"),
+        ({"LOCAL_RANK": "x"}, "LOCAL_RANK='x'"),
+        ({"JITWATCH_RANK": str(2**31)}, "above the maximum"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
@@ -103,24 +146,38 @@ def test_parse_mode() -> None:
         ({}, 0),
         ({"LOCAL_RANK": "2"}, 2),
         ({"RANK": "5", "LOCAL_RANK": "2"}, 5),
-        ({"JITWATCH_RANK": "9", "RANK": "5"}, 9),
+        ({"JITWATCH_RANK": "9"}, 9),
+        ({"JITWATCH_RANK": "8", "RANK": "5"}, 13),
         ({"JITWATCH_RANK": "", "RANK": "5"}, 5),
     ],
 )
-def test_detect_rank(env: dict[str, str], rank: int) -> None:
-    assert detect_rank(env) == rank
+def test_rank_is_offset_plus_host_rank(env: dict[str, str], rank: int) -> None:
+    """JITWATCH_RANK means one thing everywhere: an offset added to the host's rank."""
+    assert Settings.from_env(env).rank() == rank
+    assert Settings.from_env(env).rank(host_rank=1) == int(env.get("JITWATCH_RANK") or 0) + 1
 
 
-def test_detect_rank_errors() -> None:
-    with pytest.raises(ConfigError, match="RANK=-1 is negative"):
-        detect_rank({"RANK": "-1"})
-    with pytest.raises(ConfigError, match="LOCAL_RANK='x'"):
-        detect_rank({"LOCAL_RANK": "x"})
+def test_parallel_ranks() -> None:
+    s = Settings.from_env({"JITWATCH_TP_RANK": "1", "JITWATCH_DP_RANK": "0", "LOCAL_RANK": "3"})
+    assert (s.tp_rank, s.pp_rank, s.dp_rank, s.local_rank) == (1, None, 0, 3)
 
 
-def test_detect_parallel_ranks() -> None:
-    assert detect_parallel_ranks({}) == {"tp_rank": None, "pp_rank": None, "dp_rank": None, "local_rank": None}
-    got = detect_parallel_ranks({"JITWATCH_TP_RANK": "1", "JITWATCH_DP_RANK": "0", "LOCAL_RANK": "3"})
-    assert got == {"tp_rank": 1, "pp_rank": None, "dp_rank": 0, "local_rank": 3}
-    with pytest.raises(ConfigError, match="JITWATCH_PP_RANK=-2"):
-        detect_parallel_ranks({"JITWATCH_PP_RANK": "-2"})
+def test_parse_backends() -> None:
+    assert parse_backends(None) is None
+    assert parse_backends(" ALL ") is None
+    assert parse_backends("none") == ()
+    assert parse_backends("triton, torch_compile ,triton") == ("triton", "torch_compile")
+
+
+def test_nothing_else_reads_jitwatch_variables() -> None:
+    """Every JITWATCH_* variable is parsed in jitwatch/config.py and nowhere else."""
+    import re
+
+    root = Path(config.__file__).parent
+    pattern = re.compile(r"(os\.environ|getenv|environ\.get)[^\n]*JITWATCH_")
+    offenders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name != "config.py" and pattern.search(p.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []

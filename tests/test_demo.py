@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from jitwatch.config import Settings
-from jitwatch.demo import (
+from jitwatch.demo.runner import (
     LOCK_FILE,
     DemoError,
     DemoOptions,
@@ -25,13 +25,8 @@ from jitwatch.demo import (
     reset_journal,
     run_demo,
 )
-from jitwatch.journal import JOURNAL_FILE
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from jitwatch.store.journal import JOURNAL_FILE
+from jitwatch.testing import free_port
 
 
 def demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -186,7 +181,7 @@ def test_second_demo_on_the_same_journal_refuses(tmp_path: Path) -> None:
             run_demo(DemoOptions(port=free_port(), journal_dir=jdir, exit_after=True))
         # a second process sees the same (flock is per open file description, so test across processes)
         code = (
-            "import sys; from pathlib import Path; from jitwatch.demo import journal_lock, DemoSetupError\n"
+            "import sys; from pathlib import Path; from jitwatch.demo.runner import journal_lock, DemoSetupError\n"
             "try:\n    journal_lock(Path(sys.argv[1])).__enter__()\nexcept DemoSetupError: sys.exit(7)"
         )
         assert subprocess.run([sys.executable, "-c", code, str(jdir)], timeout=60).returncode == 7

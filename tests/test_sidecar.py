@@ -20,19 +20,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from jitwatch.config import Settings
-from jitwatch.contract import exposed_series_names
-from jitwatch.events import Event, EventKind, Phase
-from jitwatch.journal import JOURNAL_FILE, Journal
+from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.sidecar import MAX_EVENTS_LIMIT, PortUnavailableError, check_bind, create_app, run
-from jitwatch.status import NO_WORKER_REASON, JitStatus
+from jitwatch.store.journal import JOURNAL_FILE, Journal
+from jitwatch.testing import free_port, make_event
+from jitwatch.views.contract import exposed_series_names
+from jitwatch.views.status import NO_WORKER_REASON, JitStatus
 
 T0 = 1_700_000_000.0
+ev = make_event
 TOKEN = "test-token-123"
 NO_ENV = Settings(journal_dir=Path("/nonexistent/jitwatch-test"))  # never JITWATCH_* from the environment
-
-
-def ev(kind: EventKind, ts: float, rank: int = 0, pid: int = 100, **fields: object) -> Event:
-    return Event(kind=kind, ts=ts, rank=rank, pid=pid, host="node-a", **fields)  # type: ignore[arg-type]
 
 
 def worker_started(directory: Path, rank: int = 0) -> None:
@@ -367,10 +365,6 @@ def test_journal_dir_that_is_a_file(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------ real uvicorn process
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -423,7 +417,7 @@ def test_real_uvicorn_with_token(tmp_path: Path) -> None:
         assert httpx.get(base + "/readyz").status_code == 200
         r = httpx.get(base + "/metrics", headers=auth)
         assert r.status_code == 200
-        assert 'jitwatch_compiles_total{kernel="mul",phase="serving",rank="0"} 1.0' in r.text
+        assert 'jitwatch_compiles_total{backend="triton",kernel="mul",phase="serving",rank="0"} 1.0' in r.text
 
 
 # ---------------------------------------------------------------------- two real worker processes
@@ -443,7 +437,7 @@ def _worker(rank: int, journal_dir: str, cache_dir: str, warmed: Any, go: Any) -
     import triton.language as tl
 
     import jitwatch
-    from jitwatch.compile_only import activate
+    from jitwatch.backends.triton.compile_only import activate
 
     if rank == 0:
 
@@ -561,10 +555,12 @@ def test_responses_conform_to_openapi_schema(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- liveness: heartbeat, kill -9
 HEARTBEAT_WORKER = """
 import sys, time
+from dataclasses import replace
 from pathlib import Path
 from jitwatch.config import Settings
-from jitwatch.monitor import Monitor
-mon = Monitor(Settings(journal_dir=Path(sys.argv[1]), heartbeat_seconds=0.2), mode="warn", tracer_provider=False)
+from jitwatch.worker import create_monitor
+settings = replace(Settings.from_env(), journal_dir=Path(sys.argv[1]), heartbeat_seconds=0.2)
+mon = create_monitor(settings, mode="warn", tracer_provider=False)
 mon.install()
 with mon.warmup():
     pass

@@ -10,12 +10,14 @@ Usage::
     python dashboards/grafana/generate.py --check   # exit 1 if jitwatch.json is stale
 
 Both modes fail (exit 2) when a panel queries a metric or label that jitwatch does not export:
-every name is checked against :data:`jitwatch.contract.METRICS`, the metrics contract (the same
-check runs in tests/test_dashboards.py, also for the Prometheus rules).
+every name is checked against :data:`jitwatch.views.contract.METRICS`, the metrics contract (the same
+check runs in tests/observability/test_dashboards.py, also for the Prometheus rules).
 
 Conventions: stable ``uid``, ``id: null``; template variables ``datasource``, ``instance``,
-``rank``; every panel and target uses ``${datasource}``; rates use ``$__rate_interval``; every
-target has a ``refId``.
+``rank``, ``backend``; every panel and target uses ``${datasource}``; rates use
+``$__rate_interval``; every target has a ``refId``. Every query of a family with a ``backend``
+label filters on ``backend=~"$backend"``, and every aggregation of a per-kernel family keeps
+``backend`` (tests/observability/test_dashboards.py checks both).
 """
 
 from __future__ import annotations
@@ -46,13 +48,19 @@ HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "jitwatch.json"
 
 DASHBOARD_UID = "jitwatch-triton-jit"
-DASHBOARD_TITLE = "jitwatch: Triton JIT compilation"
+"""Kept from the Triton-only dashboard, so existing links and bookmarks still resolve."""
+DASHBOARD_TITLE = "jitwatch: JIT compilation"
 SIDECAR_URL = "http://localhost:9400"
 """Where docker-compose.yml publishes the sidecar (127.0.0.1:9400); used by panel links only."""
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SEL = 'instance=~"$instance", rank=~"$rank"'
 """Label matchers every per-rank query carries (template variables)."""
+BSEL = SEL + ', backend=~"$backend"'
+"""Label matchers of every query over a family with a ``backend`` label."""
+ALL_BACKENDS = ".*"
+"""The backend variable's *All* value: also matches ``backend=""`` (the vLLM plugin's hook errors)
+and backends of earlier workers that the latest ones no longer report in jitwatch_backend_info."""
 
 
 # ---------------------------------------------------------------------------- PromQL references
@@ -105,11 +113,11 @@ def promql_refs(expr: str) -> tuple[set[str], set[str], list[tuple[str, set[str]
 def check_contract(exprs: list[str], recorded: set[str] | None = None) -> list[str]:
     """Problems (empty when fine) with metric names/labels in ``exprs`` versus the contract.
 
-    Allowed: every series name of :func:`jitwatch.contract.exposed_series_names`, ``recorded``
+    Allowed: every series name of :func:`jitwatch.views.contract.exposed_series_names`, ``recorded``
     (recording-rule names), and the labels a metric declares plus ``job``/``instance`` (added by
     Prometheus) and ``le`` on histogram buckets.
     """
-    from jitwatch.contract import METRICS, exposed_series_names
+    from jitwatch.views.contract import METRICS, exposed_series_names
 
     names = exposed_series_names()
     labels_of: dict[str, set[str]] = {}
@@ -221,7 +229,7 @@ def warmup_compiles() -> bargauge.Panel:
     return (
         bargauge.Panel()
         .title("Kernels compiled during warmup per rank")
-        .description("jitwatch_warmup_compiles: Triton compiles inside the rank's latest Monitor.warmup().")
+        .description("jitwatch_warmup_compiles: compiles (every backend) inside the rank's latest Monitor.warmup().")
         .datasource(DS)
         .with_target(_q("A", f"jitwatch_warmup_compiles{{{SEL}}}", "rank {{rank}}", instant=True))
         .unit("short")
@@ -260,15 +268,16 @@ def compiles_by_phase() -> timeseries.Panel:
         timeseries.Panel()
         .title("Compiles by phase")
         .description(
-            "Triton compiles (in-memory cache misses, disk-cache hits included) per $__rate_interval, "
-            "by phase. startup and warmup compiles are expected; every serving compile stalled a request."
+            "JIT compiles per $__rate_interval, by phase and backend (Triton: in-memory cache misses; "
+            "loads from a persistent cache included). startup and warmup compiles are expected; every "
+            "serving compile stalled a request."
         )
         .datasource(DS)
         .with_target(
             _q(
                 "A",
-                f"sum by (phase) (increase(jitwatch_compiles_total{{{SEL}}}[$__rate_interval]))",
-                "{{phase}}",
+                f"sum by (backend, phase) (increase(jitwatch_compiles_total{{{BSEL}}}[$__rate_interval]))",
+                "{{phase}} ({{backend}})",
             )
         )
         .unit("short")
@@ -276,8 +285,8 @@ def compiles_by_phase() -> timeseries.Panel:
         .draw_style(common.GraphDrawStyle.BARS)
         .fill_opacity(60)
         .stacking(common_b.StackingConfig().mode(common.StackingMode.NORMAL))
-        .override_by_name(
-            "serving", [dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "red"})]
+        .override_by_regexp(
+            r"serving \(.*\)", [dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "red"})]
         )
         .span(12)
         .height(8)
@@ -289,17 +298,18 @@ def serving_compiles_table() -> table.Panel:
         table.Panel()
         .title("Serving-phase compiles by kernel")
         .description(
-            "Kernels Triton compiled after warmup (phase serving), per rank: total count and time of "
-            "the latest one. The specialization key is deliberately NOT a Prometheus label (unbounded "
-            "cardinality), so it cannot be shown here: the last key of each kernel is in the sidecar's "
-            "/jit (kernels[].last_key, or `jitwatch status`), every key in /jit/events?phase=serving. "
+            "Kernels (graphs, functions) a backend compiled after warmup (phase serving), per backend "
+            "and rank: total count and time of the latest one. The specialization key is deliberately "
+            "NOT a Prometheus label (unbounded cardinality), so it cannot be shown here: the last key "
+            "of each kernel is in the sidecar's /jit (kernels[].last_key, or `jitwatch status`), every "
+            "key in /jit/events?phase=serving&backend=BACKEND. "
             'Kernels past JITWATCH_MAX_KERNELS share kernel="_other".'
         )
         .datasource(DS)
         .with_target(
             _q(
                 "A",
-                f'sum by (kernel, rank) (jitwatch_compiles_total{{phase="serving", {SEL}}})',
+                f'sum by (backend, kernel, rank) (jitwatch_compiles_total{{phase="serving", {BSEL}}})',
                 instant=True,
                 fmt=PromQueryFormat.TABLE,
             )
@@ -307,7 +317,8 @@ def serving_compiles_table() -> table.Panel:
         .with_target(
             _q(
                 "B",
-                f'max by (kernel, rank) (jitwatch_last_compile_timestamp_seconds{{phase="serving", {SEL}}}) * 1000',
+                f"max by (backend, kernel, rank) "
+                f'(jitwatch_last_compile_timestamp_seconds{{phase="serving", {BSEL}}}) * 1000',
                 instant=True,
                 fmt=PromQueryFormat.TABLE,
             )
@@ -318,7 +329,7 @@ def serving_compiles_table() -> table.Panel:
                 id_val="organize",
                 options={
                     "excludeByName": {"Time": True},
-                    "indexByName": {"kernel": 0, "rank": 1, "Value #A": 2, "Value #B": 3},
+                    "indexByName": {"backend": 0, "kernel": 1, "rank": 2, "Value #A": 3, "Value #B": 4},
                     "renameByName": {"Value #A": "serving compiles", "Value #B": "last serving compile"},
                 },
             )
@@ -332,7 +343,8 @@ def serving_compiles_table() -> table.Panel:
                     value=[
                         {
                             "title": "Serving compiles of ${__value.raw} (keys) in the sidecar",
-                            "url": SIDECAR_URL + "/jit/events?phase=serving&kind=compile&kernel=${__value.raw}",
+                            "url": SIDECAR_URL + "/jit/events?phase=serving&kind=compile"
+                            "&backend=${__data.fields.backend}&kernel=${__value.raw}",
                             "targetBlank": True,
                         }
                     ],
@@ -350,15 +362,15 @@ def compile_time_by_kernel() -> timeseries.Panel:
         timeseries.Panel()
         .title("Compile time by kernel")
         .description(
-            "Wall time spent compiling each kernel per $__rate_interval (jit_cache_hook to "
-            "jit_post_compile_hook), all phases."
+            "Wall time spent compiling each kernel per $__rate_interval, by backend, all phases "
+            "(Triton: jit_cache_hook to jit_post_compile_hook)."
         )
         .datasource(DS)
         .with_target(
             _q(
                 "A",
-                f"sum by (kernel) (increase(jitwatch_compile_seconds_total{{{SEL}}}[$__rate_interval]))",
-                "{{kernel}}",
+                f"sum by (backend, kernel) (increase(jitwatch_compile_seconds_total{{{BSEL}}}[$__rate_interval]))",
+                "{{kernel}} ({{backend}})",
             )
         )
         .unit("s")
@@ -377,13 +389,14 @@ def compile_duration_heatmap() -> heatmap.Panel:
         .title("Compile duration distribution")
         .description(
             "Compiles per duration bucket (jitwatch_compile_duration_seconds, buckets 1 ms … 60 s), all "
-            "phases. The histogram has no kernel label by design; see Compile time by kernel."
+            "phases, the selected backends together. The histogram has no kernel label by design; see "
+            "Compile time by kernel."
         )
         .datasource(DS)
         .with_target(
             _q(
                 "A",
-                f"sum by (le) (increase(jitwatch_compile_duration_seconds_bucket{{{SEL}}}[$__rate_interval]))",
+                f"sum by (le) (increase(jitwatch_compile_duration_seconds_bucket{{{BSEL}}}[$__rate_interval]))",
                 "{{le}}",
                 fmt=PromQueryFormat.HEATMAP,
             )
@@ -401,8 +414,8 @@ def compile_duration_quantiles() -> timeseries.Panel:
         timeseries.Panel()
         .title("Compile duration quantiles")
         .description(
-            "p50 / p95 / p99 compile duration by phase, estimated from the histogram buckets "
-            "(histogram_quantile). Empty while no compile happened in the window."
+            "p50 / p95 / p99 compile duration by backend and phase, estimated from the histogram "
+            "buckets (histogram_quantile). Empty while no compile happened in the window."
         )
         .datasource(DS)
         .unit("s")
@@ -414,9 +427,9 @@ def compile_duration_quantiles() -> timeseries.Panel:
         panel = panel.with_target(
             _q(
                 ref,
-                f"histogram_quantile({q}, sum by (le, phase) "
-                f"(rate(jitwatch_compile_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
-                f"p{round(float(q) * 100)} {{{{phase}}}}",
+                f"histogram_quantile({q}, sum by (le, backend, phase) "
+                f"(rate(jitwatch_compile_duration_seconds_bucket{{{BSEL}}}[$__rate_interval])))",
+                f"p{round(float(q) * 100)} {{{{phase}}}} ({{{{backend}}}})",
             )
         )
     return panel
@@ -427,17 +440,18 @@ def disk_cache_hit_ratio() -> timeseries.Panel:
         timeseries.Panel()
         .title("Disk-cache hit ratio")
         .description(
-            "Share of compiles served from Triton's disk cache (TRITON_CACHE_DIR), by phase. A hit still "
-            "costs milliseconds (loading the cubin); a low ratio at a restart means the cache volume "
-            "was lost or the Triton/driver version changed."
+            "Share of compiles loaded from the compiler's persistent cache (Triton: TRITON_CACHE_DIR), "
+            "by backend and phase. A hit still costs milliseconds (loading the binary); a low ratio at "
+            "a restart means the cache volume was lost or the compiler/driver version changed."
         )
         .datasource(DS)
         .with_target(
             _q(
                 "A",
-                f"sum by (phase) (increase(jitwatch_compile_disk_cache_hits_total{{{SEL}}}[$__rate_interval]))"
-                f" / sum by (phase) (increase(jitwatch_compiles_total{{{SEL}}}[$__rate_interval]))",
-                "{{phase}}",
+                f"sum by (backend, phase) "
+                f"(increase(jitwatch_compile_disk_cache_hits_total{{{BSEL}}}[$__rate_interval]))"
+                f" / sum by (backend, phase) (increase(jitwatch_compiles_total{{{BSEL}}}[$__rate_interval]))",
+                "{{phase}} ({{backend}})",
             )
         )
         .unit("percentunit")
@@ -453,16 +467,16 @@ def autotune_runs() -> timeseries.Panel:
         timeseries.Panel()
         .title("Autotune runs")
         .description(
-            "@triton.autotune cache misses that benchmarked configs, by kernel and phase "
-            "(knobs.autotuning.listener, Triton 3.8+). Autotuning during serving stalls far longer "
-            "than a compile."
+            "Autotune sweeps that benchmarked configs, by backend, kernel and phase (Triton: "
+            "@triton.autotune cache misses, knobs.autotuning.listener, Triton 3.8+). Autotuning during "
+            "serving stalls far longer than a compile."
         )
         .datasource(DS)
         .with_target(
             _q(
                 "A",
-                f"sum by (kernel, phase) (increase(jitwatch_autotune_runs_total{{{SEL}}}[$__rate_interval]))",
-                "{{kernel}} ({{phase}})",
+                f"sum by (backend, kernel, phase) (increase(jitwatch_autotune_runs_total{{{BSEL}}}[$__rate_interval]))",
+                "{{kernel}} ({{backend}}, {{phase}})",
             )
         )
         .unit("short")
@@ -479,15 +493,16 @@ def hook_errors() -> timeseries.Panel:
         timeseries.Panel()
         .title("jitwatch hook errors and dropped events")
         .description(
-            "Exceptions caught inside jitwatch's Triton hooks (never raised into the host) and events a "
-            "worker could not journal. Both should stay at zero; see docs/runbook.md."
+            "Exceptions caught inside jitwatch's hooks, by backend (never raised into the host; an "
+            "empty backend is the vLLM plugin itself), and events a worker could not journal. Both "
+            "should stay at zero; see docs/runbook.md."
         )
         .datasource(DS)
         .with_target(
             _q(
                 "A",
-                f"sum by (rank) (increase(jitwatch_hook_errors_total{{{SEL}}}[$__rate_interval]))",
-                "hook errors, rank {{rank}}",
+                f"sum by (backend, rank) (increase(jitwatch_hook_errors_total{{{BSEL}}}[$__rate_interval]))",
+                "hook errors {{backend}}, rank {{rank}}",
             )
         )
         .with_target(
@@ -499,8 +514,97 @@ def hook_errors() -> timeseries.Panel:
         )
         .unit("short")
         .min(0)
+        .span(24)
+        .height(8)
+    )
+
+
+def graph_captures() -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .title("Graph captures (CUDA graphs) by backend/kernel")
+        .description(
+            "CUDA-graph recordings per $__rate_interval, by backend, graph and phase "
+            "(jitwatch_graph_captures_total; torch.compile mode=reduce-overhead). A recording during "
+            "serving stalls the request like a compile; time spent is in "
+            "jitwatch_graph_capture_seconds_total. Empty when no backend records CUDA graphs."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"sum by (backend, kernel, phase) "
+                f"(increase(jitwatch_graph_captures_total{{{BSEL}}}[$__rate_interval]))",
+                "{{kernel}} ({{backend}}, {{phase}})",
+            )
+        )
+        .unit("short")
+        .min(0)
+        .draw_style(common.GraphDrawStyle.BARS)
+        .fill_opacity(60)
         .span(12)
         .height(8)
+    )
+
+
+_BACKEND_STATES = {
+    "active": "green",
+    "waiting": "blue",
+    "unavailable": "text",
+    "failed": "red",
+}
+"""jitwatch_backend_info's state values (see the contract) and their colours."""
+
+
+def backends_per_rank() -> table.Panel:
+    return (
+        table.Panel()
+        .title("Backends per rank")
+        .description(
+            "Each JIT backend of each rank's latest worker (jitwatch_backend_info): library version and "
+            "state. active: hooks installed; waiting: the library is installed but not imported by the "
+            "host yet (hooks go in when it is); unavailable: the library is not installed; failed: "
+            "installing the hooks failed (see the worker log and /jit)."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"max by (instance, rank, backend, version, state) (jitwatch_backend_info{{{BSEL}}})",
+                instant=True,
+                fmt=PromQueryFormat.TABLE,
+            )
+        )
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True, "Value": True},
+                    "indexByName": {"rank": 0, "backend": 1, "version": 2, "state": 3, "instance": 4},
+                    "renameByName": {},
+                },
+            )
+        )
+        .override_by_name(
+            "state",
+            [
+                dm.DynamicConfigValue(
+                    id_val="mappings",
+                    value=[
+                        {
+                            "type": "value",
+                            "options": {
+                                state: {"text": state, "color": color, "index": i}
+                                for i, (state, color) in enumerate(_BACKEND_STATES.items())
+                            },
+                        }
+                    ],
+                ),
+                dm.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"}),
+            ],
+        )
+        .span(12)
+        .height(6)
     )
 
 
@@ -523,6 +627,15 @@ def variables() -> list[Any]:
         .sort(dm.VariableSort.NUMERICAL_ASC)
         .multi(True)
         .include_all(True),
+        dashboard.QueryVariable("backend")
+        .label("Backend")
+        .datasource(DS)
+        .query("label_values(jitwatch_backend_info, backend)")
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(ALL_BACKENDS),
     ]
 
 
@@ -532,10 +645,11 @@ def build() -> dict[str, Any]:
         dashboard.Dashboard(DASHBOARD_TITLE)
         .uid(DASHBOARD_UID)
         .description(
-            "Triton JIT compiles in LLM inference workers, from the jitwatch sidecar's /metrics. "
-            "Generated by dashboards/grafana/generate.py; do not edit the JSON by hand."
+            "JIT compiles (Triton, torch.compile, DSL JITs) in LLM inference workers, by backend, from "
+            "the jitwatch sidecar's /metrics. Generated by dashboards/grafana/generate.py; do not edit "
+            "the JSON by hand."
         )
-        .tags(["jitwatch", "triton", "vllm"])
+        .tags(["jitwatch", "jit", "triton", "torch.compile", "vllm"])
         .editable()
         .tooltip(dm.DashboardCursorSync.CROSSHAIR)
         .time("now-1h", "now")
@@ -548,6 +662,7 @@ def build() -> dict[str, Any]:
         .with_panel(warmup_duration())
         .with_panel(warmup_compiles())
         .with_panel(first_request_latency())
+        .with_panel(backends_per_rank())
         .with_panel(hook_errors())
         .with_row(dashboard.Row("Compiles"))
         .with_panel(compiles_by_phase())
@@ -556,8 +671,9 @@ def build() -> dict[str, Any]:
         .with_panel(compile_duration_heatmap())
         .with_panel(compile_duration_quantiles())
         .with_panel(disk_cache_hit_ratio())
-        .with_row(dashboard.Row("Autotuning"))
+        .with_row(dashboard.Row("Autotuning and CUDA graphs"))
         .with_panel(autotune_runs())
+        .with_panel(graph_captures())
     )
     data: dict[str, Any] = json.loads(JSONEncoder(sort_keys=True).encode(builder.build()))
     data["id"] = None
@@ -617,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        print(f"{args.output}: up to date ({len(exprs)} queries checked against jitwatch.contract)")
+        print(f"{args.output}: up to date ({len(exprs)} queries checked against jitwatch.views.contract)")
         return 0
     args.output.write_text(text, encoding="utf-8")
     print(f"wrote {args.output}")

@@ -22,7 +22,7 @@ Specialization (Triton 3.x, checked with real compiles on 3.9, see ``docs/slot-m
   ``block_size`` (``% 16``), ``max_num_tokens`` and the 16-byte alignment of every pointer.
 
 On a CUDA device :func:`compute_slot_mapping` launches the kernel. On CPU it uses jitwatch's
-compile-only driver (:mod:`jitwatch.compile_only`): ``kernel.warmup(..., grid=...)`` compiles the
+compile-only driver (:mod:`jitwatch.backends.triton.compile_only`): ``kernel.warmup(..., grid=...)`` compiles the
 exact key a GPU launch would use (a real ttir → cubin compile on an in-memory cache miss, nothing on
 a hit, every Triton hook firing) and the result comes from :func:`slot_mapping_reference`;
 :attr:`SlotMappingResult.source` says which.
@@ -328,7 +328,7 @@ def compile_for_cpu(
     target (sm_``arch``) for device 0, so do not mix CPU compiles and GPU launches of one kernel
     object on a GPU of another architecture.
     """
-    from jitwatch.compile_only import CompileOnlyDriver, activate
+    from jitwatch.backends.triton.compile_only import CompileOnlyDriver, compile_only
 
     if not hasattr(kernel, "warmup") or type(kernel).__name__ == "InterpretedFunction":
         return None
@@ -336,18 +336,11 @@ def compile_for_cpu(
         from jitwatch.config import Settings
 
         arch = Settings.from_env().target_arch
-    cfg = triton.runtime.driver
-    previous = getattr(cfg, "_active", None)
+    previous = getattr(triton.runtime.driver, "_active", None)
     if isinstance(previous, CompileOnlyDriver) and int(previous.target.arch) == arch:
         return kernel.warmup(*args, grid=grid, **constexprs)
-    activate(arch)
-    try:
+    with compile_only(arch):
         return kernel.warmup(*args, grid=grid, **constexprs)
-    finally:
-        # Restore the exact previous slot, ``None`` included: on a machine without a GPU,
-        # ``reset_active()`` would raise ("0 active drivers"), and on a GPU machine ``None`` just
-        # means Triton has not built its driver yet.
-        cfg._active = previous
 
 
 def cached_keys(kernel: Any) -> set[str] | None:

@@ -61,11 +61,11 @@ def _run(kernel, table, out, n: int, block_size: int = BLOCK_SIZE):
 
 @pytest.mark.parametrize("specialize", [False, True], ids=["do_not_specialize", "specialized"])
 def test_warmup_covers_serving_and_uncovered_launch_is_detected(specialize: bool, tmp_path) -> None:
-    from jitwatch.events import EventKind, Phase
+    from jitwatch.core.events import EventKind, Phase
     from jitwatch.kernels.slot_mapping import cached_keys, kernel_name, new_slot_mapping_kernel
     from jitwatch.redact import redact
     from jitwatch.testing import monitored
-    from jitwatch.warmup import warmup_slot_mapping
+    from jitwatch.warmup.slot_mapping import warmup_slot_mapping
 
     table, out = _engine()
     kernel = new_slot_mapping_kernel(specialize)
@@ -109,10 +109,10 @@ def test_warmup_covers_serving_and_uncovered_launch_is_detected(specialize: bool
 
 def test_error_mode_raises_on_uncovered_launch(tmp_path) -> None:
     import jitwatch
-    from jitwatch.events import Phase
+    from jitwatch.core.events import Phase
     from jitwatch.kernels.slot_mapping import new_slot_mapping_kernel
     from jitwatch.testing import monitored
-    from jitwatch.warmup import warmup_slot_mapping
+    from jitwatch.warmup.slot_mapping import warmup_slot_mapping
 
     table, out = _engine()
     kernel = new_slot_mapping_kernel()

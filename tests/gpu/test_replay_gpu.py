@@ -17,17 +17,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jitwatch.manifest import export
+from jitwatch.warmup.manifest import export
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parents[1] / "backends" / "triton"
 
 WORKER = r"""
 import json, sys, time
 sys.path.insert(0, {tests!r})
 import torch
 import jitwatch
-from jitwatch.events import Phase
-from jitwatch.replay import replay
+from jitwatch.core.events import Phase
+from jitwatch.warmup.replay import replay
 import kernels_fieldcases as kf
 
 dev = "cuda"

@@ -104,7 +104,7 @@ def test_warmup_leaves_engine_buffers_as_it_found_them() -> None:
     import torch
 
     from jitwatch.kernels.slot_mapping import new_slot_mapping_kernel
-    from jitwatch.warmup import warmup_slot_mapping
+    from jitwatch.warmup.slot_mapping import warmup_slot_mapping
 
     table = torch.randint(0, 1000, (16, 32), dtype=torch.int32, device="cuda")
     out = torch.full((512,), 7, dtype=torch.int64, device="cuda")

@@ -2,7 +2,7 @@
 
 Usage: ``python _compile_worker.py <journal_dir> <tag> [--wait]``
 
-Installs :class:`jitwatch.monitor.Monitor` on ``journal_dir``, compiles ``scale`` during warmup
+Installs :class:`jitwatch.core.monitor.Monitor` on ``journal_dir``, compiles ``scale`` during warmup
 with the constexpr ``TAG=<tag>`` (the specialization key then contains ``tag``, e.g. a home
 path), prints ``phase1 <json>``; with ``--wait`` reads one line from stdin before compiling a
 second specialization in the serving phase (a post-warmup compile); prints ``done <json>``
@@ -15,14 +15,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from jitwatch.compile_only import activate
+from jitwatch.backends.triton.compile_only import activate
 from jitwatch.config import Settings
-from jitwatch.monitor import Monitor
+from jitwatch.store.writer import JournalWriter
+from jitwatch.worker import create_monitor
 
 
 @triton.jit
@@ -32,9 +34,9 @@ def scale(x_ptr, n, TAG: tl.constexpr, BLOCK: tl.constexpr):  # type: ignore[no-
     tl.store(x_ptr + off, x * 2, mask=off < n)
 
 
-def stats(mon: Monitor) -> str:
-    w = mon.writer
-    assert w is not None
+def stats(mon: Any) -> str:
+    w = mon.sink
+    assert isinstance(w, JournalWriter)
     return json.dumps({"written": w.written_total, "dropped": w.dropped_total, "fault": w.fault})
 
 
@@ -42,7 +44,7 @@ def main() -> None:
     directory, tag = Path(sys.argv[1]), sys.argv[2]
     wait = "--wait" in sys.argv
     activate()
-    mon = Monitor(Settings(journal_dir=directory), mode="warn", tracer_provider=False).install()
+    mon = create_monitor(Settings(journal_dir=directory), mode="warn", tracer_provider=False).install()
     x = torch.empty(64)
     with mon.warmup():
         scale.warmup(x, 64, TAG=tag, BLOCK=16, grid=(1,))

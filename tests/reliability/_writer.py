@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 import time
 
-from jitwatch.events import Event, EventKind, Phase
-from jitwatch.writer import JournalWriter
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.store.writer import JournalWriter
 
 DURATIONS = (2.0**-10, 2.0**-6, 0.5, 2.0)
 KERNELS = 50

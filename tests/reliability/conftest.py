@@ -1,7 +1,7 @@
 """Shared helpers for the reliability and security tests (issue 7).
 
 Everything here is real: worker processes are ``subprocess`` children writing through
-:class:`jitwatch.writer.JournalWriter`, the sidecar is uvicorn serving
+:class:`jitwatch.store.writer.JournalWriter`, the sidecar is uvicorn serving
 :func:`jitwatch.sidecar.create_app` on an ephemeral 127.0.0.1 port in its own process, storage
 faults are real filesystems (a tmpfs mounted with a size limit, a tmpfs remounted read-only).
 Tests that need ``mount`` skip with the reason when the kernel refuses it (unprivileged CI).
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from jitwatch.testing import free_port
 
 HERE = Path(__file__).resolve().parent
 WRITER_SCRIPT = HERE / "_writer.py"
@@ -34,12 +35,6 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Sidecar:

@@ -20,8 +20,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jitwatch.config import DEFAULT_MAX_KERNELS
-from jitwatch.events import Event, EventKind, Phase
-from jitwatch.journal import OTHER_KERNEL, Journal
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.store.journal import OTHER_KERNEL, Journal
 
 from .conftest import rss_kib
 
@@ -65,12 +65,12 @@ def run_bounds(tmp_path: Path, sidecar_factory, kernels: int, events: int, reten
         named, folded = j.kernel_label_counts()
         kept = j.count_events()
         retired = j.counters().get((-1, "retired_events"), 0.0)
-        stats = j.kernel_stats()
+        stats = [s for s in j.stats() if s.kind == "compile"]
     assert named == min(kernels, DEFAULT_MAX_KERNELS)
     assert folded == max(0, kernels - DEFAULT_MAX_KERNELS)
     assert kept <= retention
     assert kept + retired == events
-    assert sum(s.compiles for s in stats) == events  # aggregates untouched by retention
+    assert sum(s.count for s in stats) == events  # aggregates untouched by retention
     labels = {s.label for s in stats}
     assert len(labels) == min(kernels, DEFAULT_MAX_KERNELS) + (kernels > DEFAULT_MAX_KERNELS)
     assert all(s.label == OTHER_KERNEL for s in stats if s.kernel >= f"kernel_{DEFAULT_MAX_KERNELS:05d}")
@@ -132,5 +132,5 @@ def test_retention_by_age(tmp_path: Path) -> None:
         j.write([Event(kind=EventKind.COMPILE, ts=now - 60 + i, kernel="new") for i in range(50)])
         assert j.prune(now=now) == 50
         assert {e.kernel for e in j.events(limit=1000)} == {"new"}
-        assert sum(s.compiles for s in j.kernel_stats()) == 100
+        assert sum(s.count for s in j.stats() if s.kind == "compile") == 100
         assert j.counters()[(-1, "retired_events")] == 50

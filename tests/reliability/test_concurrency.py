@@ -2,7 +2,7 @@
 
 Every event must be present exactly once (``attrs.uid`` is unique per event) and the
 aggregates that metrics are built from must be exact. The reader (the real sidecar over HTTP,
-plus a read-only :class:`~jitwatch.journal.Journal`) polls all the while; its counters may only
+plus a read-only :class:`~jitwatch.store.journal.Journal`) polls all the while; its counters may only
 grow. Contention is SQLite's ``BEGIN IMMEDIATE`` + busy timeout, and the writer retries
 ``SQLITE_BUSY`` instead of dropping.
 """
@@ -20,8 +20,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jitwatch.events import Phase
-from jitwatch.journal import JOURNAL_FILE, Journal, bucket_index
+from jitwatch.core.events import Phase
+from jitwatch.store.journal import JOURNAL_FILE, Journal, bucket_index
 
 from ._writer import DURATIONS, KERNELS
 from .conftest import run_writer
@@ -78,9 +78,11 @@ def check_journal(directory: Path, workers: int, n: int) -> None:
         seconds: Counter[int] = Counter()
         hits: Counter[int] = Counter()
         kernels = set()
-        for row in j.kernel_stats():
-            compiles[(row.rank, row.phase.value)] += row.compiles
-            seconds[row.rank] += row.compile_seconds
+        for row in j.stats():
+            if row.kind != "compile":
+                continue
+            compiles[(row.rank, row.phase.value)] += row.count
+            seconds[row.rank] += row.seconds
             hits[row.rank] += row.cache_hits
             kernels.add(row.kernel)
         assert compiles == exp["compiles"]
@@ -88,7 +90,7 @@ def check_journal(directory: Path, workers: int, n: int) -> None:
         assert hits == exp["hits"]
         assert len(kernels) == KERNELS
         hist: Counter[tuple[int, str, int]] = Counter()
-        for (rank, phase), counts_ in j.histogram().items():
+        for (_backend, rank, phase), counts_ in j.histogram().items():
             for b, c in enumerate(counts_):
                 if c:
                     hist[(rank, phase.value, b)] += c
@@ -165,8 +167,8 @@ def test_failed_prune_after_commit_neither_duplicates_nor_drops(
     them (duplicates) nor count them as dropped."""
     import sqlite3 as _sqlite3
 
-    from jitwatch.events import Event, EventKind
-    from jitwatch.writer import JournalWriter
+    from jitwatch.core.events import Event, EventKind
+    from jitwatch.store.writer import JournalWriter
 
     calls = {"n": 0}
     real_prune = Journal.prune

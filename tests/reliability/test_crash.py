@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jitwatch.events import Event, EventKind
-from jitwatch.journal import JOURNAL_FILE, Journal, open_or_recover
-from jitwatch.writer import JournalWriter
+from jitwatch.core.events import Event, EventKind
+from jitwatch.store.journal import JOURNAL_FILE, Journal, open_or_recover
+from jitwatch.store.writer import JournalWriter
 
 from .conftest import run_writer
 

@@ -23,9 +23,9 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 
-from jitwatch.events import Event, EventKind, Phase
-from jitwatch.journal import Journal
+from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.sidecar import MAX_EVENTS_LIMIT, create_app
+from jitwatch.store.journal import Journal
 
 CASES: Counter[str] = Counter()
 MAX_EXAMPLES = int(os.environ.get("JITWATCH_FUZZ_EXAMPLES", "60"))

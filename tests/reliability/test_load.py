@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from jitwatch.events import Event, EventKind
-from jitwatch.journal import Journal
+from jitwatch.core.events import Event, EventKind
+from jitwatch.store.journal import Journal
 
 from .conftest import HERE, PY, rss_kib, run_writer
 

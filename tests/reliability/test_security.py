@@ -27,9 +27,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jitwatch.config import DEFAULT_HOST, Settings
-from jitwatch.events import Event, EventKind, Phase
-from jitwatch.journal import JOURNAL_FILE, Journal
-from jitwatch.writer import JournalWriter
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.store.journal import JOURNAL_FILE, Journal
+from jitwatch.store.writer import JournalWriter
 
 from .conftest import HERE, PY, Sidecar, free_port
 
@@ -153,8 +153,8 @@ def test_owner_only_files_under_umask_0(tmp_path: Path) -> None:
     code = f"""
 import os, json
 os.umask(0)
-from jitwatch.journal import Journal
-from jitwatch.events import Event, EventKind
+from jitwatch.store.journal import Journal
+from jitwatch.core.events import Event, EventKind
 j = Journal({str(d)!r})
 j.write([Event.now(EventKind.COMPILE, kernel="k")])
 r = Journal({str(d)!r}, readonly=True)

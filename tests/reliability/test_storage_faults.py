@@ -28,9 +28,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jitwatch.events import Event, EventKind
-from jitwatch.journal import JOURNAL_FILE, Journal
-from jitwatch.writer import RETRY_INTERVAL_S, JournalWriter
+from jitwatch.core.events import Event, EventKind
+from jitwatch.store.journal import JOURNAL_FILE, Journal
+from jitwatch.store.writer import RETRY_INTERVAL_S, JournalWriter
 
 from .conftest import HERE, fill_disk, remount, tmpfs
 

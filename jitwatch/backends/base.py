@@ -1,0 +1,298 @@
+"""The backend protocol: how a JIT compiler's callbacks reach jitwatch's backend-neutral core.
+
+A *backend* adapts one JIT compiler (Triton, torch.compile, a DSL's JIT) to jitwatch. It knows the
+compiler's hooks; the core (:class:`jitwatch.core.monitor.Monitor`) knows phases, requests, ranks
+and modes and nothing of any compiler. The two meet here:
+
+* the core calls :meth:`Backend.install` with a :class:`CompileSink` (the monitor itself);
+* the backend, from inside the compiler's callbacks, calls the sink: :meth:`CompileSink.begin`
+  when a compile starts, :meth:`CompileSink.finish` (or :meth:`CompileSink.cancel`) when it ends,
+  :meth:`CompileSink.record` for a compile it only saw end, and :meth:`CompileSink.hook_error`
+  when its own code failed. Each record is a :class:`Capture`.
+
+Cost rules (``docs/architecture.md``, "The compiling thread"): ``begin``/``finish`` run on the
+thread that compiles, so a backend gives them only what it already holds — names and the key as
+the compiler made them. Anything that needs work (decoding a signature, making values JSON-able)
+goes in :attr:`Capture.detail` as a callable: the core calls it later, on the journal writer's
+thread. Redaction of home paths happens in the store, for every backend alike.
+
+A backend is found by name: built-in ones in :data:`jitwatch.backends.BUILTIN`, third-party ones
+through the ``jitwatch.backends`` entry-point group (``importlib.metadata``), and selected with
+``JITWATCH_BACKENDS`` (default: every available one). Writing one: ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from types import ModuleType
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from jitwatch.importhook import when_imported
+
+
+class CompileKind(str, Enum):
+    """What one :class:`Capture` records.
+
+    ``compile`` is one unit of JIT work a request can wait on: a Triton kernel specialization, a
+    Dynamo graph, a DSL kernel. A compile served from the compiler's own persistent cache (Triton's
+    ``TRITON_CACHE_DIR``, Inductor's FX-graph cache, TileLang's database) is still a ``compile``,
+    with ``cache_hit=True``: a *load*, which costs milliseconds rather than seconds.
+    """
+
+    COMPILE = "compile"
+    AUTOTUNE = "autotune"
+    """A benchmark sweep over configurations (Triton ``@autotune`` cache miss, a DSL's tuner)."""
+    GRAPH_CAPTURE = "graph_capture"
+    """A CUDA-graph recording (torch.compile ``mode="reduce-overhead"``)."""
+
+
+Detail = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+"""Backend-specific detail of a capture, or a callable that builds it on the writer thread."""
+
+
+@dataclass(slots=True)
+class Capture:
+    """One compile as a backend saw it (backend-neutral).
+
+    Attributes:
+        backend: the backend's :attr:`Backend.name` (``"triton"``); a metric label.
+        name: what compiled — kernel, graph or function name; a metric label (capped).
+        key: the specialization key in the compiler's own words (Triton's in-memory cache key,
+            a Dynamo compile id and guard failure, a DSL's argument spec); never a label.
+        kind: see :class:`CompileKind`.
+        cache_hit: ``True`` when the compiler loaded the result from its persistent cache,
+            ``False`` for a real compile, ``None`` when the backend cannot tell.
+        module: Python module that defines ``name``, when known (manifests replay by it).
+        stages: per-stage seconds (Triton: ``ttir``, ``ttgir``, …), when the compiler reports them.
+        detail: backend-specific, JSON-able fields stored in the event's ``attrs`` (see
+            :data:`Detail`); values that are not JSON types are stored as their ``str()``.
+    """
+
+    backend: str
+    name: str
+    key: str | None = None
+    kind: CompileKind = CompileKind.COMPILE
+    cache_hit: bool | None = None
+    module: str | None = None
+    stages: Mapping[str, float] | None = None
+    detail: Detail | None = None
+
+
+class CompileSink(Protocol):
+    """What a backend calls; implemented by :class:`jitwatch.core.monitor.Monitor`.
+
+    ``begin``, ``finish``, ``cancel`` and ``record`` never raise, except :meth:`finish` and
+    :meth:`record` raising :class:`jitwatch.errors.ServingCompileError` in ``error`` mode for a
+    serving-phase compile: the backend lets it reach the host after running any chained hook.
+    """
+
+    def begin(self, backend: str, name: str) -> Any:
+        """A compile of ``name`` starts on this thread, now. Returns an opaque token holding the
+        start time, phase and request, for :meth:`finish` or :meth:`cancel`."""
+        ...
+
+    def finish(self, token: Any, capture: Capture) -> None:
+        """The compile begun with ``token`` ended now; record ``capture`` (duration from ``begin``)."""
+        ...
+
+    def cancel(self, token: Any) -> None:
+        """The compile begun with ``token`` did not happen (a chained hook vetoed it, or it raised)."""
+        ...
+
+    def record(self, capture: Capture, *, start_ts: float, duration_s: float) -> None:
+        """Record a compile whose start was not seen: ``start_ts`` Unix seconds, ``duration_s``
+        seconds. Phase and request are the current ones."""
+        ...
+
+    def hook_error(self, backend: str, where: str, exc: BaseException) -> None:
+        """jitwatch's own code inside ``where`` (a hook name) raised ``exc``: count and log it."""
+        ...
+
+    def backend_ready(self, status: BackendStatus) -> None:
+        """A backend that was waiting for its library (:attr:`BackendStatus.state` ``waiting``)
+        has installed its hooks now that the host imported the library."""
+        ...
+
+
+BackendState = Literal["active", "waiting", "unavailable", "failed"]
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """What one backend did at install time (journaled with the worker, shown in ``/jit``).
+
+    ``state``: ``active`` (hooks in), ``waiting`` (library installed but not imported by the host
+    yet: hooks go in when it is), ``unavailable`` (library not installed: nothing imported),
+    ``failed`` (installing raised; ``degraded`` says why). ``hooks`` names the mechanisms
+    occupied; ``degraded`` what is missing in this library version, if anything.
+    """
+
+    name: str
+    state: BackendState
+    version: str | None = None
+    hooks: tuple[str, ...] = ()
+    degraded: str | None = None
+
+    def as_attrs(self) -> dict[str, Any]:
+        """JSON-able form stored in the worker's journal row."""
+        out: dict[str, Any] = {"state": self.state, "version": self.version, "hooks": list(self.hooks)}
+        if self.degraded:
+            out["degraded"] = self.degraded
+        return out
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One JIT compiler adapted to jitwatch. Instances are created with no arguments.
+
+    Attributes:
+        name: short identifier, a metric label value (``[a-z][a-z0-9_]*``).
+        label: words for log lines, e.g. ``"Triton kernel"`` or ``"torch.compile graph"``.
+        library: the distribution/module the backend watches (``"triton"``).
+    """
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+
+    def available(self) -> bool:
+        """Whether the library is installed. Must not import it (use :func:`module_available`)."""
+        ...
+
+    def version(self) -> str | None:
+        """The library's version without importing it (:func:`distribution_version`), or ``None``."""
+        ...
+
+    def install(self, sink: CompileSink) -> BackendStatus:
+        """Hook into the library (now if the host imported it, else when it does:
+        :func:`jitwatch.importhook.when_imported`). Never raises for a library problem: returns
+        a ``failed`` or degraded status instead."""
+        ...
+
+    def uninstall(self) -> None:
+        """Remove every hook this backend installed, restoring what was there; cancel a pending
+        deferred install. Idempotent."""
+        ...
+
+
+def module_available(name: str) -> bool:
+    """Whether top-level module ``name`` can be imported, without importing it
+    (:func:`importlib.util.find_spec` on a top-level name only consults the finders)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def distribution_version(*names: str) -> str | None:
+    """The installed version of the first of the distributions ``names`` found (package
+    metadata only, nothing imported), or ``None``."""
+    for n in names:
+        try:
+            return importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        except Exception:  # noqa: BLE001 - broken metadata
+            continue
+    return None
+
+
+class LibraryBackend:
+    """Base class for a backend that hooks into one library once the host imports it.
+
+    Subclasses set :attr:`name`, :attr:`label`, :attr:`module` (the import that triggers hooking
+    in, e.g. ``"triton"`` or ``"torch._dynamo"``) and :attr:`distributions` (for the version), and
+    implement :meth:`hook_in` and :meth:`unhook`. :meth:`install` then does the rest the same way
+    for every backend: ``unavailable`` (and nothing imported) when the library is not installed;
+    hooks in at once when the host already imported :attr:`module`; otherwise waits for that
+    import (:func:`jitwatch.importhook.when_imported`) and reports ``backend_ready`` then. A
+    :meth:`hook_in` that raises makes the status ``failed``; nothing reaches the host.
+    """
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+    module: ClassVar[str]
+    distributions: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self) -> None:
+        self.sink: CompileSink | None = None
+        self._cancel_wait: Callable[[], None] | None = None
+        self._status: BackendStatus | None = None
+
+    def available(self) -> bool:
+        return module_available(self.module.partition(".")[0])
+
+    def version(self) -> str | None:
+        return distribution_version(*(self.distributions or (self.module.partition(".")[0],)))
+
+    def install(self, sink: CompileSink) -> BackendStatus:
+        if self._status is not None and self._status.state == "active":
+            return self._status
+        self.sink = sink
+        loaded = sys.modules.get(self.module)
+        if loaded is not None:
+            return self._activate(loaded)
+        if not self.available():
+            return BackendStatus(self.name, "unavailable")
+        self._cancel_wait = when_imported(self.module, self._on_import, on_error=self._import_error)
+        return self._status or BackendStatus(self.name, "waiting", self.version())
+
+    def uninstall(self) -> None:
+        if self._cancel_wait is not None:
+            self._cancel_wait()
+            self._cancel_wait = None
+        if self._status is not None and self._status.state == "active":
+            self.unhook()
+        self._status = None
+
+    def status(self) -> BackendStatus | None:
+        """The status after the last install attempt (``None`` while waiting)."""
+        return self._status
+
+    def hook_in(self, module: ModuleType) -> BackendStatus:
+        """Install the hooks into the imported library; return the ``active`` (or degraded) status."""
+        raise NotImplementedError
+
+    def unhook(self) -> None:
+        """Remove what :meth:`hook_in` installed."""
+        raise NotImplementedError
+
+    def report_error(self, where: str, exc: BaseException) -> None:
+        """Count an error inside this backend's own code (never raises)."""
+        if self.sink is not None:
+            self.sink.hook_error(self.name, where, exc)
+
+    def _activate(self, module: ModuleType) -> BackendStatus:
+        try:
+            self._status = self.hook_in(module)
+        except Exception as exc:  # noqa: BLE001 - an unexpected library version must not stop the host
+            self._status = BackendStatus(
+                self.name, "failed", self.version(), degraded=f"hooking into {self.module} failed: {exc!r}"[:500]
+            )
+        return self._status
+
+    def _on_import(self, module: ModuleType) -> None:
+        status = self._activate(module)
+        if self.sink is not None:
+            self.sink.backend_ready(status)
+
+    def _import_error(self, name: str, exc: BaseException) -> None:
+        self.report_error(f"import of {name}", exc)
+
+
+__all__ = [
+    "Backend",
+    "BackendState",
+    "BackendStatus",
+    "Capture",
+    "CompileKind",
+    "CompileSink",
+    "Detail",
+    "LibraryBackend",
+    "distribution_version",
+    "module_available",
+]

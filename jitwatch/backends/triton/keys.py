@@ -1,0 +1,54 @@
+"""Triton's in-memory specialization keys, parsed as data (``ast.literal_eval``, never ``eval``)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+
+def parse_key(key: str) -> list[tuple[Any, ...]] | None:
+    """Split Triton's in-memory cache key into its per-argument specialization tuples.
+
+    Triton 3.5+ builds the key as ``str(specialization) + str(options)``, e.g.
+    ``"[('*fp32', 'D'), ('i32', ''), ('constexpr', 64)]{'debug': False}"``. Each tuple is
+    ``(type, spec)``: ``spec`` is ``'D'`` (pointer 16-byte aligned / int divisible by 16), ``''``
+    (neither), ``None`` (not specialized: ``do_not_specialize``, floats, bools) or, for
+    ``'constexpr'``, the value (an int equal to 1 becomes ``('constexpr', 1)``). Parsed with
+    :func:`ast.literal_eval` (never ``eval``); returns ``None`` if the key has another shape.
+    """
+    if not key.startswith("["):
+        return None
+    depth = 0
+    in_str: str | None = None
+    esc = False
+    end = -1
+    for i, ch in enumerate(key):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == in_str:
+                in_str = None
+            continue
+        if ch in "'\"":
+            in_str = ch
+        elif ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+            if depth == 0:
+                end = i
+                break
+    if end < 0:
+        return None
+    try:
+        value = ast.literal_eval(key[: end + 1])
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, tuple) for v in value):
+        return None
+    return value
+
+
+__all__ = ["parse_key"]

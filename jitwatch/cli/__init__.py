@@ -1,0 +1,418 @@
+"""The ``jitwatch`` command line (typer). Commands stay thin; their logic lives in modules.
+
+* ``jitwatch serve`` — run the sidecar (:func:`jitwatch.sidecar.run`).
+* ``jitwatch status`` — fetch ``/jit`` from a running sidecar and print it as tables.
+
+Option defaults come from :meth:`jitwatch.config.Settings.from_env` (``JITWATCH_*`` variables,
+parsed there and nowhere else); ``--help`` names each option's variable and default. Usage and
+configuration errors print one ``jitwatch: ...`` line and exit 2; runtime failures exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jitwatch._version import __version__
+from jitwatch.config import ConfigError, Settings
+
+app = typer.Typer(
+    name="jitwatch",
+    help="Observability for JIT compilation (Triton, torch.compile, …) in LLM inference workers.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``jitwatch: <message>`` to stderr; return the :class:`typer.Exit` to raise."""
+    typer.echo(f"jitwatch: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _settings() -> Settings:
+    """:meth:`Settings.from_env`; a bad ``JITWATCH_*`` value is one line on stderr and exit 2."""
+    try:
+        return Settings.from_env()
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+DEFAULT_DIR_HELP = "$JITWATCH_DIR, else $XDG_STATE_HOME/jitwatch or ~/.local/state/jitwatch"
+JournalDirOpt = Annotated[Path | None, typer.Option(show_default=DEFAULT_DIR_HELP, help="Journal directory.")]
+# Boolean flags: no "<bool>" value column in --help.
+FLAG = {"metavar": ""}
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"jitwatch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version and exit.", **FLAG
+        ),
+    ] = False,
+) -> None:
+    """Observability for JIT compilation (Triton, torch.compile, …) in LLM inference workers."""
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str | None, typer.Option(show_default="$JITWATCH_HOST, else 127.0.0.1", help="Bind address.")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(min=0, max=65535, show_default="$JITWATCH_PORT, else 9400", help="Port.")
+    ] = None,
+    journal_dir: JournalDirOpt = None,
+    token: Annotated[
+        str | None,
+        typer.Option(show_default="$JITWATCH_TOKEN", help="Bearer token for every endpoint but /livez and /readyz."),
+    ] = None,
+    stale_after: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            show_default="$JITWATCH_STALE_SECONDS, else 60",
+            help="Seconds without a worker heartbeat after which its rank is stale (not ready); 0: off.",
+        ),
+    ] = None,
+) -> None:
+    """Run the sidecar: /jit, /jit/events, /metrics, /livez, /readyz."""
+    from jitwatch.sidecar import PortUnavailableError, run
+
+    settings = _settings()
+    try:
+        run(
+            host if host is not None else settings.host,
+            port if port is not None else settings.port,
+            journal_dir.expanduser() if journal_dir else None,
+            token,
+            settings=settings,
+            stale_after=stale_after,
+        )
+    except PortUnavailableError as exc:
+        text = str(exc)
+        hint = (
+            "check --host / JITWATCH_HOST"
+            if "not known" in text or "resolution" in text or "nodename" in text
+            else "another process listens there? use --port or JITWATCH_PORT"
+        )
+        raise _fail(f"{text} ({hint})") from None
+
+
+@app.command()
+def status(
+    url: Annotated[
+        str | None,
+        typer.Option(
+            show_default="http://$JITWATCH_HOST:$JITWATCH_PORT, else http://127.0.0.1:9400", help="Sidecar base URL."
+        ),
+    ] = None,
+    token: Annotated[str | None, typer.Option(show_default="$JITWATCH_TOKEN", help="Bearer token.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw /jit JSON instead of tables.", **FLAG)] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help="HTTP timeout, seconds.")] = 5.0,
+    backend: Annotated[
+        str | None, typer.Option(help="Only this JIT backend's kernels and compiles (e.g. triton).")
+    ] = None,
+) -> None:
+    """Fetch /jit from a running sidecar and print ranks, kernels and serving-phase compiles."""
+    import httpx
+    from rich.console import Console
+
+    from jitwatch.cli.render import render_status
+    from jitwatch.sidecar import is_all_interfaces
+    from jitwatch.views.status import JitStatus
+
+    settings = _settings()
+    if url is None:
+        host = "127.0.0.1" if is_all_interfaces(settings.host) else settings.host
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        url = f"http://{host}:{settings.port}"
+    token = token if token is not None else settings.token
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        params = {"backend": backend} if backend else {}
+        resp = httpx.get(url.rstrip("/") + "/jit", headers=headers, params=params, timeout=timeout)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        raise _fail(f"invalid --url {url!r}: {exc}") from None
+    except (httpx.HTTPError, httpx.StreamError) as exc:
+        raise _fail(f"cannot reach {url}: {exc or type(exc).__name__}", 1) from None
+    if resp.status_code == 401:
+        raise _fail(
+            f"{url}/jit answered 401 (unauthorized): "
+            + ("wrong token" if token else "the sidecar needs a token")
+            + "; pass --token or set JITWATCH_TOKEN",
+            1,
+        )
+    if resp.status_code != 200:
+        raise _fail(f"{url}/jit answered {resp.status_code}: {resp.text.strip()[:500]}", 1)
+    try:
+        st = JitStatus.model_validate(resp.json())
+    except ValueError as exc:  # not JSON, or not a /jit document (pydantic's ValidationError is one)
+        raise _fail(
+            f"{url}/jit did not answer a jitwatch status ({type(exc).__name__}); is it a jitwatch sidecar?", 1
+        ) from None
+    if as_json:
+        typer.echo(json.dumps(st.model_dump(mode="json"), indent=2))
+        return
+    render_status(st, Console())
+
+
+@app.command()
+def demo(
+    host: Annotated[
+        str | None, typer.Option(show_default="$JITWATCH_HOST, else 127.0.0.1", help="Sidecar bind address.")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, show_default="$JITWATCH_PORT, else 9400", help="Sidecar port.")
+    ] = None,
+    journal_dir: Annotated[
+        Path | None,
+        typer.Option(
+            show_default="$JITWATCH_DIR/demo-<port>",
+            help="Journal directory, reset at start and locked while the demo runs.",
+        ),
+    ] = None,
+    no_warmup: Annotated[
+        bool,
+        typer.Option(
+            "--no-warmup", help="Skip the slot-mapping warmup (it then compiles on the first request).", **FLAG
+        ),
+    ] = False,
+    specialize_num_tokens: Annotated[
+        bool,
+        typer.Option(
+            "--specialize-num-tokens",
+            help="Use the kernel without do_not_specialize=['num_tokens'] (recompiles per request-size class).",
+            **FLAG,
+        ),
+    ] = False,
+    exit_after: Annotated[
+        bool, typer.Option("--exit", help="Exit after the scenario instead of serving until Ctrl-C.", **FLAG)
+    ] = False,
+    keep_triton_cache: Annotated[
+        bool,
+        typer.Option("--keep-triton-cache", help="Use your TRITON_CACHE_DIR instead of a fresh temporary one.", **FLAG),
+    ] = False,
+    output_dir: Annotated[
+        Path | None, typer.Option(help="Also write the final /jit, /metrics and the /readyz history here.")
+    ] = None,
+) -> None:
+    """Run a sidecar and a demo worker with real Triton compiles (GPU, or compile-only on CPU)."""
+    from jitwatch.demo import DemoError, DemoOptions, default_journal_dir, run_demo
+
+    settings = _settings()  # the worker reads the same JITWATCH_* variables: fail here, cleanly
+    host = host if host is not None else settings.host
+    port = port if port is not None else settings.port
+    if port == 0:
+        raise _fail("the demo needs a fixed port (--port or JITWATCH_PORT), not 0")
+    opts = DemoOptions(
+        host=host,
+        port=port,
+        journal_dir=journal_dir.expanduser() if journal_dir else default_journal_dir(port, settings),
+        no_warmup=no_warmup,
+        specialize_num_tokens=specialize_num_tokens,
+        exit_after=exit_after,
+        keep_triton_cache=keep_triton_cache,
+        output_dir=output_dir.expanduser() if output_dir else None,
+    )
+    try:
+        run_demo(opts)
+    except DemoError as exc:
+        typer.echo(f"jitwatch demo: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        typer.echo("jitwatch demo: stopped", err=True)
+        raise typer.Exit(130) from None
+
+
+# ---------------------------------------------------------------------------------------- manifests
+manifest_app = typer.Typer(help="Warmup manifests: record what compiled, from the journal.", no_args_is_help=True)
+warmup_app = typer.Typer(help="Warmup: precompile a manifest's kernels before serving.", no_args_is_help=True)
+app.add_typer(manifest_app, name="manifest")
+app.add_typer(warmup_app, name="warmup")
+
+AllowOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        show_default="$JITWATCH_MANIFEST_ALLOW (comma-separated), else none",
+        help="Module prefix that may be imported by name (repeatable), e.g. --allow vllm. Nothing else is imported.",
+    ),
+]
+
+
+def _allow(allow: list[str] | None) -> list[str]:
+    """``--allow`` values, else ``JITWATCH_MANIFEST_ALLOW`` (from :class:`Settings`)."""
+    return list(allow) if allow else list(_settings().manifest_allow)
+
+
+def _short(text: str, width: int = 80) -> str:
+    """``text`` cut to at most ``width`` characters, ending in an ellipsis, at a token boundary
+    (after a ``), `` between specialization tuples, else a ``, `` or a space), never mid-token."""
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    for sep, keep in (("), ", 2), (", ", 1), (" ", 0)):
+        at = cut.rfind(sep)
+        if at > width // 3:
+            return cut[: at + keep] + "…"
+    return cut + "…"
+
+
+@manifest_app.command("export")
+def manifest_export(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Manifest file to write (JSON).")],
+    journal_dir: JournalDirOpt = None,
+    all_phases: Annotated[
+        bool, typer.Option("--all-phases", help="Record every compile, not only serving-phase ones.", **FLAG)
+    ] = False,
+    allow: AllowOpt = None,
+    rank: Annotated[int | None, typer.Option(help="Only this rank's compiles.")] = None,
+) -> None:
+    """Write the journal's serving-phase compiles (or all) as a warmup manifest."""
+    from jitwatch.errors import JournalCorruptError, JournalVersionError
+    from jitwatch.warmup.manifest import export
+
+    jdir = journal_dir or _settings().journal_dir
+    try:
+        manifest, problems = export(jdir, output, all_phases=all_phases, allow=_allow(allow), rank=rank)
+    except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
+        typer.echo(f"jitwatch: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(
+        f"wrote {output}: {len(manifest.entries)} specializations of {len(manifest.kernels())} kernels "
+        f"({', '.join(manifest.phases)})"
+    )
+    for kernel, why in problems.items():
+        typer.echo(f"  no source hash for {kernel}: {why}", err=True)
+
+
+@warmup_app.command("replay")
+def warmup_replay(
+    file: Annotated[Path, typer.Argument(help="Manifest written by `jitwatch manifest export`.")],
+    allow: AllowOpt = None,
+    parallel: Annotated[
+        str | None,
+        typer.Option(show_default="$JITWATCH_REPLAY_PARALLEL, else auto", help="auto / serial / threads / processes."),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, show_default="$JITWATCH_REPLAY_WORKERS, else the CPU count, at most 8", help="Pool size."),
+    ] = None,
+    compile_only: Annotated[
+        bool | None,
+        typer.Option(
+            "--compile-only/--gpu",
+            show_default="--compile-only when no GPU",
+            help="Compile for the recorded target without a GPU.",
+            **FLAG,
+        ),
+    ] = None,
+    arch: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            show_default="$JITWATCH_TARGET_ARCH, else 90",
+            help="Compute capability for --compile-only (90 = sm_90).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the replay report as JSON.", **FLAG)] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="No progress bar (none either when stderr is not a terminal).", **FLAG)
+    ] = False,
+) -> None:
+    """Precompile every manifest entry (nothing is launched).
+
+    Exit 1 if any entry failed, or if entries were skipped and none compiled (or was cached):
+    usually a missing --allow / JITWATCH_MANIFEST_ALLOW.
+    """
+    from rich.console import Console
+
+    from jitwatch.backends.triton.compile_only import activate, gpu_available
+    from jitwatch.errors import ManifestError
+    from jitwatch.warmup.manifest import load
+    from jitwatch.warmup.replay import replay
+
+    settings = _settings()
+    parallel = parallel or settings.replay_parallel
+    workers = workers or settings.replay_workers
+    arch = arch or settings.target_arch
+    if parallel not in ("auto", "serial", "threads", "processes"):
+        typer.echo("jitwatch: --parallel must be auto, serial, threads or processes", err=True)
+        raise typer.Exit(2)
+    try:
+        manifest = load(file)
+    except ManifestError as exc:
+        typer.echo(f"jitwatch: {exc}", err=True)
+        raise typer.Exit(2) from None
+    use_compile_only = (not gpu_available()) if compile_only is None else compile_only
+    console = Console(stderr=True)
+    if use_compile_only:
+        # Left active until exit: restoring Triton's default driver raises on a machine without one.
+        activate(arch)
+    report = replay(
+        manifest,
+        allow=_allow(allow),
+        parallel=parallel,  # type: ignore[arg-type]
+        workers=workers,
+        progress=not no_progress and not as_json and console.is_terminal,
+        console=console,
+    )
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        typer.echo(report.summary())
+        for r in report.results:
+            if r.status in ("skipped", "failed"):
+                typer.echo(f"  {r.status}: {r.kernel} {_short(r.key)}: {r.reason}")
+    if report.failed:
+        raise typer.Exit(1)
+    if report.skipped and not (report.compiled or report.cached):
+        raise _fail(
+            f"every entry was skipped ({report.skipped}), nothing compiled: pass --allow MODULE_PREFIX "
+            "(or set JITWATCH_MANIFEST_ALLOW) for the kernels' modules, or import them first",
+            1,
+        )
+
+
+@app.command()
+def coverage(
+    journal_dir: JournalDirOpt = None,
+    allow: AllowOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the coverage report as JSON.", **FLAG)] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Also list every argument's classes.", **FLAG)
+    ] = False,
+) -> None:
+    """Specialization coverage per kernel: classes Triton distinguishes, covered by warmup or not."""
+    from rich.console import Console
+
+    from jitwatch.cli.render import render_coverage
+    from jitwatch.errors import JournalCorruptError, JournalVersionError
+    from jitwatch.store.journal import Journal
+    from jitwatch.views.coverage import coverage_for_journal, kernels_for_report
+
+    jdir = journal_dir or _settings().journal_dir
+    try:
+        with Journal(jdir, readonly=True) as journal:
+            report = coverage_for_journal(journal)
+            if _allow(allow):
+                report = coverage_for_journal(journal, kernels=kernels_for_report(report, _allow(allow)))
+    except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
+        typer.echo(f"jitwatch: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
+        return
+    render_coverage(report, Console(), verbose=verbose)

@@ -1,0 +1,5 @@
+"""``python -m jitwatch.cli``: the ``jitwatch`` command."""
+
+from jitwatch.cli import app
+
+app()

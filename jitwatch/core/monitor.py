@@ -1,0 +1,490 @@
+"""The JIT monitor: phases, requests, ranks and modes — for every backend, knowing none of them.
+
+Usage in a worker process (through :func:`jitwatch.install`, which wires the monitor to the
+journal writer and to the backends ``JITWATCH_BACKENDS`` selects)::
+
+    import jitwatch
+
+    mon = jitwatch.install(mode="warn")  # backends hooked in; phase "startup"
+    with mon.warmup():                   # phase "warmup"; span "jitwatch.warmup"
+        run_warmup()                     # compiles here are expected
+    # phase "serving": a compile now is a post-warmup compile (logged / raised per mode)
+    with mon.request():                  # the first one's latency is recorded per rank
+        serve()
+
+The monitor is the :class:`~jitwatch.backends.base.CompileSink` every backend reports to. It
+stamps each capture with the phase and request current when the compile *began*, counts it,
+applies the mode (``warn``: one log line per backend, name and key; ``error``: raise
+:class:`~jitwatch.errors.ServingCompileError`), and hands the journal writer a deferred event
+that is materialized on the writer's thread. On the compiling thread it does the least possible:
+a clock read and a small object at ``begin``, a clock read, a counter and a queue append at
+``finish`` (``docs/architecture.md``, "The compiling thread").
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import itertools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import ContextDecorator, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind
+from jitwatch.config import Mode, Settings, parse_mode
+from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase
+from jitwatch.core.identity import WorkerIdentity
+from jitwatch.core.tracing import (
+    ATTR_COMPILE_SECONDS,
+    ATTR_DURATION_SECONDS,
+    ATTR_KERNELS_COMPILED,
+    ATTR_RANK,
+    build_tracer_provider,
+    warmup_span,
+)
+from jitwatch.errors import JitwatchError, ServingCompileError
+from jitwatch.redact import redact
+
+log = logging.getLogger(__name__)
+
+_WARNED_MAX = 4096
+"""(backend, name, key) triples remembered for warn-once; the oldest is forgotten past this."""
+
+_current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("jitwatch_request", default=None)
+
+_EVENT_KIND = {
+    CompileKind.COMPILE: EventKind.COMPILE,
+    CompileKind.AUTOTUNE: EventKind.AUTOTUNE,
+    CompileKind.GRAPH_CAPTURE: EventKind.GRAPH_CAPTURE,
+}
+
+
+class EventSink(Protocol):
+    """Where the monitor sends events: :class:`jitwatch.store.writer.JournalWriter` in a worker.
+
+    ``submit`` must not block (it runs on compiling threads); it returns ``False`` when the event
+    was dropped (and counted by the sink).
+    """
+
+    def submit(self, item: Event | DeferredEvent) -> bool: ...
+
+    def flush(self, timeout: float = 5.0) -> bool: ...
+
+    def close(self, timeout: float = 5.0) -> None: ...
+
+
+class NullSink:
+    """A sink that keeps nothing (``off`` mode)."""
+
+    def submit(self, item: Event | DeferredEvent) -> bool:
+        return False
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        return None
+
+
+@dataclass(slots=True)
+class Started:
+    """A compile in flight: what :meth:`Monitor.begin` returned (opaque to backends)."""
+
+    backend: str
+    name: str
+    phase: Phase
+    request_id: int | None
+    start_wall: float
+    start_perf: float
+
+
+class _CompileEvent:
+    """A capture waiting for the journal writer, which calls :meth:`to_event` on its thread."""
+
+    __slots__ = ("capture", "duration", "ident", "phase", "request_id", "request_name", "start")
+
+    def __init__(
+        self,
+        capture: Capture,
+        phase: Phase,
+        request_id: int | None,
+        request_name: str | None,
+        start: float,
+        duration: float,
+        ident: WorkerIdentity,
+    ) -> None:
+        self.capture = capture
+        self.phase = phase
+        self.request_id = request_id
+        self.request_name = request_name
+        self.start = start
+        self.duration = duration
+        self.ident = ident
+
+    def to_event(self) -> Event:
+        c = self.capture
+        detail = c.detail() if callable(c.detail) else c.detail
+        attrs: dict[str, Any] = {"module": c.module, "stages": dict(c.stages) if c.stages else {}}
+        if detail:
+            attrs.update(detail)
+        attrs.update(self.ident.attrs())
+        if self.request_id is not None:
+            attrs["request_id"] = self.request_id
+            if self.request_name:
+                attrs["request"] = self.request_name  # e.g. the vLLM request ids of the engine step
+        return Event(
+            kind=_EVENT_KIND.get(c.kind, EventKind.COMPILE),
+            ts=self.start + self.duration,
+            start_ts=self.start,
+            duration_s=self.duration,
+            rank=self.ident.rank,
+            pid=self.ident.pid,
+            host=self.ident.host,
+            phase=self.phase,
+            backend=c.backend,
+            kernel=c.name,
+            key=c.key,
+            cache_hit=c.cache_hit,
+            attrs={k: v for k, v in attrs.items() if v is not None},
+        )
+
+
+class Monitor:
+    """Records compiles, autotune runs and phase changes of one worker process, for every backend.
+
+    Args:
+        settings: journal directory, retention, queue size (default: :meth:`Settings.from_env`).
+        sink: where events go (:class:`~jitwatch.store.writer.JournalWriter`); :func:`jitwatch.install`
+            and :func:`jitwatch.worker.create_monitor` build one. Owned: closed by :meth:`uninstall`.
+        mode: ``off``/``warn``/``error`` (default from settings, i.e. ``JITWATCH_MODE``).
+        identity: ranks and labels (default: :meth:`WorkerIdentity.from_settings`).
+        backends: the backends to install (default: :func:`jitwatch.backends.create` of
+            ``settings.backends``, i.e. ``JITWATCH_BACKENDS``).
+        tracer_provider: OpenTelemetry provider for the warmup span; default built from the
+            ``OTEL_*`` environment (see :mod:`jitwatch.core.tracing`); pass ``False`` to disable.
+
+    Thread-safe. Implements :class:`jitwatch.backends.base.CompileSink`.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        sink: EventSink,
+        mode: Mode | str | None = None,
+        identity: WorkerIdentity | None = None,
+        backends: Sequence[Backend] | None = None,
+        tracer_provider: Any | None = None,
+        span_attributes: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.mode = parse_mode(mode) if mode is not None else self.settings.mode
+        self.identity = identity or WorkerIdentity.from_settings(self.settings)
+        self.sink = sink
+        if backends is None:
+            from jitwatch.backends import create
+
+            backends = create(self.settings.backends) if self.mode is not Mode.OFF else []
+        self.backends: list[Backend] = list(backends)
+        self.backend_statuses: dict[str, BackendStatus] = {}
+        self._labels = {b.name: b.label for b in self.backends}
+        self.phase = Phase.STARTUP
+        self._lock = threading.Lock()
+        self._inflight: dict[int, Started] = {}
+        self._warned: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # bounded: _WARNED_MAX
+        self._request_ids = itertools.count(1)
+        self._request_names: dict[int, str] = {}  # open requests' names, by request_id
+        self.first_request_done = False
+        self.requests_seen = 0
+        self.hook_errors = 0
+        self.compiles_by_phase: dict[Phase, int] = {p: 0 for p in Phase}
+        self.compile_seconds_by_phase: dict[Phase, float] = {p: 0.0 for p in Phase}
+        self.warmup_start: float | None = None
+        self.warmup_end: float | None = None
+        self._span_attributes = dict(span_attributes or {})
+        self._tracer_provider = tracer_provider
+        self._state = "new"  # new → installed → uninstalled
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def active(self) -> bool:
+        """Installed, not ``off``, not yet uninstalled: events are being recorded."""
+        return self._state == "installed" and self.mode is not Mode.OFF
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.settings.journal_dir
+
+    def install(self) -> Monitor:
+        """Install every backend and register the worker in the journal. In ``off`` mode, does
+        nothing. Idempotent while installed.
+
+        Raises:
+            JitwatchError: the monitor was uninstalled (make a new one: :func:`jitwatch.install`).
+        """
+        if self._state == "uninstalled":
+            raise JitwatchError("this Monitor was uninstalled; create a new one with jitwatch.install()")
+        if self.mode is Mode.OFF or self._state == "installed":
+            return self
+        self._state = "installed"
+        for backend in self.backends:
+            try:
+                status = backend.install(self)
+            except Exception as exc:  # noqa: BLE001 - a broken backend must not stop the host
+                status = BackendStatus(backend.name, "failed", degraded=f"install raised {type(exc).__name__}: {exc}")
+                log.error("jitwatch: backend %s failed to install: %s", backend.name, status.degraded)
+            with self._lock:
+                self.backend_statuses.setdefault(backend.name, status)
+            if status.degraded and status.state != "failed":
+                log.warning("jitwatch: %s", status.degraded)
+        if self._tracer_provider is None:
+            self._tracer_provider = build_tracer_provider(
+                resource_attributes={"jitwatch.rank": self.identity.rank, "process.pid": self.identity.pid}
+            )
+        elif self._tracer_provider is False:
+            self._tracer_provider = None
+        attrs: dict[str, Any] = {
+            "mode": self.mode.value,
+            "backends": {name: st.as_attrs() for name, st in self.backend_statuses.items()},
+            **self.identity.attrs(),
+        }
+        triton = self.backend_statuses.get("triton")
+        if triton is not None:  # the fields jitwatch 0.1 wrote, which its readers still look for
+            attrs.update(triton_version=triton.version, hooks=list(triton.hooks), degraded=triton.degraded)
+        if self.settings.heartbeat_seconds > 0:  # advertised: staleness is judged only for heartbeating workers
+            attrs["heartbeat_s"] = self.settings.heartbeat_seconds
+        self._emit(EventKind.WORKER_START, attrs=attrs)
+        atexit.register(self.flush)
+        return self
+
+    def uninstall(self) -> None:
+        """Uninstall every backend (restoring the hooks they replaced) and flush and close the sink."""
+        if self._state != "installed":
+            self._state = "uninstalled"
+            return
+        self._state = "uninstalled"
+        for backend in self.backends:
+            try:
+                backend.uninstall()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("jitwatch: backend %s failed to uninstall: %s: %s", backend.name, type(exc).__name__, exc)
+        atexit.unregister(self.flush)
+        self.sink.close()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every event so far is in the journal (``False`` on timeout)."""
+        return self.sink.flush(timeout)
+
+    # ------------------------------------------------------------------ phases
+    def begin_warmup(self) -> None:
+        """Enter the ``warmup`` phase (records ``warmup_start``)."""
+        with self._lock:
+            self.phase = Phase.WARMUP
+            self.warmup_start = time.time()
+        self._emit(EventKind.WARMUP_START)
+
+    def activate(self) -> None:
+        """Enter ``serving``: warmup is complete; later compiles are post-warmup compiles.
+
+        Records ``warmup_complete`` (duration from :meth:`begin_warmup`, or 0 if it was never
+        called) and flushes the journal so the sidecar's readiness flips at once.
+        """
+        now = time.time()
+        with self._lock:
+            start = self.warmup_start if self.warmup_start is not None else now
+            self.warmup_end = now
+            self.phase = Phase.SERVING
+            compiled = self.compiles_by_phase[Phase.WARMUP]
+            seconds = self.compile_seconds_by_phase[Phase.WARMUP]
+        self._emit(
+            EventKind.WARMUP_COMPLETE,
+            start_ts=start,
+            duration_s=now - start,
+            attrs={"kernels_compiled": compiled, "compile_seconds": seconds},
+            phase=Phase.SERVING,
+        )
+        self.flush()
+
+    @contextmanager
+    def warmup(self, **span_attributes: Any) -> Iterator[Monitor]:
+        """Context manager: ``warmup`` phase inside, ``serving`` after a normal exit.
+
+        Emits the ``jitwatch.warmup`` OpenTelemetry span (see :mod:`jitwatch.core.tracing`). If the
+        body raises, the span ends in ERROR, the phase stays ``warmup`` (readiness stays 503) and
+        the exception propagates.
+        """
+        attrs = {ATTR_RANK: self.identity.rank, **self._span_attributes, **span_attributes}
+        provider = None if self.mode is Mode.OFF else self._tracer_provider
+        with warmup_span(provider, attrs) as span:
+            self.begin_warmup()
+            yield self
+            self.activate()
+            span.attributes.update(
+                {
+                    ATTR_KERNELS_COMPILED: self.compiles_by_phase[Phase.WARMUP],
+                    ATTR_COMPILE_SECONDS: self.compile_seconds_by_phase[Phase.WARMUP],
+                    ATTR_DURATION_SECONDS: (self.warmup_end or 0.0) - (self.warmup_start or 0.0),
+                }
+            )
+
+    def request(self, name: str | None = None) -> _RequestMarker:
+        """Context manager / decorator marking one request.
+
+        The first request that *starts* in the ``serving`` phase is timed (wall clock, seconds)
+        and recorded as ``first_request``; compiles inside any marked request carry its
+        ``request_id`` (and ``name`` as ``request``).
+        """
+        return _RequestMarker(self, name)
+
+    def inflight(self) -> list[Started]:
+        """Compiles begun and not yet finished, oldest first (a snapshot)."""
+        with self._lock:
+            items = list(self._inflight.values())
+        return sorted(items, key=lambda s: s.start_perf)
+
+    # ------------------------------------------------------------------ CompileSink
+    def begin(self, backend: str, name: str) -> Started:
+        """A compile starts on this thread (see :class:`~jitwatch.backends.base.CompileSink`)."""
+        started = Started(backend, name, self.phase, _current_request.get(), time.time(), time.perf_counter())
+        self._inflight[id(started)] = started  # one dict store: atomic under the GIL
+        return started
+
+    def cancel(self, token: Any) -> None:
+        """The compile did not happen."""
+        self._inflight.pop(id(token), None)
+
+    def finish(self, token: Any, capture: Capture) -> None:
+        """The compile begun with ``token`` ended now. Raises :class:`ServingCompileError` in
+        ``error`` mode for a serving-phase compile (after the event is queued)."""
+        duration = time.perf_counter() - token.start_perf
+        self._inflight.pop(id(token), None)
+        self._record(capture, token.phase, token.request_id, token.start_wall, duration)
+
+    def record(self, capture: Capture, *, start_ts: float, duration_s: float) -> None:
+        """A compile whose start was not seen; phase and request are the current ones."""
+        self._record(capture, self.phase, _current_request.get(), start_ts, duration_s)
+
+    def hook_error(self, backend: str, where: str, exc: BaseException) -> None:
+        """Count and log an exception caught inside jitwatch's code in ``where``; never raises."""
+        try:
+            self.hook_errors += 1
+            if self.hook_errors <= 10 or self.hook_errors % 1000 == 0:
+                log.error(
+                    "jitwatch: error inside %s (count %d): %s: %s", where, self.hook_errors, type(exc).__name__, exc
+                )
+            self._emit(
+                EventKind.HOOK_ERROR,
+                backend=backend,
+                attrs={"hook": where, "error": redact(f"{type(exc).__name__}: {exc}"[:2000])},
+            )
+        except Exception:  # noqa: BLE001 - the error path itself must never reach the host
+            pass
+
+    def backend_ready(self, status: BackendStatus) -> None:
+        """A waiting backend installed its hooks (its library was imported by the host)."""
+        with self._lock:
+            self.backend_statuses[status.name] = status
+        if status.degraded:
+            log.warning("jitwatch: %s", status.degraded)
+        self._emit(EventKind.BACKEND_READY, backend=status.name, attrs=status.as_attrs())
+
+    # ------------------------------------------------------------------ internals
+    def _emit(self, kind: EventKind, **fields: Any) -> None:
+        if self._state != "installed" or self.mode is Mode.OFF:
+            return
+        fields.setdefault("phase", self.phase)
+        # Every event carries the worker's TP/PP/DP ranks and labels, not only worker_start.
+        fields["attrs"] = {**self.identity.attrs(), **(fields.get("attrs") or {})}
+        ident = self.identity
+        self.sink.submit(Event.now(kind, rank=ident.rank, pid=ident.pid, host=ident.host, **fields))
+
+    def _record(self, capture: Capture, phase: Phase, request_id: int | None, start: float, duration: float) -> None:
+        if capture.kind is CompileKind.COMPILE:
+            with self._lock:
+                self.compiles_by_phase[phase] += 1
+                self.compile_seconds_by_phase[phase] += duration
+        if self._state == "installed":
+            name = self._request_names.get(request_id) if request_id is not None else None
+            self.sink.submit(_CompileEvent(capture, phase, request_id, name, start, duration, self.identity))
+        if phase is Phase.SERVING and capture.kind is CompileKind.COMPILE:
+            self._serving_compile(capture)
+
+    def _describe(self, capture: Capture) -> str:
+        label = self._labels.get(capture.backend) or f"{capture.backend} compile"
+        return f"{label} {capture.name!r}"
+
+    def _serving_compile(self, capture: Capture) -> None:
+        key = capture.key or ""
+        if self.mode is Mode.ERROR:
+            shown = redact(key)[:500]
+            raise ServingCompileError(
+                f"jitwatch: {self._describe(capture)} compiled during serving on rank {self.identity.rank} "
+                f"(key {shown}); warmup should cover this specialization (JITWATCH_MODE=error)",
+                backend=capture.backend,
+                kernel=capture.name,
+                key=shown,
+            )
+        ident = (capture.backend, capture.name, key)
+        with self._lock:
+            first = ident not in self._warned
+            self._warned[ident] = None
+            self._warned.move_to_end(ident)
+            if len(self._warned) > _WARNED_MAX:
+                self._warned.popitem(last=False)
+        if first:
+            log.warning(
+                "jitwatch: post-warmup compile of %s on rank %d, key %s; warmup should cover this specialization",
+                self._describe(capture),
+                self.identity.rank,
+                redact(key)[:2000],
+            )
+
+
+class _RequestMarker(ContextDecorator):
+    def __init__(self, monitor: Monitor, name: str | None) -> None:
+        self.monitor = monitor
+        self.name = name
+        self._state = threading.local()
+
+    def __enter__(self) -> _RequestMarker:
+        mon = self.monitor
+        rid = next(mon._request_ids)
+        timed = False
+        with mon._lock:
+            mon.requests_seen += 1
+            if mon.phase is Phase.SERVING and not mon.first_request_done:
+                mon.first_request_done = True
+                timed = True
+        stack = getattr(self._state, "stack", None)
+        if stack is None:
+            stack = self._state.stack = []
+        stack.append((rid, timed, time.time(), time.perf_counter(), _current_request.set(rid)))
+        if self.name:
+            mon._request_names[rid] = self.name
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        rid, timed, start_wall, start_perf, token = self._state.stack.pop()
+        _current_request.reset(token)
+        self.monitor._request_names.pop(rid, None)
+        if timed:
+            self.monitor._emit(
+                EventKind.FIRST_REQUEST,
+                start_ts=start_wall,
+                duration_s=time.perf_counter() - start_perf,
+                attrs={"request_id": rid, **({"request": self.name} if self.name else {})},
+            )
+
+
+def current_request() -> int | None:
+    """The ``request_id`` of the request marked on this thread/context, if any."""
+    return _current_request.get()
+
+
+__all__ = ["EventSink", "Monitor", "NullSink", "Started", "current_request"]

@@ -1,0 +1,451 @@
+"""``jitwatch demo``: a sidecar and a worker process with real Triton compiles, end to end.
+
+The parent process (this module) resets a journal directory, starts the sidecar
+(:func:`jitwatch.sidecar.create_app` under uvicorn, in a thread) on ``127.0.0.1:9400`` and the
+worker (:mod:`jitwatch.demo.worker`) as a separate process sharing the journal, like a real
+inference worker. It polls ``/readyz`` while the worker warms up (503 → 200), then prints a
+summary built from the sidecar's ``/jit`` and keeps the sidecar and the worker serving until
+Ctrl-C (or exits, with ``--exit``).
+
+Triton's disk cache: a fresh temporary ``TRITON_CACHE_DIR`` per run (cold compiles, as on a new
+node), unless ``keep_triton_cache``.
+
+The journal directory defaults to ``<JITWATCH_DIR>/demo-<port>`` (one per port, so two demos on
+different ports never reset each other's journal) and is locked (``fcntl.flock`` on
+:data:`LOCK_FILE` inside it) for the demo's lifetime: a second demo on the same directory refuses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, Settings
+from jitwatch.errors import DemoError, DemoSetupError
+from jitwatch.store.journal import JOURNAL_FILE, Journal
+
+DEMO_SUBDIR = "demo"
+"""Default journal directory: ``<JITWATCH_DIR>/demo-<port>``."""
+LOCK_FILE = "demo.lock"
+"""Lock file inside the demo's journal directory (``fcntl.flock``, exclusive, held while running)."""
+
+
+@dataclass
+class DemoOptions:
+    """What ``jitwatch demo`` was asked to do (see the CLI's help for each)."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    journal_dir: Path | None = None
+    no_warmup: bool = False
+    specialize_num_tokens: bool = False
+    exit_after: bool = False
+    keep_triton_cache: bool = False
+    output_dir: Path | None = None
+    worker_timeout_s: float = 300.0
+
+
+@dataclass
+class DemoReport:
+    """What the demo saw: the worker's progress messages and the sidecar's answers."""
+
+    journal_dir: Path
+    url: str
+    worker: dict[str, Any] = field(default_factory=dict)
+    warmup: dict[str, Any] = field(default_factory=dict)
+    scenario: dict[str, Any] = field(default_factory=dict)
+    readyz: list[tuple[float, int]] = field(default_factory=list)
+    jit: dict[str, Any] = field(default_factory=dict)
+    metrics: str = ""
+
+
+def default_journal_dir(port: int = DEFAULT_PORT, settings: Settings | None = None) -> Path:
+    """``<configured journal dir>/demo-<port>`` (``JITWATCH_DIR`` or ``~/.local/state/jitwatch``).
+
+    Raises :class:`~jitwatch.config.ConfigError` for a bad ``JITWATCH_*`` value (``settings`` unset).
+    """
+    settings = settings or Settings.from_env()
+    return settings.journal_dir / f"{DEMO_SUBDIR}-{port}"
+
+
+def _prepare_dir(directory: Path, what: str) -> None:
+    """Create ``directory`` (0700) if missing; :class:`DemoSetupError` if it is a file or cannot be
+    created or written."""
+    if directory.exists() and not directory.is_dir():
+        raise DemoSetupError(f"{what} {directory} is not a directory")
+    for parent in directory.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise DemoSetupError(f"cannot create {what} {directory}: {parent} is not a directory")
+            break
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise DemoSetupError(f"cannot create {what} {directory}: {exc.strerror or exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise DemoSetupError(f"{what} {directory} is not writable")
+
+
+@contextlib.contextmanager
+def journal_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``directory/demo.lock`` (non-blocking).
+
+    Raises:
+        DemoSetupError: another demo holds the lock (or the lock file cannot be opened).
+    """
+    import fcntl
+
+    path = directory / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise DemoSetupError(f"cannot open the lock file {path}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise DemoSetupError(
+                f"another jitwatch demo is using the journal directory {directory} "
+                "(stop it, or pass --journal-dir / --port)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def reset_journal(directory: Path) -> None:
+    """Remove the journal files (only those) in ``directory``; create it (0700) if missing."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / (JOURNAL_FILE + suffix)).unlink()
+
+
+class _Sidecar:
+    """uvicorn serving the sidecar app in a daemon thread."""
+
+    def __init__(self, host: str, port: int, journal_dir: Path) -> None:
+        import uvicorn
+
+        from jitwatch.sidecar import create_app
+
+        app = create_app(journal_dir=journal_dir, token=None)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        # uvicorn leaves signal handlers alone when it runs outside the main thread (Ctrl-C stays ours).
+        self.thread = threading.Thread(target=self.server.run, name="jitwatch-demo-sidecar", daemon=True)
+
+    def start(self, timeout: float = 15.0) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise DemoError("the sidecar did not start (is the port in use? try --port)")
+            if time.monotonic() > deadline:
+                raise DemoError("the sidecar did not start in time")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def _check_port(host: str, port: int) -> None:
+    """:func:`jitwatch.sidecar.check_bind` (``SO_REUSEADDR``, as uvicorn): a port left in
+    ``TIME_WAIT`` by a demo just stopped is free again; one with a listener is not."""
+    from jitwatch.sidecar import PortUnavailableError, check_bind
+
+    try:
+        check_bind(host, port)
+    except PortUnavailableError as exc:
+        raise DemoSetupError(f"{exc} (use --port)") from None
+
+
+@contextlib.contextmanager
+def _triton_cache(keep: bool) -> Iterator[dict[str, str]]:
+    if keep:
+        yield {}
+        return
+    path = tempfile.mkdtemp(prefix="jitwatch-demo-triton-")
+    try:
+        yield {"TRITON_CACHE_DIR": path}
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _worker_cmd(opts: DemoOptions, journal_dir: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "jitwatch.demo.worker", "--journal-dir", str(journal_dir)]
+    if opts.no_warmup:
+        cmd.append("--no-warmup")
+    if opts.specialize_num_tokens:
+        cmd.append("--specialize-num-tokens")
+    if opts.exit_after:
+        cmd.append("--exit")
+    return cmd
+
+
+class _LineReader:
+    """Reads the worker's JSON lines on a thread; the main thread waits for named events."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.events: dict[str, dict[str, Any]] = {}
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                sys.stderr.write(line)
+                continue
+            with self.cond:
+                self.events[str(msg.get("event"))] = msg
+                self.cond.notify_all()
+        with self.cond:
+            self.events.setdefault("_eof", {})
+            self.cond.notify_all()
+
+    def wait(self, name: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while name not in self.events:
+                if "_eof" in self.events:
+                    code = self.proc.wait()
+                    stopped = self.events.get("serving_compile_error")
+                    if stopped is not None:
+                        raise DemoError(
+                            "JITWATCH_MODE=error stopped the worker on the serving compile of "
+                            f"{stopped.get('kernel')} (that is what error mode does: a compile warmup "
+                            "missed is fatal); run with JITWATCH_MODE=warn to serve through it"
+                        )
+                    raise DemoError(f"the worker exited (code {code}) before {name!r}; see its log above")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DemoError(f"the worker did not reach {name!r} within {timeout:.0f}s")
+                self.cond.wait(min(left, 0.05))
+            return self.events[name]
+
+    def seen(self, name: str) -> bool:
+        with self.cond:
+            return name in self.events or "_eof" in self.events
+
+
+def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
+    """Run the demo (blocking). Returns what it saw; serves until Ctrl-C unless ``exit_after``.
+
+    Before anything runs: the journal directory (default :func:`default_journal_dir`) and
+    ``output_dir`` must be (creatable) directories, the port must be free (``SO_REUSEADDR``) and
+    the journal directory's lock (:func:`journal_lock`) free. SIGTERM stops the demo like Ctrl-C.
+
+    Raises:
+        DemoSetupError: one of those checks failed, or a bad ``JITWATCH_*`` value.
+        DemoError: the sidecar or the worker failed (including ``JITWATCH_MODE=error`` stopping
+            the worker on a serving-phase compile).
+        KeyboardInterrupt: Ctrl-C or SIGTERM before the scenario completed (cleaned up).
+    """
+    from rich.console import Console
+
+    from jitwatch.config import ConfigError, Mode
+
+    console = console or Console()
+    try:
+        journal_dir = Path(opts.journal_dir) if opts.journal_dir is not None else default_journal_dir(opts.port)
+        # The worker reads these too: check them here, so a bad value is one line, not a worker traceback.
+        settings = Settings.from_env()
+        settings.rank()
+        if settings.mode is Mode.OFF:
+            raise DemoSetupError("JITWATCH_MODE=off records nothing, so there is nothing to show; unset it or use warn")
+    except ConfigError as exc:
+        raise DemoSetupError(str(exc)) from None
+    _prepare_dir(journal_dir, "journal directory")
+    if opts.output_dir is not None:
+        _prepare_dir(Path(opts.output_dir), "output directory")
+    _check_port(opts.host, opts.port)
+    with journal_lock(journal_dir), _sigterm_as_interrupt():
+        return _run_locked(opts, journal_dir, console)
+
+
+def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoReport:
+    import httpx
+
+    reset_journal(journal_dir)
+    # Create the empty journal now, so the sidecar never reads a half-initialised file.
+    Journal(journal_dir).close()
+    host = f"[{opts.host}]" if ":" in opts.host else opts.host
+    url = f"http://{host}:{opts.port}"
+    report = DemoReport(journal_dir=journal_dir, url=url)
+
+    sidecar = _Sidecar(opts.host, opts.port, journal_dir)
+    sidecar.start()
+    console.print(f"[bold]jitwatch demo[/bold]: sidecar on {url} (journal {journal_dir})")
+    proc: subprocess.Popen[str] | None = None
+    serving = stopped = False
+    try:
+        with _triton_cache(opts.keep_triton_cache) as cache_env, httpx.Client(base_url=url, timeout=5.0) as client:
+            env = {**os.environ, **cache_env, "PYTHONUNBUFFERED": "1"}
+            env.pop("TRITON_INTERPRET", None)
+            proc = subprocess.Popen(_worker_cmd(opts, journal_dir), env=env, stdout=subprocess.PIPE, text=True)
+            reader = _LineReader(proc)
+            # /readyz from the worker's spawn on: 503 (no worker, then warmup running) until the
+            # warmup completes, then 200. Only changes of status are kept.
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < opts.worker_timeout_s:
+                code = client.get("/readyz").status_code
+                if not report.readyz or report.readyz[-1][1] != code:
+                    report.readyz.append((round(time.monotonic() - t0, 3), code))
+                if (code == 200 and reader.seen("warmup_complete")) or "_eof" in reader.events:
+                    break
+                time.sleep(0.05)
+            report.worker = reader.wait("started", opts.worker_timeout_s)
+            console.print(
+                f"worker pid {report.worker.get('pid')} on {report.worker.get('device')}; "
+                f"TRITON_CACHE_DIR={'(yours)' if opts.keep_triton_cache else 'fresh temporary directory'}"
+            )
+            report.warmup = reader.wait("warmup_complete", opts.worker_timeout_s)
+            report.scenario = reader.wait("scenario_done", opts.worker_timeout_s)
+            report.jit = client.get("/jit").json()
+            report.metrics = client.get("/metrics").text
+            print_summary(report, console)
+            if opts.output_dir is not None:
+                save_report(report, Path(opts.output_dir))
+            if opts.exit_after:
+                code = proc.wait(timeout=opts.worker_timeout_s)
+                if code != 0:
+                    raise DemoError(f"the worker exited with code {code}")
+            else:
+                serving = True  # from here on, Ctrl-C / SIGTERM is the normal way to stop
+                console.print(
+                    f"\nServing (one step a second). Try:  curl {url}/jit   curl {url}/metrics   "
+                    f"jitwatch status --url {url}\nCtrl-C to stop."
+                )
+                while proc.poll() is None:
+                    time.sleep(0.5)
+    except KeyboardInterrupt:
+        if not serving:
+            raise
+        stopped = True
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        sidecar.stop()
+    if stopped:
+        console.print("jitwatch demo: stopped (worker and sidecar shut down)")
+    return report
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, ``docker stop``) stops the demo like Ctrl-C: worker and sidecar cleaned
+    up. The previous handler is restored on exit. Only in the main thread (signals need it)."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def save_report(report: DemoReport, directory: Path) -> None:
+    """Write ``jit.json``, ``metrics.txt`` and ``demo.json`` (worker messages, /readyz history)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "jit.json").write_text(json.dumps(report.jit, indent=2))
+    (directory / "metrics.txt").write_text(report.metrics)
+    (directory / "demo.json").write_text(
+        json.dumps(
+            {
+                "url": report.url,
+                "worker": report.worker,
+                "warmup": report.warmup,
+                "scenario": report.scenario,
+                "readyz": report.readyz,
+            },
+            indent=2,
+        )
+    )
+
+
+def _short_key(key: str | None, width: int = 70) -> str:
+    if not key:
+        return "-"
+    return key if len(key) <= width else key[: width - 1] + "…"
+
+
+def print_summary(report: DemoReport, console: Any) -> None:
+    """A short rich summary built from ``/jit`` plus the worker's own report."""
+    from rich.table import Table
+
+    jit = report.jit
+    steps = report.scenario.get("steps", [])
+    source = report.scenario.get("source")
+    ranks = jit.get("ranks") or [{}]
+    rank = ranks[0]
+    flips = " → ".join(f"{code} @{t:.2f}s" for t, code in report.readyz) or "-"
+
+    table = Table(title="jitwatch demo: compiles by phase (from /jit)")
+    for col in ("backend", "kernel", "warmup compiles", "serving compiles", "compile s"):
+        table.add_column(col, overflow="fold")
+    for k in jit.get("kernels", []):
+        serving = k.get("compiles_serving", 0)
+        table.add_row(
+            k.get("backend", "triton"),
+            k["name"],
+            str(k.get("compiles_warmup", 0)),
+            f"[red]{serving}[/red]" if serving else "[green]0[/green]",
+            f"{k.get('compile_seconds', 0.0):.3f}",
+        )
+    console.print(table)
+    sizes = sorted({s["num_tokens"] for s in steps})
+    first = rank.get("first_request_latency_s")
+    warm = rank.get("warmup_duration_s")
+    lines = [
+        f"warmup: {'complete' if rank.get('ready') else 'NOT complete'} in "
+        f"{'-' if warm is None else f'{warm:.3f}s'}, {rank.get('warmup_compiles')} compile(s)"
+        + ("" if report.warmup.get("ran") else " (--no-warmup: slot-mapping warmup skipped)"),
+        f"/readyz: {flips}",
+        f"served {len(steps)} steps, {len(sizes)} different token counts {sizes}; "
+        f"serving-phase compiles: {rank.get('serving_compiles')}",
+        f"first-request latency: {'-' if first is None else f'{first * 1000:.1f} ms'}",
+    ]
+    for c in jit.get("recent_serving_compiles", []):
+        lines.append(
+            f"serving compile: {c.get('backend', 'triton')} {c.get('kernel')} in request {c.get('request_id')} "
+            f"({(c.get('duration_s') or 0) * 1000:.0f} ms), key {_short_key(c.get('key'), 100)}"
+        )
+    if source == "reference":
+        lines.append(
+            "no GPU: kernels were compiled for real (compile-only driver, sm_90 cubins) but not launched; "
+            "slot mappings came from the torch reference"
+        )
+    elif source == "kernel":
+        lines.append(f"kernels launched on {report.worker.get('device')} (checked against the torch reference)")
+    for line in lines:
+        console.print(line)

@@ -1,0 +1,796 @@
+"""The journal: a durable, cross-process event store in one SQLite file (WAL mode).
+
+Worker processes (one per GPU rank, possibly in other containers sharing the directory) append
+events; the sidecar reads them. Design:
+
+* ``events`` is the event log, bounded by retention (count and age, see :class:`Journal`).
+* ``workers``, ``kernel_stats``, ``compile_hist`` and ``counters`` are aggregates updated in the
+  *same transaction* as the events they summarise. Metrics are built from the aggregates, so
+  counters stay exact and monotonic after old events are retired, and the sidecar never scans
+  the log to answer ``/metrics``.
+* Writes use ``BEGIN IMMEDIATE`` with a busy timeout, so concurrent writers serialize instead of
+  failing; a killed writer loses only its uncommitted transaction (SQLite's rollback journal /
+  WAL guarantees), never committed events.
+* The file and directory are created owner-only (0600 / 0700); SQLite gives the ``-wal`` and
+  ``-shm`` files the database file's mode.
+* Everything stored passes through :func:`~jitwatch.redact.redact` (kernel, key, attrs) and is
+  made strict JSON (no NaN/inf), whoever produced the event. Nothing read back is ever
+  evaluated: attrs are parsed with ``json.loads`` only.
+* Corruption (``SQLITE_CORRUPT``/``SQLITE_NOTADB``, failed ``quick_check``) is told apart from
+  storage faults (full, read-only, locked): only the former moves the file aside
+  (:func:`open_or_recover`).
+
+SQLite (stdlib ``sqlite3``) is used as-is; nothing here is a home-made storage engine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAULT_RETENTION_SECONDS
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.errors import JournalCorruptError, JournalVersionError
+from jitwatch.redact import redact
+from jitwatch.store import migrations
+
+log = logging.getLogger(__name__)
+
+JOURNAL_FILE = "journal.db"
+OTHER_KERNEL = "_other"
+"""Label value that kernels past the cardinality cap are folded into."""
+
+# Compile-duration histogram buckets, seconds: 1 ms … 60 s. Alert thresholds in
+# dashboards/prometheus/rules.yml must sit on one of these edges (checked by a test).
+COMPILE_DURATION_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One worker process as the journal knows it (latest state)."""
+
+    host: str
+    pid: int
+    rank: int
+    state: Phase
+    mode: str | None
+    started_ts: float
+    last_ts: float
+    warmup_start_ts: float | None
+    warmup_end_ts: float | None
+    warmup_duration_s: float | None
+    warmup_compiles: int | None
+    warmup_compile_seconds: float | None
+    first_request_s: float | None
+    first_request_ts: float | None
+    attrs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StatRow:
+    """Aggregate of one (backend, kernel, phase, rank, kind): how many, how long, how many loads.
+
+    ``kind`` is an :class:`~jitwatch.core.events.EventKind` value (``compile``, ``autotune``,
+    ``graph_capture``); ``label`` is the kernel's metric label (``_other`` past the cap);
+    ``seconds`` the summed durations; ``cache_hits`` the loads from the compiler's cache.
+    """
+
+    backend: str
+    kernel: str
+    label: str
+    phase: Phase
+    rank: int
+    kind: str
+    count: int
+    seconds: float
+    cache_hits: int
+    last_key: str | None
+    last_ts: float | None
+
+
+LEGACY_BACKEND = "triton"
+"""Backend of every aggregate a jitwatch 0.1 worker wrote (``kernel_stats``, ``compile_hist``,
+the ``hook_errors`` counter): 0.1 watched Triton only."""
+
+STAT_KINDS = (EventKind.COMPILE, EventKind.AUTOTUNE, EventKind.GRAPH_CAPTURE)
+"""Event kinds aggregated into :class:`StatRow` rows."""
+
+
+def counter_name(base: str, backend: str) -> str:
+    """Name of a per-backend counter in the ``counters`` table: ``"hook_errors:torch_compile"``."""
+    return f"{base}:{backend}"
+
+
+def split_counter(name: str) -> tuple[str, str | None]:
+    """``"hook_errors:triton"`` → ``("hook_errors", "triton")``; a 0.1 name (``"hook_errors"``)
+    → ``("hook_errors", None)``."""
+    base, sep, backend = name.partition(":")
+    return base, (backend if sep else None)
+
+
+def bucket_index(seconds: float) -> int:
+    """Index of the first bucket whose upper edge is ≥ ``seconds`` (len(buckets) = +Inf)."""
+    for i, edge in enumerate(COMPILE_DURATION_BUCKETS):
+        if seconds <= edge:
+            return i
+    return len(COMPILE_DURATION_BUCKETS)
+
+
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+_CORRUPT_MESSAGES = ("malformed", "not a database", "file is encrypted")
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database *file* is damaged (``SQLITE_CORRUPT``/``SQLITE_NOTADB``).
+
+    Storage faults (``SQLITE_FULL``, ``SQLITE_READONLY``, ``SQLITE_CANTOPEN``, ``SQLITE_IOERR``,
+    ``SQLITE_BUSY``) are *not* corruption: moving a healthy journal aside because the disk is
+    full or another writer holds the lock would lose every event in it. Uses
+    ``sqlite3.Error.sqlite_errorcode`` (Python 3.11+), else the message text.
+    """
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    text = str(exc).lower()
+    return any(m in text for m in _CORRUPT_MESSAGES)
+
+
+def _create_owner_only(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 if it does not exist (SQLite then gives its ``-wal``
+    and ``-shm`` files the same mode). Done with ``os.open`` rather than ``os.umask`` because the
+    umask is process-wide and the host's other threads may be creating files at the same time."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def _finite_json(value: Any) -> Any:
+    """``value`` with NaN/±inf floats replaced by their string names (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
+
+
+def _sanitize(ev: Event) -> tuple[Event, str]:
+    """What is stored for ``ev``: kernel, key and attrs passed through :func:`~jitwatch.redact.redact`
+    (defence in depth: every producer should redact, the journal makes sure), non-finite times
+    and durations dropped, and ``attrs`` as strict JSON (NaN/inf become strings), so one odd
+    event can neither fail its whole batch nor make the sidecar's JSON responses fail."""
+    try:
+        text = json.dumps(ev.attrs, default=str, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite_json(ev.attrs), default=str, allow_nan=False)
+    attrs_json = redact(text)
+    update: dict[str, Any] = {}
+    if ev.kernel is not None:
+        kernel = redact(ev.kernel)
+        if kernel != ev.kernel:
+            update["kernel"] = kernel
+    if ev.key is not None:
+        key = redact(ev.key)
+        if key != ev.key:
+            update["key"] = key
+    if not math.isfinite(ev.ts):
+        update["ts"] = time.time()
+    for name in ("start_ts", "duration_s"):
+        value = getattr(ev, name)
+        if value is not None and _finite(value) is None:
+            update[name] = None
+    if attrs_json != text:
+        update["attrs"] = json.loads(attrs_json)
+    return (ev.model_copy(update=update) if update else ev), attrs_json
+
+
+def _on_readonly_fs_without_wal(path: Path) -> bool:
+    try:
+        readonly_fs = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+    return readonly_fs and not Path(f"{path}-wal").exists()
+
+
+def _row_to_event(row: sqlite3.Row) -> Event:
+    return Event(
+        **{
+            **dict(row),
+            "kind": EventKind(row["kind"]),
+            "phase": Phase(row["phase"]),
+            "cache_hit": None if row["cache_hit"] is None else bool(row["cache_hit"]),
+            "attrs": json.loads(row["attrs"]),
+        }
+    )
+
+
+class Journal:
+    """One connection to the journal in ``directory`` (``journal.db`` inside it).
+
+    Args:
+        directory: created (mode 0700) if missing.
+        retention_events: most rows kept in the event log; older rows are retired.
+        retention_seconds: oldest event age kept, seconds.
+        max_kernels: distinct kernel names given their own metric label; later ones share
+            ``kernel="_other"`` (the mapping is first-come and never changes, so counters stay
+            monotonic).
+        readonly: open for reading only (the sidecar); never creates or repairs the file.
+        busy_timeout_s: how long a write waits for another writer's lock.
+
+    Raises:
+        JournalCorruptError: the file is not a usable database (``SQLITE_CORRUPT``/``NOTADB``,
+            or not a jitwatch journal); ``readonly=False`` callers use :func:`open_or_recover`
+            instead, which moves it aside and starts a fresh one.
+        JournalVersionError: the journal's schema is newer than this jitwatch may read (or, for
+            a writer, write): see :mod:`jitwatch.store.migrations`. The file is left alone.
+        sqlite3.OperationalError: a storage fault (full disk, read-only filesystem, lock
+            timeout); the file is left alone.
+        FileNotFoundError: ``readonly=True`` and there is no journal yet.
+        OSError: the directory cannot be created.
+
+    A ``Journal`` is not thread-safe; give each thread its own.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        retention_events: int = DEFAULT_RETENTION_EVENTS,
+        retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+        max_kernels: int = DEFAULT_MAX_KERNELS,
+        readonly: bool = False,
+        busy_timeout_s: float = 10.0,
+    ) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / JOURNAL_FILE
+        self.retention_events = retention_events
+        self.retention_seconds = retention_seconds
+        self.max_kernels = max_kernels
+        self.readonly = readonly
+        self._writes_since_prune = 0
+        self._cap_reached = False
+        if readonly:
+            if not self.path.exists():
+                raise FileNotFoundError(f"no journal at {self.path}")
+            self._conn = self._connect_readonly(immutable=False, timeout=busy_timeout_s)
+        else:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _create_owner_only(self.path)
+            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
+        try:
+            self.schema = self._prepare(busy_timeout_s)
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            if is_corruption(exc):
+                raise JournalCorruptError(f"{self.path}: {exc}") from exc
+            if not (readonly and _on_readonly_fs_without_wal(self.path)):
+                raise  # a storage fault (full, read-only, locked): the file itself may be fine
+            # A WAL database on a read-only filesystem (or a read-only mount of a shared volume,
+            # as a sidecar container often has) with no -wal/-shm cannot be opened with mode=ro:
+            # SQLite would have to create the -shm. No -wal means no writer is connected (a WAL
+            # writer keeps it while open), so a short immutable read is safe; a writer starting
+            # during it can at worst make this one read fail (sqlite3.Error, a 503), never write.
+            self._conn = self._connect_readonly(immutable=True, timeout=busy_timeout_s)
+            try:
+                self.schema = self._prepare(busy_timeout_s)
+            except sqlite3.DatabaseError as exc2:
+                self._conn.close()
+                if is_corruption(exc2):
+                    raise JournalCorruptError(f"{self.path}: {exc2}") from exc2
+                raise
+        except (JournalVersionError, JournalCorruptError):
+            self._conn.close()
+            raise
+        self._tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+    def _connect_readonly(self, *, immutable: bool, timeout: float) -> sqlite3.Connection:
+        uri = f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
+        return sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+
+    def _prepare(self, busy_timeout_s: float) -> migrations.SchemaInfo:
+        """Pragmas, then (writable) create or upgrade the schema (:func:`migrations.prepare`) or
+        (read-only) check that this code may read it. Raises :class:`JournalCorruptError` for a
+        database that is not a jitwatch journal, :class:`JournalVersionError` for a newer one
+        this code may not use."""
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        if not self.readonly:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            return migrations.prepare(self._conn, self.path)
+        info = migrations.read_info(self._conn)
+        if info is None:
+            raise JournalCorruptError(f"{self.path}: not a jitwatch journal (no schema version)")
+        migrations.check_readable(self.path, info)
+        return info
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        else:
+            self._conn.execute("COMMIT")
+
+    # ------------------------------------------------------------------ writing
+    def write(self, events: Sequence[Event]) -> list[int]:
+        """Append ``events`` and update the aggregates in one transaction; returns their ids.
+
+        Raises ``sqlite3.Error`` (including ``OperationalError`` for a full disk or a read-only
+        file) with nothing written. The journal writer thread catches and counts those.
+        """
+        if self.readonly:
+            raise PermissionError("journal opened read-only")
+        ids: list[int] = []
+        with self._transaction() as conn:
+            for ev in events:
+                ids.append(self._insert(conn, ev))
+        self._writes_since_prune += len(events)
+        if self._writes_since_prune >= 1000:
+            # The events are committed: a failing prune (lock timeout, full disk) must not make
+            # the caller think they were not (it would retry them and duplicate, or count them
+            # as dropped). It is retried after the next write.
+            try:
+                self.prune()
+            except sqlite3.Error as exc:
+                log.debug("jitwatch journal prune failed, will retry: %s", exc)
+        return ids
+
+    def _insert(self, conn: sqlite3.Connection, ev: Event) -> int:
+        ev, attrs_json = _sanitize(ev)
+        cur = conn.execute(
+            "INSERT INTO events(ts, start_ts, duration_s, kind, rank, pid, host, phase, backend,"
+            " kernel, key, cache_hit, attrs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                ev.ts,
+                ev.start_ts,
+                ev.duration_s,
+                ev.kind.value,
+                ev.rank,
+                ev.pid,
+                ev.host,
+                ev.phase.value,
+                ev.backend,
+                ev.kernel,
+                ev.key,
+                None if ev.cache_hit is None else int(ev.cache_hit),
+                attrs_json,
+            ),
+        )
+        row_id = int(cur.lastrowid or 0)
+        kind = ev.kind
+        if kind is EventKind.WORKER_START:
+            conn.execute(
+                "INSERT OR REPLACE INTO workers(host, pid, rank, state, mode, started_ts, last_ts,"
+                " attrs) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    ev.host,
+                    ev.pid,
+                    ev.rank,
+                    ev.phase.value,
+                    ev.attrs.get("mode"),
+                    ev.ts,
+                    ev.ts,
+                    attrs_json,
+                ),
+            )
+        elif kind is EventKind.WARMUP_START:
+            self._ensure_worker(conn, ev)
+            conn.execute(
+                "UPDATE workers SET state='warmup', warmup_start_ts=?, last_ts=? WHERE host=? AND pid=? AND rank=?",
+                (ev.ts, ev.ts, ev.host, ev.pid, ev.rank),
+            )
+        elif kind is EventKind.WARMUP_COMPLETE:
+            self._ensure_worker(conn, ev)
+            conn.execute(
+                "UPDATE workers SET state='serving', warmup_start_ts=COALESCE(warmup_start_ts, ?),"
+                " warmup_end_ts=?, warmup_duration_s=?, warmup_compiles=?,"
+                " warmup_compile_seconds=?, last_ts=? WHERE host=? AND pid=? AND rank=?",
+                (
+                    ev.start_ts,
+                    ev.ts,
+                    ev.duration_s,
+                    ev.attrs.get("kernels_compiled"),
+                    ev.attrs.get("compile_seconds"),
+                    ev.ts,
+                    ev.host,
+                    ev.pid,
+                    ev.rank,
+                ),
+            )
+        elif kind is EventKind.FIRST_REQUEST:
+            self._ensure_worker(conn, ev)
+            conn.execute(
+                "UPDATE workers SET first_request_s=?, first_request_ts=?, last_ts=? WHERE host=? AND pid=? AND rank=?",
+                (ev.duration_s, ev.ts, ev.ts, ev.host, ev.pid, ev.rank),
+            )
+        elif kind in STAT_KINDS:
+            kernel = ev.kernel or "<unknown>"
+            self._kernel_label(conn, kernel, ev.ts)
+            duration = ev.duration_s or 0.0
+            conn.execute(
+                "INSERT INTO compile_stats(backend, kernel, phase, rank, kind, count, seconds, cache_hits,"
+                " last_key, last_ts) VALUES (?,?,?,?,?,1,?,?,?,?)"
+                " ON CONFLICT(backend, kernel, phase, rank, kind) DO UPDATE SET count=count+1,"
+                " seconds=seconds+excluded.seconds, cache_hits=cache_hits+excluded.cache_hits,"
+                " last_key=COALESCE(excluded.last_key, last_key), last_ts=excluded.last_ts",
+                (
+                    ev.backend,
+                    kernel,
+                    ev.phase.value,
+                    ev.rank,
+                    kind.value,
+                    duration,
+                    int(bool(ev.cache_hit)),
+                    ev.key,
+                    ev.ts,
+                ),
+            )
+            if kind is EventKind.COMPILE:
+                conn.execute(
+                    "INSERT INTO duration_hist(backend, rank, phase, bucket, count) VALUES (?,?,?,?,1)"
+                    " ON CONFLICT(backend, rank, phase, bucket) DO UPDATE SET count=count+1",
+                    (ev.backend, ev.rank, ev.phase.value, bucket_index(duration)),
+                )
+        elif kind is EventKind.BACKEND_READY:
+            self._ensure_worker(conn, ev)
+            row = conn.execute(
+                "SELECT attrs FROM workers WHERE host=? AND pid=? AND rank=?", (ev.host, ev.pid, ev.rank)
+            ).fetchone()
+            attrs = json.loads(row[0]) if row is not None else {}
+            if not isinstance(attrs, dict):
+                attrs = {}
+            known = attrs.get("backends")
+            backends: dict[str, Any] = known if isinstance(known, dict) else {}
+            backends[ev.backend] = {k: v for k, v in ev.attrs.items() if k in ("state", "version", "hooks", "degraded")}
+            attrs["backends"] = backends
+            if ev.backend == LEGACY_BACKEND:  # the 0.1 fields /jit still shows
+                attrs["triton_version"] = ev.attrs.get("version")
+                attrs["hooks"] = ev.attrs.get("hooks")
+                attrs["degraded"] = ev.attrs.get("degraded")
+            conn.execute(
+                "UPDATE workers SET attrs=?, last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
+                (json.dumps(_finite_json(attrs)), ev.ts, ev.host, ev.pid, ev.rank),
+            )
+        elif kind is EventKind.HOOK_ERROR:
+            self._add_counter(conn, ev.rank, counter_name("hook_errors", ev.backend), 1)
+        elif kind is EventKind.DROPPED:
+            self._add_counter(conn, ev.rank, "dropped_events", float(ev.attrs.get("count", 1)))
+        return row_id
+
+    def heartbeat(self, host: str, pid: int, rank: int, ts: float) -> bool:
+        """Liveness: advance the worker row ``(host, pid, rank)``'s ``last_ts`` to ``ts`` (Unix
+        seconds; never moves it back). One ``UPDATE``, no event row (the event log is untouched).
+
+        Returns ``False`` when there is no such worker row yet (nothing is written).
+        Raises ``sqlite3.Error`` like :meth:`write` (the journal writer thread catches it).
+        """
+        if self.readonly:
+            raise PermissionError("journal opened read-only")
+        cur = self._conn.execute(
+            "UPDATE workers SET last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
+            (float(ts), host, pid, rank),
+        )
+        return cur.rowcount > 0
+
+    @staticmethod
+    def _ensure_worker(conn: sqlite3.Connection, ev: Event) -> None:
+        conn.execute(
+            "INSERT OR IGNORE INTO workers(host, pid, rank, state, started_ts, last_ts, attrs)"
+            " VALUES (?,?,?,?,?,?,'{}')",
+            (ev.host, ev.pid, ev.rank, Phase.STARTUP.value, ev.ts, ev.ts),
+        )
+
+    @staticmethod
+    def _add_counter(conn: sqlite3.Connection, rank: int, name: str, value: float) -> None:
+        conn.execute(
+            "INSERT INTO counters(rank, name, value) VALUES (?,?,?)"
+            " ON CONFLICT(rank, name) DO UPDATE SET value=value+excluded.value",
+            (rank, name, value),
+        )
+
+    def _kernel_label(self, conn: sqlite3.Connection, kernel: str, ts: float) -> str:
+        row = conn.execute("SELECT label FROM kernels WHERE name=?", (kernel,)).fetchone()
+        if row is not None:
+            return str(row[0])
+        if self._cap_reached:  # the named count never shrinks: no need to count again
+            label = OTHER_KERNEL
+        else:
+            named = conn.execute("SELECT COUNT(*) FROM kernels WHERE label != ?", (OTHER_KERNEL,)).fetchone()[0]
+            self._cap_reached = named >= self.max_kernels
+            label = OTHER_KERNEL if self._cap_reached else kernel
+        conn.execute("INSERT INTO kernels(name, label, first_seen) VALUES (?,?,?)", (kernel, label, ts))
+        return label
+
+    def prune(self, now: float | None = None) -> int:
+        """Retire events past the retention limits; returns how many were removed.
+
+        Aggregates are untouched, so metrics do not move. The count is added to the
+        ``retired_events`` counter (rank -1, journal-wide).
+        """
+        now = time.time() if now is None else now
+        with self._transaction() as conn:
+            max_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+            removed = conn.execute(
+                "DELETE FROM events WHERE id <= ? OR ts < ?",
+                (max_id - self.retention_events, now - self.retention_seconds),
+            ).rowcount
+            if removed:
+                self._add_counter(conn, -1, "retired_events", removed)
+        self._writes_since_prune = 0
+        return int(removed)
+
+    # ------------------------------------------------------------------ reading
+    def events(
+        self,
+        *,
+        kind: EventKind | Iterable[EventKind] | None = None,
+        phase: Phase | None = None,
+        kernel: str | None = None,
+        rank: int | None = None,
+        since: float | None = None,
+        limit: int = 100,
+        newest_first: bool = True,
+        backend: str | None = None,
+    ) -> list[Event]:
+        """Events matching every filter given (``since`` is Unix seconds, exclusive). ``backend``
+        ``"triton"`` also matches compiles a jitwatch 0.1 worker wrote (all Triton)."""
+        where: list[str] = []
+        args: list[Any] = []
+        if kind is not None:
+            kinds = [kind] if isinstance(kind, EventKind) else list(kind)
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            args.extend(k.value for k in kinds)
+        if phase is not None:
+            where.append("phase = ?")
+            args.append(phase.value)
+        if kernel is not None:
+            where.append("kernel = ?")
+            args.append(kernel)
+        if rank is not None:
+            where.append("rank = ?")
+            args.append(rank)
+        if backend is not None:
+            where.append("backend = ?")
+            args.append(backend)
+        if since is not None:
+            where.append("ts > ?")
+            args.append(since)
+        sql = "SELECT * FROM events"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?"
+        args.append(limit)
+        return [_row_to_event(r) for r in self._conn.execute(sql, args)]
+
+    def count_events(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+
+    def workers(self) -> list[WorkerRow]:
+        """Every worker row, oldest start first."""
+        rows = self._conn.execute("SELECT * FROM workers ORDER BY started_ts, pid")
+        return [WorkerRow(**{**dict(r), "state": Phase(r["state"]), "attrs": json.loads(r["attrs"])}) for r in rows]
+
+    def latest_workers(self) -> dict[int, WorkerRow]:
+        """The most recently started worker for each rank (a restarted worker replaces the old)."""
+        latest: dict[int, WorkerRow] = {}
+        for w in self.workers():
+            latest[w.rank] = w
+        return latest
+
+    def stats(self) -> list[StatRow]:
+        """Every (backend, kernel, phase, rank, kind) aggregate, sorted by backend, kernel, rank,
+        phase, kind; rows a jitwatch 0.1 worker wrote (``kernel_stats``) come in as backend
+        ``triton`` and are summed with the same key's revision-2 row."""
+        labels = {r[0]: r[1] for r in self._conn.execute("SELECT name, label FROM kernels")}
+        acc: dict[tuple[str, str, str, int, str], list[Any]] = {}
+
+        def add(
+            backend: str, kernel: str, phase: str, rank: int, kind: str, n: int, s: float, hits: int, key: Any, ts: Any
+        ) -> None:
+            if not n:
+                return
+            row = acc.setdefault((backend, kernel, phase, rank, kind), [0, 0.0, 0, None, None])
+            row[0] += n
+            row[1] += s
+            row[2] += hits
+            if ts is not None and (row[4] is None or ts >= row[4]):
+                row[3] = key if key is not None else row[3]
+                row[4] = ts
+
+        if "compile_stats" in self._tables:
+            for r in self._conn.execute("SELECT * FROM compile_stats"):
+                add(
+                    r["backend"],
+                    r["kernel"],
+                    r["phase"],
+                    r["rank"],
+                    r["kind"],
+                    r["count"],
+                    r["seconds"],
+                    r["cache_hits"],
+                    r["last_key"],
+                    r["last_ts"],
+                )
+        for r in self._conn.execute("SELECT * FROM kernel_stats"):  # jitwatch 0.1 workers
+            compile_ts = r["last_ts"] if r["compiles"] else None
+            add(
+                LEGACY_BACKEND,
+                r["kernel"],
+                r["phase"],
+                r["rank"],
+                EventKind.COMPILE.value,
+                r["compiles"],
+                r["compile_seconds"],
+                r["cache_hits"],
+                r["last_key"],
+                compile_ts,
+            )
+            add(
+                LEGACY_BACKEND,
+                r["kernel"],
+                r["phase"],
+                r["rank"],
+                EventKind.AUTOTUNE.value,
+                r["autotune_runs"],
+                r["autotune_seconds"],
+                0,
+                None,
+                r["last_ts"],
+            )
+        out = [
+            StatRow(
+                backend=b,
+                kernel=k,
+                label=labels.get(k, k),
+                phase=Phase(ph),
+                rank=rank,
+                kind=kind,
+                count=int(v[0]),
+                seconds=float(v[1]),
+                cache_hits=int(v[2]),
+                last_key=v[3],
+                last_ts=v[4],
+            )
+            for (b, k, ph, rank, kind), v in acc.items()
+        ]
+        out.sort(key=lambda s: (s.backend, s.kernel, s.rank, s.phase.value, s.kind))
+        return out
+
+    def histogram(self) -> dict[tuple[str, int, Phase], list[int]]:
+        """Compile durations per (backend, rank, phase): non-cumulative counts per bucket, the
+        last one being +Inf. jitwatch 0.1's ``compile_hist`` rows count as backend ``triton``."""
+        out: dict[tuple[str, int, Phase], list[int]] = {}
+        n = len(COMPILE_DURATION_BUCKETS)
+        rows: list[tuple[str, int, str, int, int]] = [
+            (LEGACY_BACKEND, r[0], r[1], r[2], r[3])
+            for r in self._conn.execute("SELECT rank, phase, bucket, count FROM compile_hist")
+        ]
+        if "duration_hist" in self._tables:
+            sql = "SELECT backend, rank, phase, bucket, count FROM duration_hist"
+            rows += [(r[0], r[1], r[2], r[3], r[4]) for r in self._conn.execute(sql)]
+        for backend, rank, phase, bucket, count in rows:
+            counts = out.setdefault((backend, rank, Phase(phase)), [0] * (n + 1))
+            counts[min(int(bucket), n)] += int(count)
+        return out
+
+    def counters(self) -> dict[tuple[int, str], float]:
+        """Every counter: ``{(rank, name): value}`` (per-backend ones named ``base:backend``)."""
+        return {(r[0], r[1]): float(r[2]) for r in self._conn.execute("SELECT rank, name, value FROM counters")}
+
+    def backend_counter(self, base: str) -> dict[tuple[str, int], float]:
+        """A per-backend counter such as ``hook_errors``: ``{(backend, rank): value}``; the 0.1
+        name without a backend counts as ``triton``."""
+        out: dict[tuple[str, int], float] = {}
+        for (rank, name), value in self.counters().items():
+            b, backend = split_counter(name)
+            if b == base:
+                key = (LEGACY_BACKEND if backend is None else backend, rank)
+                out[key] = out.get(key, 0.0) + value
+        return out
+
+    def kernel_label_counts(self) -> tuple[int, int]:
+        """(kernels with their own label, kernels folded into ``_other``)."""
+        named = self._conn.execute("SELECT COUNT(*) FROM kernels WHERE label != ?", (OTHER_KERNEL,)).fetchone()[0]
+        folded = self._conn.execute("SELECT COUNT(*) FROM kernels WHERE label = ?", (OTHER_KERNEL,)).fetchone()[0]
+        return int(named), int(folded)
+
+    def integrity_ok(self) -> bool:
+        """``PRAGMA quick_check`` passes.
+
+        ``False`` when the check reports damage or SQLite says the file is corrupt
+        (``SQLITE_CORRUPT``/``SQLITE_NOTADB``). Any other ``sqlite3.Error`` (locked, I/O, full disk)
+        is raised: it says nothing about the file's integrity.
+        """
+        try:
+            return bool(self._conn.execute("PRAGMA quick_check").fetchone()[0] == "ok")
+        except sqlite3.DatabaseError as exc:
+            if is_corruption(exc):
+                return False
+            raise
+
+
+def open_or_recover(directory: str | os.PathLike[str], **kwargs: Any) -> Journal:
+    """Open the journal for writing; a corrupt file is moved aside and a fresh one started.
+
+    Corrupt means SQLite reports ``SQLITE_CORRUPT``/``SQLITE_NOTADB`` or ``PRAGMA quick_check``
+    fails (see :func:`is_corruption`). The damaged file is renamed
+    ``journal.db.corrupt-<unix time>-<pid>[-<n>]`` (with its ``-wal``/``-shm``) and an error is logged; the
+    worker keeps running. Storage faults are *not* treated as corruption and leave the file
+    where it is: they raise ``OSError``/``sqlite3.Error`` (unwritable or missing-and-uncreatable
+    directory, full disk, lock timeout), which :class:`~jitwatch.store.writer.JournalWriter` counts.
+    """
+    try:
+        journal = Journal(directory, **kwargs)
+        try:
+            healthy = journal.integrity_ok()
+        except BaseException:
+            journal.close()
+            raise
+        if healthy:
+            return journal
+        journal.close()
+        reason = "quick_check failed"
+    except JournalCorruptError as exc:
+        reason = str(exc)
+    path = Path(directory) / JOURNAL_FILE
+    stamp = f"{int(time.time())}-{os.getpid()}"
+    n = 0
+    while any(Path(f"{path}.corrupt-{stamp}{sfx}").exists() for sfx in ("", "-wal", "-shm")):
+        n += 1  # never overwrite an earlier damaged file kept for inspection
+        stamp = f"{int(time.time())}-{os.getpid()}-{n}"
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(str(path) + suffix)
+        if src.exists():
+            src.rename(Path(f"{path}.corrupt-{stamp}{suffix}"))
+    log.error("jitwatch journal %s was corrupt (%s); moved aside, starting a fresh one", path, reason)
+    return Journal(directory, **kwargs)

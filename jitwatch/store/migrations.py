@@ -1,0 +1,249 @@
+"""Journal schema revisions: a forward-only, transactional migration path.
+
+The journal records which schema it holds in its ``meta`` table:
+
+* ``revision`` — the newest migration applied (absent in journals of jitwatch 0.1: revision 1);
+* ``min_reader`` / ``min_writer`` — the oldest *revision* of jitwatch code that may read / write
+  the file correctly. A migration that only adds tables or columns keeps ``min_writer`` low, so an
+  older worker keeps writing during a rolling upgrade;
+* ``written_by`` — the jitwatch version that last migrated it (for error messages);
+* ``schema_version`` — the one key jitwatch 0.1 reads. 0.1 treats any value but ``"1"`` as a
+  corrupt file and moves the journal aside, so it stays ``"1"`` for as long as 0.1 workers can
+  write the file correctly (``min_writer == 1``); a change that 0.1 cannot write through must
+  raise it, and 0.1 then moves the file aside (nothing else can stop 0.1 from doing so).
+
+Opening (:func:`prepare`):
+
+* a writer upgrades an older file in place, in one ``BEGIN IMMEDIATE`` transaction (all steps or
+  none; concurrent openers wait on SQLite's lock and then find it done);
+* a file of a *newer* revision is used as it is when this code's revision is at least its
+  ``min_writer`` (``min_reader`` for a reader), and otherwise refused with
+  :class:`~jitwatch.errors.JournalVersionError` naming both revisions and versions. It is never
+  moved aside, never rewritten;
+* a reader never migrates: it reads an older file as it is (the journal reads each revision's
+  tables that exist).
+
+History:
+
+1. jitwatch 0.1: ``events``, ``workers``, ``kernels``, ``kernel_stats`` (per kernel, phase, rank:
+   compiles and autotune runs, Triton only), ``compile_hist``, ``counters``.
+2. jitwatch 0.2 (backends): ``compile_stats`` (per backend, kernel, phase, rank and kind) and
+   ``duration_hist`` (per backend, rank, phase). Additive: 0.1 workers still write ``kernel_stats``
+   and ``compile_hist``, which 0.2 readers add in as backend ``triton`` — nothing is copied, so
+   a 0.1 sidecar's counters never go backwards either. ``min_writer`` 1, ``min_reader`` 2 (a 0.1
+   reader sees only the 0.1 workers' aggregates; upgrade sidecars first).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from jitwatch._version import __version__
+from jitwatch.errors import JournalVersionError
+
+LEGACY_SCHEMA_VERSION = "1"
+"""``meta.schema_version``: what jitwatch 0.1 checks (see the module docstring)."""
+
+BASE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL, start_ts REAL, duration_s REAL,
+    kind TEXT NOT NULL, rank INTEGER NOT NULL, pid INTEGER NOT NULL, host TEXT NOT NULL,
+    phase TEXT NOT NULL, backend TEXT NOT NULL, kernel TEXT, key TEXT, cache_hit INTEGER,
+    attrs TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_ts ON events(ts);
+CREATE INDEX IF NOT EXISTS events_kernel ON events(kernel);
+CREATE INDEX IF NOT EXISTS events_phase_kind ON events(phase, kind);
+CREATE TABLE IF NOT EXISTS workers (
+    host TEXT NOT NULL, pid INTEGER NOT NULL, rank INTEGER NOT NULL,
+    state TEXT NOT NULL, mode TEXT, started_ts REAL NOT NULL, last_ts REAL NOT NULL,
+    warmup_start_ts REAL, warmup_end_ts REAL, warmup_duration_s REAL, warmup_compiles INTEGER,
+    warmup_compile_seconds REAL, first_request_s REAL, first_request_ts REAL,
+    attrs TEXT NOT NULL,
+    PRIMARY KEY (host, pid, rank)
+);
+CREATE TABLE IF NOT EXISTS kernels (
+    name TEXT PRIMARY KEY, label TEXT NOT NULL, first_seen REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kernel_stats (
+    rank INTEGER NOT NULL, kernel TEXT NOT NULL, phase TEXT NOT NULL,
+    compiles INTEGER NOT NULL DEFAULT 0, compile_seconds REAL NOT NULL DEFAULT 0,
+    cache_hits INTEGER NOT NULL DEFAULT 0,
+    autotune_runs INTEGER NOT NULL DEFAULT 0, autotune_seconds REAL NOT NULL DEFAULT 0,
+    last_key TEXT, last_ts REAL,
+    PRIMARY KEY (rank, kernel, phase)
+);
+CREATE TABLE IF NOT EXISTS compile_hist (
+    rank INTEGER NOT NULL, phase TEXT NOT NULL, bucket INTEGER NOT NULL,
+    count INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (rank, phase, bucket)
+);
+CREATE TABLE IF NOT EXISTS counters (
+    rank INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (rank, name)
+);
+"""
+"""Revision 1, exactly as jitwatch 0.1 created it (``CREATE … IF NOT EXISTS``: idempotent)."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step: the SQL that takes revision ``revision - 1`` to ``revision``."""
+
+    revision: int
+    description: str
+    sql: str
+    min_reader: int
+    min_writer: int
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        revision=2,
+        description="per-backend aggregates: compile_stats and duration_hist",
+        sql="""
+CREATE TABLE IF NOT EXISTS compile_stats (
+    backend TEXT NOT NULL, kernel TEXT NOT NULL, phase TEXT NOT NULL, rank INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    count INTEGER NOT NULL DEFAULT 0, seconds REAL NOT NULL DEFAULT 0,
+    cache_hits INTEGER NOT NULL DEFAULT 0, last_key TEXT, last_ts REAL,
+    PRIMARY KEY (backend, kernel, phase, rank, kind)
+);
+CREATE TABLE IF NOT EXISTS duration_hist (
+    backend TEXT NOT NULL, rank INTEGER NOT NULL, phase TEXT NOT NULL, bucket INTEGER NOT NULL,
+    count INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (backend, rank, phase, bucket)
+);
+CREATE INDEX IF NOT EXISTS events_backend ON events(backend);
+""",
+        min_reader=2,
+        min_writer=1,
+    ),
+)
+
+REVISION = MIGRATIONS[-1].revision
+"""The schema revision this jitwatch writes."""
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    """What a journal's ``meta`` table says about its schema."""
+
+    revision: int
+    min_reader: int
+    min_writer: int
+    written_by: str | None
+    legacy_version: str | None
+
+
+def read_info(conn: sqlite3.Connection) -> SchemaInfo | None:
+    """The journal's schema info, or ``None`` when it has no ``meta`` table or no version at all
+    (a database that is not a jitwatch journal, or an empty file)."""
+    try:
+        rows = dict(conn.execute("SELECT k, v FROM meta").fetchall())
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise
+    legacy = rows.get("schema_version")
+    if legacy is None and "revision" not in rows:
+        return None
+
+    def num(key: str, default: int) -> int:
+        try:
+            return int(rows[key])
+        except (KeyError, TypeError, ValueError):
+            return default
+
+    revision = num("revision", 1)
+    return SchemaInfo(
+        revision=revision,
+        min_reader=num("min_reader", revision),
+        min_writer=num("min_writer", revision),
+        written_by=rows.get("written_by") or ("0.1" if "revision" not in rows else None),
+        legacy_version=legacy,
+    )
+
+
+def _refusal(path: Path, info: SchemaInfo, what: str, needed: int) -> JournalVersionError:
+    by = f" (written by jitwatch {info.written_by})" if info.written_by else ""
+    return JournalVersionError(
+        f"journal {path} has schema revision {info.revision}{by}, which needs schema revision {needed} "
+        f"or newer to {what} it; this jitwatch {__version__} has revision {REVISION}: upgrade jitwatch "
+        "here, or point JITWATCH_DIR at another directory (the journal is left as it is)"
+    )
+
+
+def check_readable(path: Path, info: SchemaInfo) -> None:
+    """Raise :class:`JournalVersionError` when this code may not read a journal of ``info``."""
+    if info.revision > REVISION and info.min_reader > REVISION:
+        raise _refusal(path, info, "read", info.min_reader)
+
+
+def prepare(conn: sqlite3.Connection, path: Path) -> SchemaInfo:
+    """Create or upgrade the journal behind ``conn`` (a writable connection in autocommit mode)
+    to :data:`REVISION`, in one ``BEGIN IMMEDIATE`` transaction; returns the resulting info.
+
+    Raises:
+        JournalVersionError: the journal is of a newer revision this code may not write.
+        sqlite3.Error: a storage fault or corruption (nothing changed).
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _statements(BASE_SCHEMA):
+            conn.execute(statement)
+        conn.execute(
+            "INSERT OR IGNORE INTO meta(k, v) VALUES ('schema_version', ?)",
+            (LEGACY_SCHEMA_VERSION,),
+        )
+        info = read_info(conn)
+        assert info is not None  # the row was just ensured
+        if info.revision > REVISION:
+            if info.min_writer > REVISION:
+                raise _refusal(path, info, "write", info.min_writer)
+        else:
+            pending = [m for m in MIGRATIONS if m.revision > info.revision]
+            for m in pending:
+                for statement in _statements(m.sql):
+                    conn.execute(statement)
+            if pending or "revision" not in _meta_keys(conn):
+                meta = {
+                    "revision": str(REVISION),
+                    "min_reader": str(max(m.min_reader for m in MIGRATIONS)),
+                    "min_writer": str(max(m.min_writer for m in MIGRATIONS)),
+                    "written_by": __version__,
+                }
+                conn.executemany("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", list(meta.items()))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    result = read_info(conn)
+    assert result is not None
+    return result
+
+
+def _meta_keys(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT k FROM meta")}
+
+
+def _statements(script: str) -> list[str]:
+    """Split a DDL script into statements (none of ours has a ``;`` inside a literal)."""
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+__all__ = [
+    "BASE_SCHEMA",
+    "LEGACY_SCHEMA_VERSION",
+    "MIGRATIONS",
+    "REVISION",
+    "Migration",
+    "SchemaInfo",
+    "check_readable",
+    "prepare",
+    "read_info",
+]

@@ -1,0 +1,240 @@
+"""The metrics contract: every metric jitwatch exports, in one place.
+
+This tuple is the single source of truth that the collector (:mod:`jitwatch.views.metrics`), the
+documentation (``docs/metrics.md``, generated and checked by a test), the Grafana dashboard and
+the Prometheus rules are checked against. Names are the *exposed* names (a counter's ``_total``
+included). Follows Prometheus conventions: ``jitwatch_`` prefix, base units (seconds),
+``_total`` counters, ``_info`` metadata, ``_timestamp_seconds`` for Unix times.
+
+Specialization keys are never labels (unbounded); they live in ``/jit`` and the events.
+``backend`` values are the installed backends' names (a handful).
+``kernel`` values are capped (``JITWATCH_MAX_KERNELS``, default 500): kernels first seen after the
+cap share ``kernel="_other"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["counter", "gauge", "histogram", "info"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    type: MetricType
+    labels: tuple[str, ...]
+    unit: str
+    help: str
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "jitwatch_compiles_total",
+        "counter",
+        ("backend", "kernel", "phase", "rank"),
+        "",
+        "JIT compiles by backend, kernel, phase and rank (Triton: in-memory cache misses; loads from "
+        "a persistent cache included).",
+    ),
+    MetricSpec(
+        "jitwatch_compile_seconds_total",
+        "counter",
+        ("backend", "kernel", "phase", "rank"),
+        "seconds",
+        "Wall time spent compiling (Triton: from jit_cache_hook to jit_post_compile_hook).",
+    ),
+    MetricSpec(
+        "jitwatch_compile_disk_cache_hits_total",
+        "counter",
+        ("backend", "phase", "rank"),
+        "",
+        "Compiles loaded from the compiler's persistent cache (Triton: TRITON_CACHE_DIR, per "
+        "knobs.compilation.listener).",
+    ),
+    MetricSpec(
+        "jitwatch_compile_duration_seconds",
+        "histogram",
+        ("backend", "phase", "rank"),
+        "seconds",
+        "Distribution of compile durations (buckets 1 ms … 60 s). No kernel label by design.",
+    ),
+    MetricSpec(
+        "jitwatch_last_compile_timestamp_seconds",
+        "gauge",
+        ("backend", "kernel", "phase", "rank"),
+        "seconds",
+        "Unix time of the kernel's most recent compile in this phase.",
+    ),
+    MetricSpec(
+        "jitwatch_autotune_runs_total",
+        "counter",
+        ("backend", "kernel", "phase", "rank"),
+        "",
+        "Autotune sweeps that benchmarked configs (Triton: @triton.autotune cache misses).",
+    ),
+    MetricSpec(
+        "jitwatch_autotune_seconds_total",
+        "counter",
+        ("backend", "kernel", "phase", "rank"),
+        "seconds",
+        "Time spent benchmarking autotune configs.",
+    ),
+    MetricSpec(
+        "jitwatch_graph_captures_total",
+        "counter",
+        ("backend", "kernel", "phase", "rank"),
+        "",
+        "CUDA-graph recordings (torch.compile mode=reduce-overhead), by graph.",
+    ),
+    MetricSpec(
+        "jitwatch_graph_capture_seconds_total",
+        "counter",
+        ("backend", "kernel", "phase", "rank"),
+        "seconds",
+        "Time spent recording CUDA graphs.",
+    ),
+    MetricSpec(
+        "jitwatch_warmup_complete",
+        "gauge",
+        ("rank",),
+        "",
+        "1 when the rank's latest worker has completed warmup (phase serving), else 0.",
+    ),
+    MetricSpec(
+        "jitwatch_warmup_start_timestamp_seconds",
+        "gauge",
+        ("rank",),
+        "seconds",
+        "Unix time the rank's latest worker began warmup.",
+    ),
+    MetricSpec(
+        "jitwatch_warmup_complete_timestamp_seconds",
+        "gauge",
+        ("rank",),
+        "seconds",
+        "Unix time the rank's latest worker completed warmup.",
+    ),
+    MetricSpec(
+        "jitwatch_warmup_duration_seconds",
+        "gauge",
+        ("rank",),
+        "seconds",
+        "Duration of the rank's latest warmup.",
+    ),
+    MetricSpec(
+        "jitwatch_warmup_compiles",
+        "gauge",
+        ("rank",),
+        "",
+        "Compiles during the rank's latest warmup.",
+    ),
+    MetricSpec(
+        "jitwatch_first_request_latency_seconds",
+        "gauge",
+        ("rank",),
+        "seconds",
+        "Latency of the first request after warmup complete, on the rank's latest worker.",
+    ),
+    MetricSpec(
+        "jitwatch_worker_start_timestamp_seconds",
+        "gauge",
+        ("rank",),
+        "seconds",
+        "Unix time the rank's latest worker installed the monitor.",
+    ),
+    MetricSpec(
+        "jitwatch_worker_last_seen_timestamp_seconds",
+        "gauge",
+        ("rank",),
+        "seconds",
+        "Unix time the rank's latest worker was last seen (phase event or heartbeat, every "
+        "JITWATCH_HEARTBEAT_SECONDS); time() minus this is how long a dead worker has been gone.",
+    ),
+    MetricSpec(
+        "jitwatch_worker_info",
+        "info",
+        ("rank", "tp_rank", "pp_rank", "dp_rank", "mode", "state"),
+        "",
+        "Identity of the rank's latest worker (value 1); empty label when a rank kind is unknown.",
+    ),
+    MetricSpec(
+        "jitwatch_specialization_coverage_ratio",
+        "gauge",
+        ("backend", "kernel"),
+        "",
+        "Share (0..1) of the kernel's Triton specialization classes (per argument) compiled before serving.",
+    ),
+    MetricSpec(
+        "jitwatch_hook_errors_total",
+        "counter",
+        ("backend", "rank"),
+        "",
+        "Exceptions caught inside jitwatch's hooks, by backend (never raised into the host); "
+        "backend is empty for the vLLM plugin's own failures.",
+    ),
+    MetricSpec(
+        "jitwatch_backend_info",
+        "info",
+        ("rank", "backend", "version", "state"),
+        "",
+        "Each backend of the rank's latest worker (value 1): library version and state "
+        "(active / waiting / unavailable / failed).",
+    ),
+    MetricSpec(
+        "jitwatch_dropped_events_total",
+        "counter",
+        ("rank",),
+        "",
+        "Events a worker could not journal (queue full or storage fault).",
+    ),
+    MetricSpec(
+        "jitwatch_journal_events",
+        "gauge",
+        (),
+        "",
+        "Events currently kept in the journal's event log (bounded by retention).",
+    ),
+    MetricSpec(
+        "jitwatch_journal_retired_events_total",
+        "counter",
+        (),
+        "",
+        "Events removed from the event log by retention (aggregates and metrics keep them).",
+    ),
+    MetricSpec(
+        "jitwatch_kernel_labels",
+        "gauge",
+        ("state",),
+        "",
+        'Distinct kernel names: state=named have their own label, state=folded share kernel="_other".',
+    ),
+    MetricSpec(
+        "jitwatch_journal_up",
+        "gauge",
+        (),
+        "",
+        "1 when the sidecar could read the journal on this scrape, else 0.",
+    ),
+    MetricSpec(
+        "jitwatch_build_info",
+        "info",
+        ("version", "triton_version", "torch_version", "vllm_version", "python_version"),
+        "",
+        "Versions of jitwatch and of the stack it watches, as seen by the sidecar (value 1).",
+    ),
+)
+
+BY_NAME: dict[str, MetricSpec] = {m.name: m for m in METRICS}
+
+
+def exposed_series_names() -> set[str]:
+    """Every series name a scrape can contain (histogram ``_bucket``/``_sum``/``_count`` included)."""
+    out: set[str] = set()
+    for m in METRICS:
+        if m.type == "histogram":
+            out.update({m.name + "_bucket", m.name + "_sum", m.name + "_count"})
+        else:
+            out.add(m.name)
+    return out

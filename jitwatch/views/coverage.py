@@ -1,0 +1,469 @@
+"""Specialization coverage: which argument classes Triton distinguishes, and which warmup compiled.
+
+Triton compiles one binary per *specialization key* (Triton 3.x, ``JITFunction.run`` →
+``native_specialize_impl``; checked against real compiles of Triton 3.9 in
+``tests/views/test_coverage.py``). Per argument, the classes are:
+
+===================== ==================================================================
+argument              classes (label)
+===================== ==================================================================
+pointer (tensor)      per element type: ``*fp32:aligned16`` (``data_ptr() % 16 == 0``),
+                      ``*fp32:unaligned``; ``*fp32:any`` under ``do_not_specialize`` /
+                      ``do_not_specialize_on_alignment``
+int (not constexpr)   ``i32:==1`` (folded to a constant), ``i32:%16`` (0 included),
+                      ``i32:other``, and by range ``i64:%16`` / ``i64:other`` (≥ 2^31 or
+                      < -2^31; ``u64`` ≥ 2^63 when seen). ``do_not_specialize``: ``i32:any``,
+                      ``i64:any``; ``do_not_specialize_on_alignment``: ``i32:==1``,
+                      ``i32:any``, ``i64:any``
+float / bool          ``fp32`` / ``u1``: one class (never value-specialized)
+constexpr             one class per value: ``=64``, ``=True``, ``=None``
+options               ``[num_warps]=4``…, listed only when more than one value was seen
+===================== ==================================================================
+
+Pointer element types and constexpr values are open sets: the classes enumerated are the ones
+seen in the journal (or declared by the kernel's annotations). Coverage is per argument
+(marginal): a class is **covered** when some compile outside the serving phase (startup or
+warmup, replayed manifests included) used it, **uncovered** otherwise; ``serving_only`` lists
+the classes that only serving compiles met — what warmup missed. A kernel's ratio is covered
+classes / enumerated classes, over all its arguments.
+
+From the journal alone, an argument's flags are inferred: ``(type, None)`` in a key means
+``do_not_specialize``; ``do_not_specialize_on_alignment`` cannot be told from a single key, so
+give the kernels (``kernels=`` / ``--allow``) for exact flags. An int that was only ever 1 looks like a
+constexpr from the journal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from jitwatch.backends.triton.keys import parse_key
+from jitwatch.backends.triton.resolve import resolve_kernel
+from jitwatch.core.events import EventKind, Phase
+from jitwatch.errors import KernelNotResolved
+from jitwatch.store.journal import OTHER_KERNEL, Journal
+
+ArgKind = Literal["pointer", "int", "constexpr", "float", "bool", "unknown"]
+
+DEFAULT_INT_WIDTHS: tuple[str, ...] = ("i32", "i64")
+"""Integer types enumerated for every int argument (Triton picks by value range)."""
+
+INT_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+OPTION_ARGS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+_TORCH_DTYPES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float64": "fp64",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "bool": "i1",
+    "float8_e4m3fn": "fp8e4nv",
+    "float8_e5m2": "fp8e5",
+}
+
+
+@dataclass
+class ArgInfo:
+    """What coverage knows about one kernel argument (from the kernel or inferred from keys)."""
+
+    name: str
+    kind: ArgKind = "unknown"
+    specialize: bool = True
+    """False under ``do_not_specialize``: no ``== 1`` folding and no ``% 16`` class."""
+    align: bool = True
+    """False under ``do_not_specialize`` or ``do_not_specialize_on_alignment``: no ``% 16`` class."""
+    known: bool = False
+    """Flags come from the ``JITFunction`` itself (not inferred from the journal)."""
+    fixed_type: str | None = None
+    dtypes: set[str] = field(default_factory=set)
+    int_types: set[str] = field(default_factory=set)
+
+
+def arg_infos_from_kernel(fn: Any) -> list[ArgInfo]:
+    """Argument facts of a ``triton.runtime.jit.JITFunction`` (``@triton.autotune`` unwrapped).
+
+    Reads ``fn.params`` (Triton 3.x ``KernelParam``: ``is_constexpr``, ``do_not_specialize``,
+    ``do_not_specialize_on_alignment``, annotations).
+    """
+    while not hasattr(fn, "params") and hasattr(fn, "fn"):
+        fn = fn.fn
+    out: list[ArgInfo] = []
+    for p in fn.params:
+        info = ArgInfo(
+            name=p.name,
+            specialize=not p.do_not_specialize,
+            align=not (p.do_not_specialize or p.do_not_specialize_on_alignment),
+            known=True,
+        )
+        ann = getattr(p, "annotation_type", "") or ""
+        if p.is_constexpr:
+            info.kind = "constexpr"
+        elif ann.startswith("*"):
+            info.kind = "pointer"
+            info.dtypes.add(ann.lstrip("*k"))
+        elif ann == "u1":
+            info.kind, info.fixed_type = "bool", "u1"
+        elif ann[:2] in ("fp", "bf"):
+            info.kind, info.fixed_type = "float", ann
+        elif ann in INT_TYPES:
+            info.kind, info.fixed_type = "int", ann
+        out.append(info)
+    return out
+
+
+def _value_label(value: Any) -> str:
+    return "=" + repr(value)
+
+
+def _int_type(v: int) -> str:
+    if -(2**31) <= v < 2**31:
+        return "i32"
+    if -(2**63) <= v < 2**63:
+        return "i64"
+    return "u64"
+
+
+def classify(info: ArgInfo, value: Any) -> str:
+    """The class label Triton 3.x puts ``value`` in, for argument ``info`` (see module table).
+
+    Tensors are anything with ``data_ptr()`` and a torch ``dtype``; ``bool`` before ``int``
+    (Python's ``True`` is an int but Triton types it ``u1``); ``None`` is always a constexpr.
+    """
+    if info.kind == "constexpr" or value is None:
+        return _value_label(value)
+    if isinstance(value, bool):
+        return "u1"
+    if isinstance(value, int):
+        t = info.fixed_type or _int_type(value)
+        if not info.specialize:
+            return f"{t}:any"
+        if value == 1 and info.fixed_type is None:
+            return "i32:==1"
+        if not info.align:
+            return f"{t}:any"
+        return f"{t}:%16" if value % 16 == 0 else f"{t}:other"
+    if isinstance(value, float):
+        return info.fixed_type or "fp32"
+    if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
+        d = _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."), str(value.dtype))
+        if not (info.specialize and info.align):
+            return f"*{d}:any"
+        return f"*{d}:aligned16" if value.data_ptr() % 16 == 0 else f"*{d}:unaligned"
+    return f"<{type(value).__name__}>"
+
+
+def classify_call(fn: Any, *args: Any, **kwargs: Any) -> dict[str, str]:
+    """Class label of every argument of one call ``fn[grid](*args, **kwargs)`` (defaults applied)."""
+    while not hasattr(fn, "params") and hasattr(fn, "fn"):
+        fn = fn.fn
+    infos = {i.name: i for i in arg_infos_from_kernel(fn)}
+    bound = fn.signature.bind(*args, **{k: v for k, v in kwargs.items() if k in infos})
+    bound.apply_defaults()
+    return {name: classify(infos[name], value) for name, value in bound.arguments.items()}
+
+
+def _label_from_key(info: ArgInfo, entry: tuple[Any, ...]) -> str | None:
+    if len(entry) < 2:
+        return None
+    ty, spec = entry[0], entry[1]
+    if ty == "constexpr":
+        if info.kind == "int":
+            return "i32:==1" if spec == 1 else _value_label(spec)
+        return _value_label(spec)
+    if not isinstance(ty, str):
+        return None
+    if ty.startswith("*"):
+        d = ty.lstrip("*k")
+        if spec == "D":
+            return f"*{d}:aligned16"
+        if spec is None or not info.align:
+            return f"*{d}:any"
+        return f"*{d}:unaligned"
+    if ty in INT_TYPES:
+        if spec is None or (spec == "" and not info.align):
+            return f"{ty}:any"
+        return f"{ty}:%16" if spec == "D" else f"{ty}:other"
+    return ty
+
+
+def _infer(info: ArgInfo, observed: Iterable[tuple[Any, ...]]) -> None:
+    """Refine an argument's kind and flags from the key tuples seen for it."""
+    for entry in observed:
+        if len(entry) < 2:
+            continue
+        ty, spec = entry[0], entry[1]
+        if not isinstance(ty, str) or ty == "constexpr":
+            continue
+        unknown = info.kind == "unknown"
+        if ty.startswith("*"):
+            info.kind = "pointer" if unknown else info.kind
+            info.dtypes.add(ty.lstrip("*k"))
+        elif ty in INT_TYPES:
+            info.kind = "int" if unknown else info.kind
+            info.int_types.add(ty)
+        elif unknown and ty == "u1":
+            info.kind = "bool"
+        elif unknown and ty[:2] in ("fp", "bf"):
+            info.kind = "float"
+        if not info.known and spec is None and info.kind in ("pointer", "int"):
+            info.specialize = info.align = False
+    if info.kind == "unknown" and any(len(e) >= 2 and e[0] == "constexpr" for e in observed):
+        info.kind = "constexpr"
+
+
+def enumerate_classes(info: ArgInfo, widths: Sequence[str] = DEFAULT_INT_WIDTHS) -> list[str]:
+    """Every class Triton distinguishes for ``info`` (pointer dtypes: those known/observed)."""
+    if info.kind == "pointer":
+        out: list[str] = []
+        for d in sorted(info.dtypes):
+            out += [f"*{d}:aligned16", f"*{d}:unaligned"] if info.specialize and info.align else [f"*{d}:any"]
+        return out
+    if info.kind == "int":
+        types = [info.fixed_type] if info.fixed_type else list(dict.fromkeys([*widths, *sorted(info.int_types)]))
+        out = []
+        if info.specialize and info.fixed_type is None:
+            out.append("i32:==1")
+        for t in types:
+            if info.specialize and info.align:
+                out += [f"{t}:%16", f"{t}:other"]
+            else:
+                out.append(f"{t}:any")
+        return out
+    if info.kind == "float":
+        return [info.fixed_type or "fp32"]
+    if info.kind == "bool":
+        return ["u1"]
+    return []
+
+
+class ArgumentCoverage(BaseModel):
+    """Coverage of one argument (or option, named ``[num_warps]``) of one kernel."""
+
+    name: str
+    kind: str = Field(description="pointer / int / constexpr / float / bool / option / unknown.")
+    specialize: bool = Field(default=True, description="False under do_not_specialize.")
+    align: bool = Field(default=True, description="False under do_not_specialize(_on_alignment).")
+    classes: list[str] = Field(description="Every class enumerated, e.g. 'i32:%16', '*fp32:unaligned', '=64'.")
+    covered: list[str] = Field(description="Classes compiled outside serving (startup / warmup).")
+    uncovered: list[str]
+    serving_only: list[str] = Field(default_factory=list, description="Uncovered classes serving compiles met.")
+
+
+class KernelCoverage(BaseModel):
+    """Specialization coverage of one kernel (by Triton's ``fn.name``, its qualified name)."""
+
+    backend: str = Field(default="triton", description="Coverage is computed for Triton kernels.")
+    kernel: str
+    module: str | None = None
+    covered: int = Field(description="Covered classes, summed over arguments.")
+    total: int = Field(description="Enumerated classes, summed over arguments.")
+    ratio: float = Field(description="covered / total, 0..1 (1.0 when nothing is enumerable).")
+    warmup_keys: int = Field(description="Distinct specialization keys compiled outside serving.")
+    serving_keys: int = Field(description="Distinct keys first compiled during serving.")
+    flags_known: bool = Field(description="do_not_specialize flags read from the kernel, not inferred.")
+    arguments: list[ArgumentCoverage] = Field(default_factory=list)
+    uncovered: list[str] = Field(default_factory=list, description="'argument:class' labels not covered.")
+
+
+class CoverageReport(BaseModel):
+    """Body of coverage in ``/jit`` and ``jitwatch coverage --json``."""
+
+    generated_ts: float = Field(default_factory=time.time)
+    int_widths: list[str] = Field(default_factory=lambda: list(DEFAULT_INT_WIDTHS))
+    kernels: list[KernelCoverage] = Field(default_factory=list)
+
+    def by_kernel(self) -> dict[str, KernelCoverage]:
+        return {k.kernel: k for k in self.kernels}
+
+
+@dataclass
+class _Obs:
+    module: str | None = None
+    names: list[str] = field(default_factory=list)
+    per_arg: dict[str, list[tuple[tuple[Any, ...], bool]]] = field(default_factory=dict)
+    options: dict[str, list[tuple[Any, bool]]] = field(default_factory=dict)
+    warm_keys: set[str] = field(default_factory=set)
+    serving_keys: set[str] = field(default_factory=set)
+
+
+def coverage_from_events(
+    events: Iterable[Any],
+    *,
+    kernels: Mapping[str, Any] | None = None,
+    widths: Sequence[str] = DEFAULT_INT_WIDTHS,
+) -> CoverageReport:
+    """Coverage from ``compile`` :class:`~jitwatch.core.events.Event` objects (any order).
+
+    Args:
+        kernels: optional ``{kernel name: JITFunction}`` for exact argument flags.
+        widths: int types enumerated for every int argument.
+    """
+    obs: dict[str, _Obs] = {}
+    for ev in events:
+        if ev.kind is not EventKind.COMPILE or not ev.kernel or not ev.key:
+            continue
+        parsed = parse_key(ev.key)
+        sig = ev.attrs.get("signature")
+        if parsed is None or not isinstance(sig, dict):
+            continue
+        names = [str(n) for n in sig]
+        o = obs.setdefault(ev.kernel, _Obs())
+        o.module = o.module or ev.attrs.get("module")
+        o.names = o.names or names
+        warm = ev.phase is not Phase.SERVING
+        for name, entry in zip(names, parsed, strict=False):
+            o.per_arg.setdefault(name, []).append((entry, warm))
+        opts = ev.attrs.get("options")
+        if isinstance(opts, dict):
+            for opt in OPTION_ARGS:
+                if opt in opts and opts[opt] is not None:
+                    o.options.setdefault(opt, []).append((opts[opt], warm))
+        (o.warm_keys if warm else o.serving_keys).add(ev.key)
+
+    report = CoverageReport(int_widths=list(widths))
+    for name in sorted(obs):
+        o = obs[name]
+        fn = (kernels or {}).get(name)
+        infos = {i.name: i for i in arg_infos_from_kernel(fn)} if fn is not None else {}
+        args: list[ArgumentCoverage] = []
+        for arg in o.names:
+            info = infos.get(arg) or ArgInfo(name=arg)
+            seen = o.per_arg.get(arg, [])
+            _infer(info, [e for e, _ in seen])
+            labels = [(_label_from_key(info, e), w) for e, w in seen]
+            classes = enumerate_classes(info, widths)
+            for lab, _ in labels:
+                if lab is not None and lab not in classes:
+                    classes.append(lab)
+            covered = sorted({lab for lab, w in labels if w and lab is not None}, key=classes.index)
+            served = {lab for lab, w in labels if not w and lab is not None}
+            uncovered = [c for c in classes if c not in covered]
+            args.append(
+                ArgumentCoverage(
+                    name=arg,
+                    kind=info.kind,
+                    specialize=info.specialize,
+                    align=info.align,
+                    classes=classes,
+                    covered=covered,
+                    uncovered=uncovered,
+                    serving_only=[c for c in uncovered if c in served],
+                )
+            )
+        for opt, values in o.options.items():
+            distinct = list(dict.fromkeys(_value_label(v) for v, _ in values))
+            if len(distinct) < 2:
+                continue
+            covered = [c for c in distinct if any(w and _value_label(v) == c for v, w in values)]
+            uncovered = [c for c in distinct if c not in covered]
+            args.append(
+                ArgumentCoverage(
+                    name=f"[{opt}]",
+                    kind="option",
+                    classes=distinct,
+                    covered=covered,
+                    uncovered=uncovered,
+                    serving_only=uncovered,
+                )
+            )
+        total = sum(len(a.classes) for a in args)
+        cov = sum(len(a.covered) for a in args)
+        report.kernels.append(
+            KernelCoverage(
+                kernel=name,
+                module=o.module,
+                covered=cov,
+                total=total,
+                ratio=cov / total if total else 1.0,
+                warmup_keys=len(o.warm_keys),
+                serving_keys=len(o.serving_keys - o.warm_keys),
+                flags_known=fn is not None,
+                arguments=args,
+                uncovered=[f"{a.name}:{c}" for a in args for c in a.uncovered],
+            )
+        )
+    return report
+
+
+def coverage_for_journal(
+    journal: Journal,
+    *,
+    kernels: Mapping[str, Any] | None = None,
+    widths: Sequence[str] = DEFAULT_INT_WIDTHS,
+    rank: int | None = None,
+    limit: int = 20_000,
+) -> CoverageReport:
+    """Coverage of every kernel in the journal's newest ``limit`` ``compile`` events (the event log,
+    so also bounded by retention; every rank unless ``rank`` is given). Read-only; raises
+    ``sqlite3.Error`` only. Cost: one indexed query plus a ``literal_eval`` per event (~10k/s)."""
+    events = journal.events(kind=EventKind.COMPILE, backend="triton", rank=rank, limit=limit, newest_first=True)
+    return coverage_from_events(events, kernels=kernels, widths=widths)
+
+
+def coverage_ratio_samples(report: CoverageReport, labels: Mapping[str, str] | None = None) -> dict[str, float]:
+    """Values of ``jitwatch_specialization_coverage_ratio{kernel}``: kernel label → ratio (0..1).
+
+    ``labels`` maps kernel names to their metric label (``Journal.stats()`` ``.label``:
+    kernels past ``JITWATCH_MAX_KERNELS`` share ``_other``); kernels folded into one label are
+    pooled (sum of covered / sum of enumerated classes).
+    """
+    pooled: dict[str, list[int]] = {}
+    for k in report.kernels:
+        label = (labels or {}).get(k.kernel, k.kernel)
+        acc = pooled.setdefault(label, [0, 0])
+        acc[0] += k.covered
+        acc[1] += k.total
+    return {label: (c / t if t else 1.0) for label, (c, t) in pooled.items()}
+
+
+def journal_coverage_ratios(journal: Journal) -> dict[str, float]:
+    """``coverage_ratio_samples`` for a journal, with its own kernel labels (for the collector)."""
+    labels = {row.kernel: row.label for row in journal.stats()}
+    return coverage_ratio_samples(coverage_for_journal(journal), labels)
+
+
+def kernels_for_report(report: CoverageReport, allow: Sequence[str]) -> dict[str, Any]:
+    """``{kernel: JITFunction}`` for the report's kernels whose modules are allowed (see
+    :func:`jitwatch.backends.triton.resolve.resolve_kernel`: import by name under ``allow`` only); others are
+    left out."""
+    out: dict[str, Any] = {}
+    for k in report.kernels:
+        if k.module is None:
+            continue
+        try:
+            out[k.kernel] = resolve_kernel(k.module, k.kernel, allow=allow)
+        except KernelNotResolved:
+            continue
+    return out
+
+
+__all__ = [
+    "DEFAULT_INT_WIDTHS",
+    "OTHER_KERNEL",
+    "ArgInfo",
+    "ArgumentCoverage",
+    "CoverageReport",
+    "KernelCoverage",
+    "arg_infos_from_kernel",
+    "classify",
+    "classify_call",
+    "coverage_for_journal",
+    "coverage_from_events",
+    "coverage_ratio_samples",
+    "enumerate_classes",
+    "journal_coverage_ratios",
+    "kernels_for_report",
+]

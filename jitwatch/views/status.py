@@ -1,0 +1,515 @@
+"""The ``GET /jit`` status document: pydantic models, :func:`build_status` and readiness.
+
+Everything here is computed from one read-only :class:`~jitwatch.store.journal.Journal` (its
+``latest_workers``, ``stats``, ``counters`` aggregates and the newest serving-phase
+``compile`` events). Rendering for the terminal lives in :mod:`jitwatch.cli.render`. Times are
+Unix seconds (float), durations seconds. Unlike the Prometheus metrics, the status carries
+specialization keys (redacted of home paths by the store) and real kernel names (no ``_other``
+folding), because it is read by people, not stored as time series.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from jitwatch.config import DEFAULT_STALE_SECONDS
+from jitwatch.core.events import EventKind, Phase
+from jitwatch.store.journal import Journal, WorkerRow
+from jitwatch.views.coverage import CoverageReport, KernelCoverage, coverage_for_journal
+
+log = logging.getLogger(__name__)
+
+RECENT_SERVING_COMPILES = 20
+"""How many of the newest serving-phase compiles ``/jit`` lists."""
+
+NO_WORKER_REASON = "no worker has registered"
+
+
+class BackendInfo(BaseModel):
+    """One backend in one worker (from its ``worker_start`` and ``backend_ready`` events)."""
+
+    name: str
+    state: str = Field(description="active / waiting (library not imported yet) / unavailable / failed.")
+    version: str | None = None
+    hooks: list[str] = Field(default_factory=list, description="Mechanisms occupied (hook slots, wrappers).")
+    degraded: str | None = Field(default=None, description="What this library version lacks, or why it failed.")
+
+
+class RankStatus(BaseModel):
+    """The latest worker process of one global rank (a restarted worker replaces the old one)."""
+
+    rank: int = Field(description="Global rank (JITWATCH_RANK, RANK or LOCAL_RANK).")
+    state: Phase = Field(description="startup → warmup → serving.")
+    ready: bool = Field(description="True once this worker has completed warmup (state serving) and is not stale.")
+    host: str
+    pid: int
+    tp_rank: int | None = None
+    pp_rank: int | None = None
+    dp_rank: int | None = None
+    mode: str | None = Field(default=None, description="off / warn / error, as installed in the worker.")
+    backends: list[BackendInfo] = Field(
+        default_factory=list, description="Each backend the worker selected, with its state and version."
+    )
+    triton_version: str | None = Field(default=None, description="Triton version seen by the worker.")
+    degraded: str | None = Field(default=None, description="Why some Triton hooks are unavailable, if any.")
+    started_ts: float = Field(description="Unix time the monitor was installed, seconds.")
+    last_seen_ts: float = Field(
+        description="Unix time the worker was last seen (latest phase event or heartbeat), seconds."
+    )
+    stale: bool = Field(
+        default=False,
+        description="True when the worker heartbeats (JITWATCH_HEARTBEAT_SECONDS) but was last seen "
+        "longer ago than the sidecar's stale window (--stale-after / JITWATCH_STALE_SECONDS): "
+        "presumed dead; the rank is then not ready.",
+    )
+    warmup_start_ts: float | None = None
+    warmup_end_ts: float | None = None
+    warmup_duration_s: float | None = None
+    warmup_compiles: int | None = Field(default=None, description="Compiles during warmup.")
+    warmup_compile_seconds: float | None = None
+    serving_compiles: int = Field(
+        default=0,
+        description="Compiles after warmup on this rank, summed over every worker that has held "
+        "the rank (like jitwatch_compiles_total); warmup_* fields describe the latest worker only.",
+    )
+    first_request_latency_s: float | None = Field(
+        default=None, description="Latency of the first request after warmup, seconds."
+    )
+    first_request_ts: float | None = None
+
+
+class KernelStatus(BaseModel):
+    """One kernel (or graph, or function) of one backend, summed over ranks."""
+
+    backend: str = Field(description="The JIT backend that compiled it.")
+    name: str
+    ranks: list[int] = Field(description="Ranks that compiled it.")
+    compiles_startup: int = 0
+    compiles_warmup: int = 0
+    compiles_serving: int = Field(default=0, description="Post-warmup compiles: what warmup missed.")
+    compile_seconds: float = Field(default=0.0, description="Total compile wall time, seconds, every phase.")
+    disk_cache_hits: int = Field(default=0, description="Compiles loaded from the compiler's persistent cache.")
+    autotune_runs: int = 0
+    autotune_seconds: float = 0.0
+    graph_captures: int = Field(default=0, description="CUDA-graph recordings (torch.compile reduce-overhead).")
+    graph_capture_seconds: float = 0.0
+    last_key: str | None = Field(default=None, description="Specialization key of the latest compile.")
+    last_compile_ts: float | None = None
+
+
+class ServingCompile(BaseModel):
+    """One compile that happened after warmup completed."""
+
+    backend: str = Field(description="The JIT backend that compiled.")
+    kernel: str | None
+    key: str | None
+    rank: int
+    pid: int
+    host: str
+    ts: float = Field(description="Unix time the compile ended, seconds.")
+    duration_s: float | None
+    cache_hit: bool | None = None
+    request_id: int | None = Field(default=None, description="Request marked with Monitor.request(), if any.")
+
+
+class BackendTotals(BaseModel):
+    """One backend, summed over kernels and ranks."""
+
+    name: str
+    kernels: int = 0
+    compiles_startup: int = 0
+    compiles_warmup: int = 0
+    compiles_serving: int = 0
+    compile_seconds: float = Field(default=0.0, description="Seconds, every phase.")
+    disk_cache_hits: int = 0
+    autotune_runs: int = 0
+    graph_captures: int = 0
+    hook_errors: int = 0
+
+
+class Totals(BaseModel):
+    ranks: int = 0
+    ranks_ready: int = 0
+    kernels: int = 0
+    compiles: int = 0
+    compiles_startup: int = 0
+    compiles_warmup: int = 0
+    compiles_serving: int = 0
+    compile_seconds: float = 0.0
+    disk_cache_hits: int = 0
+    autotune_runs: int = 0
+    hook_errors: int = 0
+    dropped_events: int = 0
+    journal_events: int = Field(default=0, description="Events kept in the event log now.")
+    retired_events: int = Field(default=0, description="Events removed by retention (still in the totals).")
+
+
+class JitStatus(BaseModel):
+    """Body of ``GET /jit``."""
+
+    generated_ts: float = Field(description="Unix time this status was built, seconds.")
+    journal_up: bool = Field(description="False when the journal is missing or unreadable.")
+    journal_error: str | None = None
+    mode: str | None = Field(
+        default=None, description="The workers' mode (off/warn/error), 'mixed' if they differ, null if none."
+    )
+    ready: bool = Field(description="Same rule as /readyz: ≥ 1 rank and every rank has completed warmup.")
+    not_ready_reason: str | None = None
+    ranks: list[RankStatus] = Field(default_factory=list)
+    kernels: list[KernelStatus] = Field(
+        default_factory=list,
+        description="Sorted by serving compiles, then all compiles (descending); at most `kernels` "
+        "(query parameter, default 100) entries — totals.kernels counts them all.",
+    )
+    recent_serving_compiles: list[ServingCompile] = Field(
+        default_factory=list, description=f"Newest first, at most {RECENT_SERVING_COMPILES}."
+    )
+    totals: Totals = Field(default_factory=Totals)
+    backends: list[BackendTotals] = Field(default_factory=list, description="Per-backend totals, by name.")
+    coverage: list[KernelCoverage] = Field(
+        default_factory=list,
+        description="Specialization coverage per kernel (jitwatch.views.coverage): Triton's argument classes "
+        "compiled before serving vs not.",
+    )
+
+
+class Readiness(BaseModel):
+    """Body of ``GET /readyz`` (200 when ``ready``, else 503)."""
+
+    status: Literal["ready", "not ready"]
+    ready: bool
+    reason: str | None = None
+    ranks: dict[str, Phase] = Field(default_factory=dict, description="State of each rank's latest worker.")
+    not_ready_ranks: list[int] = Field(default_factory=list)
+    stale_ranks: list[int] = Field(
+        default_factory=list, description="Ranks whose latest worker stopped heartbeating (presumed dead)."
+    )
+
+
+def stale_window(worker: WorkerRow, stale_after: float) -> float | None:
+    """Seconds after which ``worker`` counts as stale, or ``None`` when it cannot be judged.
+
+    Only workers that advertise a heartbeat (``heartbeat_s`` in their ``worker_start`` attrs,
+    from ``JITWATCH_HEARTBEAT_SECONDS``) are judged: rows written by workers without one (heartbeat
+    off, older jitwatch) only advance on events, so their age says nothing. The window is
+    ``stale_after``, raised to 3 heartbeats for a worker with a longer interval; ``stale_after <= 0``
+    turns the check off.
+    """
+    if stale_after <= 0:
+        return None
+    try:
+        beat = float(worker.attrs.get("heartbeat_s") or 0.0)
+    except (TypeError, ValueError):
+        return None
+    if not beat > 0:
+        return None
+    return max(stale_after, 3 * beat)
+
+
+def stale_ranks(workers: dict[int, WorkerRow], now: float, stale_after: float) -> dict[int, float]:
+    """``{rank: seconds since last seen}`` for each rank whose latest worker is stale."""
+    out: dict[int, float] = {}
+    for rank, w in sorted(workers.items()):
+        window = stale_window(w, stale_after)
+        if window is not None and now - w.last_ts > window:
+            out[rank] = now - w.last_ts
+    return out
+
+
+def readiness(
+    workers: dict[int, WorkerRow], *, now: float | None = None, stale_after: float = DEFAULT_STALE_SECONDS
+) -> Readiness:
+    """Ready when at least one rank is known and every rank's latest worker is ``serving`` and not
+    stale (see :func:`stale_window`; ``now`` defaults to ``time.time()``, Unix seconds)."""
+    states = {str(rank): w.state for rank, w in sorted(workers.items())}
+    if not workers:
+        return Readiness(status="not ready", ready=False, reason=NO_WORKER_REASON)
+    now = time.time() if now is None else now
+    stale = stale_ranks(workers, now, stale_after)
+    waiting = [rank for rank, w in sorted(workers.items()) if w.state is not Phase.SERVING and rank not in stale]
+    reasons: list[str] = []
+    if stale:
+        detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in stale.items())
+        reasons.append(f"no heartbeat from rank(s) {detail}: worker gone?")
+    if waiting:
+        detail = ", ".join(f"{r} ({workers[r].state.value})" for r in waiting)
+        reasons.append(f"warmup not complete on rank(s) {detail}")
+    if reasons:
+        return Readiness(
+            status="not ready",
+            ready=False,
+            reason="; ".join(reasons),
+            ranks=states,
+            not_ready_ranks=sorted([*waiting, *stale]),
+            stale_ranks=sorted(stale),
+        )
+    return Readiness(status="ready", ready=True, ranks=states)
+
+
+def _opt_int(value: object) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def backend_infos(attrs: dict[str, Any]) -> list[BackendInfo]:
+    """The worker row's ``backends`` attrs (jitwatch 0.2) as models; a 0.1 worker's Triton fields
+    (``triton_version``, ``hooks``, ``degraded``) as one ``triton`` entry."""
+    raw = attrs.get("backends")
+    out: list[BackendInfo] = []
+    if isinstance(raw, dict):
+        for name, info in sorted(raw.items()):
+            if not isinstance(info, dict):
+                continue
+            hooks = info.get("hooks")
+            out.append(
+                BackendInfo(
+                    name=str(name),
+                    state=str(info.get("state") or "unknown"),
+                    version=_opt_str(info.get("version")),
+                    hooks=[str(h) for h in hooks] if isinstance(hooks, list) else [],
+                    degraded=_opt_str(info.get("degraded")),
+                )
+            )
+    elif attrs.get("triton_version") is not None or attrs.get("hooks") is not None:
+        hooks = attrs.get("hooks")
+        out.append(
+            BackendInfo(
+                name="triton",
+                state="active" if hooks else "failed",
+                version=_opt_str(attrs.get("triton_version")),
+                hooks=[str(h) for h in hooks] if isinstance(hooks, list) else [],
+                degraded=_opt_str(attrs.get("degraded")),
+            )
+        )
+    return out
+
+
+def _mode(modes: Iterable[str | None]) -> str | None:
+    seen = {m for m in modes if m}
+    if not seen:
+        return None
+    return seen.pop() if len(seen) == 1 else "mixed"
+
+
+DEFAULT_KERNELS_LIMIT = 100
+"""Kernels listed in ``/jit`` by default (``totals.kernels`` always counts them all)."""
+
+
+def build_status(
+    journal: Journal | None,
+    *,
+    error: str | None = None,
+    now: float | None = None,
+    kernels_limit: int = DEFAULT_KERNELS_LIMIT,
+    stale_after: float = DEFAULT_STALE_SECONDS,
+    backend: str | None = None,
+) -> JitStatus:
+    """Build the ``/jit`` document from ``journal`` (``None``: missing journal → empty status).
+
+    ``backend``: only that backend's kernels, totals and serving compiles (ranks are listed
+    whatever the filter).
+
+    ``stale_after``: seconds without a heartbeat after which a rank is ``stale`` and not ready
+    (:func:`readiness`); ``now``: Unix seconds, default ``time.time()``.
+
+    ``kernels_limit`` bounds the ``kernels`` and ``coverage`` lists (most serving compiles first),
+    so a journal with thousands of kernel names still gives a small, fast answer.
+
+    Raises ``sqlite3.Error`` if the journal cannot be read mid-way (the sidecar catches it).
+    """
+    now = time.time() if now is None else now
+    if journal is None:
+        ready = readiness({})
+        return JitStatus(
+            generated_ts=now, journal_up=False, journal_error=error, ready=False, not_ready_reason=ready.reason
+        )
+
+    workers = journal.latest_workers()
+    stats = journal.stats()
+    counters = journal.counters()
+    hook_errors = journal.backend_counter("hook_errors")
+
+    serving_by_rank: dict[int, int] = {}
+    kernels: dict[tuple[str, str], KernelStatus] = {}
+    per_backend: dict[str, BackendTotals] = {}
+    totals = Totals()
+    for row in stats:
+        if backend is not None and row.backend != backend:
+            continue
+        k = kernels.get((row.backend, row.kernel))
+        if k is None:
+            k = kernels[(row.backend, row.kernel)] = KernelStatus(backend=row.backend, name=row.kernel, ranks=[])
+        if row.rank not in k.ranks:
+            k.ranks.append(row.rank)
+        if row.kind == EventKind.AUTOTUNE.value:
+            k.autotune_runs += row.count
+            k.autotune_seconds += row.seconds
+            continue
+        if row.kind == EventKind.GRAPH_CAPTURE.value:
+            k.graph_captures += row.count
+            k.graph_capture_seconds += row.seconds
+            continue
+        if row.phase is Phase.STARTUP:
+            k.compiles_startup += row.count
+        elif row.phase is Phase.WARMUP:
+            k.compiles_warmup += row.count
+        else:
+            k.compiles_serving += row.count
+            serving_by_rank[row.rank] = serving_by_rank.get(row.rank, 0) + row.count
+        k.compile_seconds += row.seconds
+        k.disk_cache_hits += row.cache_hits
+        if row.last_ts is not None and (k.last_compile_ts is None or row.last_ts > k.last_compile_ts):
+            k.last_compile_ts = row.last_ts
+            k.last_key = row.last_key
+    for k in kernels.values():
+        k.ranks.sort()
+        b = per_backend.setdefault(k.backend, BackendTotals(name=k.backend))
+        b.kernels += 1
+        b.compiles_startup += k.compiles_startup
+        b.compiles_warmup += k.compiles_warmup
+        b.compiles_serving += k.compiles_serving
+        b.compile_seconds += k.compile_seconds
+        b.disk_cache_hits += k.disk_cache_hits
+        b.autotune_runs += k.autotune_runs
+        b.graph_captures += k.graph_captures
+    for (name, _rank), value in hook_errors.items():
+        if backend is None or name == backend:
+            per_backend.setdefault(name, BackendTotals(name=name)).hook_errors += int(value)
+    for b in per_backend.values():
+        totals.compiles_startup += b.compiles_startup
+        totals.compiles_warmup += b.compiles_warmup
+        totals.compiles_serving += b.compiles_serving
+        totals.compile_seconds += b.compile_seconds
+        totals.disk_cache_hits += b.disk_cache_hits
+        totals.autotune_runs += b.autotune_runs
+    totals.compiles = totals.compiles_startup + totals.compiles_warmup + totals.compiles_serving
+    totals.kernels = len(kernels)
+
+    stale = stale_ranks(workers, now, stale_after)
+    ranks: list[RankStatus] = []
+    for rank, w in sorted(workers.items()):
+        ranks.append(
+            RankStatus(
+                rank=rank,
+                state=w.state,
+                ready=w.state is Phase.SERVING and rank not in stale,
+                stale=rank in stale,
+                host=w.host,
+                pid=w.pid,
+                tp_rank=_opt_int(w.attrs.get("tp_rank")),
+                pp_rank=_opt_int(w.attrs.get("pp_rank")),
+                dp_rank=_opt_int(w.attrs.get("dp_rank")),
+                mode=w.mode,
+                backends=backend_infos(w.attrs),
+                triton_version=_opt_str(w.attrs.get("triton_version")),
+                degraded=_opt_str(w.attrs.get("degraded")),
+                started_ts=w.started_ts,
+                last_seen_ts=w.last_ts,
+                warmup_start_ts=w.warmup_start_ts,
+                warmup_end_ts=w.warmup_end_ts,
+                warmup_duration_s=w.warmup_duration_s,
+                warmup_compiles=w.warmup_compiles,
+                warmup_compile_seconds=w.warmup_compile_seconds,
+                serving_compiles=serving_by_rank.get(rank, 0),
+                first_request_latency_s=w.first_request_s,
+                first_request_ts=w.first_request_ts,
+            )
+        )
+    totals.ranks = len(ranks)
+    totals.ranks_ready = sum(r.ready for r in ranks)
+    totals.hook_errors = int(sum(b.hook_errors for b in per_backend.values()))
+    totals.dropped_events = int(sum(v for (r, name), v in counters.items() if name == "dropped_events"))
+    totals.retired_events = int(sum(v for (r, name), v in counters.items() if name == "retired_events"))
+    totals.journal_events = journal.count_events()
+
+    recent = [
+        ServingCompile(
+            backend=e.backend or "triton",
+            kernel=e.kernel,
+            key=e.key,
+            rank=e.rank,
+            pid=e.pid,
+            host=e.host,
+            ts=e.ts,
+            duration_s=e.duration_s,
+            cache_hit=e.cache_hit,
+            request_id=_opt_int(e.attrs.get("request_id")),
+        )
+        for e in journal.events(
+            kind=EventKind.COMPILE, phase=Phase.SERVING, backend=backend, limit=RECENT_SERVING_COMPILES
+        )
+    ]
+
+    ready = readiness(workers, now=now, stale_after=stale_after)
+    return JitStatus(
+        generated_ts=now,
+        journal_up=True,
+        mode=_mode(w.mode for w in workers.values()),
+        ready=ready.ready,
+        not_ready_reason=ready.reason,
+        ranks=ranks,
+        kernels=sorted(
+            kernels.values(), key=lambda k: (-k.compiles_serving, -(k.compiles_warmup + k.compiles_startup), k.name)
+        )[:kernels_limit],
+        recent_serving_compiles=recent,
+        totals=totals,
+        backends=[per_backend[name] for name in sorted(per_backend)],
+        coverage=_coverage(journal)[:kernels_limit] if backend in (None, "triton") else [],
+    )
+
+
+_coverage_cache: dict[str, tuple[tuple[int, int | None, float], CoverageReport, float]] = {}
+_coverage_lock = threading.Lock()
+COVERAGE_REFRESH_S = 15.0
+"""While compiles keep arriving, coverage is recomputed at most this often (seconds)."""
+
+
+def cached_coverage(journal: Journal) -> CoverageReport:
+    """``coverage_for_journal(journal)``, recomputed only when the journal's compile events changed.
+
+    The report depends only on the newest compile events still kept, so it is cached per journal
+    file under (file inode, newest ``compile`` event id, events retired so far): a scrape or ``/jit`` with no new
+    compile costs two indexed queries instead of re-parsing up to 20 000 keys (~2 s on one core).
+    While compiles keep arriving the report may lag by up to :data:`COVERAGE_REFRESH_S` seconds.
+    Thread-safe. Raises ``sqlite3.Error`` like :func:`~jitwatch.views.coverage.coverage_for_journal`.
+    """
+    newest = journal.events(kind=EventKind.COMPILE, limit=1)
+    retired = sum(v for (_rank, name), v in journal.counters().items() if name == "retired_events")
+    key = (journal.path.stat().st_ino, newest[0].id if newest else None, retired)  # inode: a replaced file
+    cache_id = str(journal.path.resolve())
+    now = time.monotonic()
+    with _coverage_lock:
+        hit = _coverage_cache.get(cache_id)
+    if hit is not None and (hit[0] == key or (hit[0][0] == key[0] and now - hit[2] < COVERAGE_REFRESH_S)):
+        return hit[1]  # unchanged, or changed but recomputed less than COVERAGE_REFRESH_S ago
+    report = coverage_for_journal(journal)
+    with _coverage_lock:
+        _coverage_cache[cache_id] = (key, report, now)
+    return report
+
+
+def _coverage(journal: Journal) -> list[KernelCoverage]:
+    """``cached_coverage(journal).kernels``; a failure there (other than the journal's own
+    ``sqlite3.Error``) costs only the coverage section, never the whole ``/jit``."""
+    try:
+        return cached_coverage(journal).kernels
+    except sqlite3.Error:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        log.warning("jitwatch: specialization coverage failed: %s: %s", type(exc).__name__, exc)
+        return []

@@ -1,0 +1,407 @@
+"""Warmup manifests: the compiles a worker needed, written down so the next start can precompile them.
+
+A manifest is one JSON document (UTF-8, ``.json``), versioned, documented in ``docs/manifests.md``::
+
+    {
+      "format": "jitwatch.manifest",
+      "version": 2,
+      "created_ts": 1764500000.0,            # Unix seconds
+      "jitwatch_version": "0.2.0",
+      "triton_version": "3.9.0",             # of the worker that compiled, when the journal knows it
+      "phases": ["serving"],                 # which compile phases were recorded
+      "entries": [ManifestEntry, ...]
+    }
+
+Each :class:`ManifestEntry` names the backend that replays it (``"triton"``; version-1 manifests,
+which predate backends, read as Triton) and is one Triton specialization of one ``@triton.jit`` kernel: its module
+and qualified name (how replay finds it, by import name only), the kernel's source hash
+(``JITFunction.cache_key``, a SHA-256 of its source and dependencies, so a changed kernel is not
+replayed blindly), Triton's in-memory cache key, the signature, constexpr values, per-argument
+specialization, compile options and target, and Triton's own ``specialization_data`` JSON (what
+``JITFunction.preload`` takes back, Triton 3.0+). The data comes from the ``compile`` events the
+monitor journals (``attrs.specialization_data``, from ``knobs.runtime.jit_post_compile_hook``,
+Triton 3.4+), so a manifest never holds more than the journal already does (home paths redacted).
+
+Loading validates everything before anything is imported: :func:`load` raises
+:class:`ManifestError` (or :class:`ManifestVersionError`) for a file that is not JSON, truncated, of
+another format, of a newer version, or has module/qualified names that are not plain dotted Python
+identifiers (a path, ``..``, spaces, ``<locals>``) — and imports nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from jitwatch._version import __version__
+from jitwatch.backends.triton.backend import jsonable
+from jitwatch.backends.triton.keys import parse_key
+from jitwatch.backends.triton.resolve import DOTTED_NAME, resolve_kernel
+from jitwatch.core.events import EventKind, Phase
+from jitwatch.errors import KernelNotResolved, ManifestError, ManifestVersionError
+from jitwatch.store.journal import Journal
+
+FORMAT: Literal["jitwatch.manifest"] = "jitwatch.manifest"
+VERSION = 2
+"""Manifest format version this jitwatch writes and the newest it reads (1 and 2; version 2 added
+each entry's ``backend``, which version-1 entries lack and read as ``"triton"``)."""
+
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+"""Larger files are refused unread (a manifest of 10 000 specializations is ~30 MB)."""
+
+MAX_ENTRIES = 100_000
+
+
+class ManifestEntry(BaseModel):
+    """One specialization of one kernel to precompile.
+
+    ``specialization`` maps each argument to Triton's ``[type, spec]`` pair from the cache key
+    (see :func:`parse_key`); ``options`` are ``num_warps``, ``num_stages``, ``num_ctas``, …;
+    ``target`` is Triton's ``GPUTarget`` (``{"backend": "cuda", "arch": 90, "warp_size": 32}``).
+    ``specialization_data`` is Triton's JSON as the compile hooks gave it (home paths redacted).
+    """
+
+    backend: str = Field(
+        default="triton",
+        pattern=r"^[a-z][a-z0-9_]{0,63}$",
+        description="The backend that replays this entry (the journal event's backend).",
+    )
+    module: str = Field(description="Import name of the module defining the kernel, e.g. 'vllm.v1.worker.x'.")
+    qualname: str = Field(description="Qualified name inside the module (Triton's fn.name).")
+    source_hash: str | None = Field(
+        default=None, description="JITFunction.cache_key when recorded; replay skips the entry if it differs."
+    )
+    key: str = Field(description="Triton's in-memory specialization key (str(specialization) + str(options)).")
+    signature: dict[str, str] = Field(default_factory=dict, description="Argument → Triton type ('*fp32', 'i32').")
+    constexprs: dict[str, Any] = Field(default_factory=dict, description="Constexpr argument → value.")
+    specialization: dict[str, list[Any]] = Field(default_factory=dict, description="Argument → [type, spec].")
+    options: dict[str, Any] = Field(default_factory=dict)
+    target: dict[str, Any] = Field(default_factory=dict)
+    specialization_data: str = Field(description="Triton's serialize_specialization_data JSON (for preload).")
+    phases: list[str] = Field(default_factory=list, description="Phases this key compiled in.")
+    ranks: list[int] = Field(default_factory=list)
+    count: int = Field(default=1, ge=0, description="Compile events merged into this entry.")
+    first_seen_ts: float | None = None
+
+    @field_validator("module", "qualname")
+    @classmethod
+    def _dotted(cls, value: str) -> str:
+        if len(value) > 512 or not DOTTED_NAME.match(value):
+            raise ValueError(f"{value[:80]!r} is not a dotted Python name (paths and <locals> are refused)")
+        return value
+
+    @field_validator("source_hash")
+    @classmethod
+    def _hash(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-fA-F]{16,128}", value):
+            raise ValueError("source_hash must be hexadecimal")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ManifestEntry:
+        try:
+            data = json.loads(self.specialization_data)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"specialization_data is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError("specialization_data is not a JSON object")
+        missing = {"name", "signature", "constant_keys", "constant_vals", "attrs_keys", "attrs_vals", "key"} - set(data)
+        if missing:
+            raise ValueError(f"specialization_data lacks {sorted(missing)}")
+        if data["name"] != f"{self.module}.{self.qualname}":
+            raise ValueError(
+                f"specialization_data is for {str(data['name'])[:120]!r}, entry is {self.module}.{self.qualname}"
+            )
+        if data["key"] != self.key:
+            raise ValueError("specialization_data.key differs from the entry's key")
+        return self
+
+    @property
+    def kernel(self) -> str:
+        """``module.qualname``."""
+        return f"{self.module}.{self.qualname}"
+
+    def identity(self) -> tuple[str, str, str, str, str]:
+        return (self.backend, self.module, self.qualname, self.key, json.dumps(self.target, sort_keys=True))
+
+
+class Manifest(BaseModel):
+    """A warmup manifest (format :data:`FORMAT`, version :data:`VERSION`)."""
+
+    format: Literal["jitwatch.manifest"] = FORMAT
+    version: int = VERSION
+    created_ts: float = Field(default_factory=time.time, description="Unix seconds.")
+    jitwatch_version: str | None = None
+    triton_version: str | None = None
+    phases: list[str] = Field(default_factory=lambda: [Phase.SERVING.value])
+    entries: list[ManifestEntry] = Field(default_factory=list, max_length=MAX_ENTRIES)
+
+    def kernels(self) -> list[str]:
+        """Distinct ``module.qualname`` values, in entry order."""
+        return list(dict.fromkeys(e.kernel for e in self.entries))
+
+
+def _dedupe(entries: Iterable[ManifestEntry]) -> list[ManifestEntry]:
+    out: dict[tuple[str, str, str, str, str], ManifestEntry] = {}
+    for e in entries:
+        ident = e.identity()
+        prev = out.get(ident)
+        if prev is None:
+            out[ident] = e.model_copy(deep=True)
+            continue
+        prev.count += e.count
+        prev.phases = sorted(set(prev.phases) | set(e.phases))
+        prev.ranks = sorted(set(prev.ranks) | set(e.ranks))
+        prev.source_hash = prev.source_hash or e.source_hash
+        if e.first_seen_ts is not None and (prev.first_seen_ts is None or e.first_seen_ts < prev.first_seen_ts):
+            prev.first_seen_ts = e.first_seen_ts
+    return list(out.values())
+
+
+# ---------------------------------------------------------------------------------------- record
+def _target_from_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Triton < 3.9 leaves ``target`` out of ``specialization_data``; rebuild Triton's
+    ``GPUTarget.__dict__`` from the options (``backend_name``, ``arch`` ``"sm90"``, ``warp_size``)."""
+    backend, arch, warp = options.get("backend_name"), options.get("arch"), options.get("warp_size")
+    if not isinstance(backend, str) or arch is None:
+        return {}
+    if isinstance(arch, str) and arch.startswith("sm") and arch[2:].isdigit():
+        arch = int(arch[2:])
+    return {"backend": backend, "arch": arch, "warp_size": warp if isinstance(warp, int) else 32}
+
+
+def entry_from_event_attrs(
+    *,
+    kernel: str,
+    key: str,
+    attrs: dict[str, Any],
+    phase: str,
+    rank: int,
+    ts: float | None,
+) -> ManifestEntry | None:
+    """Build an entry from one journaled ``compile`` event; ``None`` if it cannot be replayed.
+
+    Events without ``specialization_data`` (compiles seen only by ``knobs.compilation.listener``:
+    Inductor, direct ``triton.compile``) or without a module cannot be replayed by import name.
+    """
+    spec = attrs.get("specialization_data")
+    module = attrs.get("module")
+    if not isinstance(spec, str) or not isinstance(module, str):
+        return None
+    try:
+        data = json.loads(spec)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    data_key = data.get("key")
+    key = data_key if isinstance(data_key, str) else key
+    raw_sig = data.get("signature")
+    signature: dict[str, Any] = raw_sig if isinstance(raw_sig, dict) else {}
+    parsed = parse_key(key) or []
+    names = list(signature)
+    specialization = {names[i]: jsonable(list(t)) for i, t in enumerate(parsed) if i < len(names)}
+    raw_opts = attrs.get("options")
+    options: dict[str, Any] = dict(raw_opts) if isinstance(raw_opts, dict) else {}
+    raw_data_opts = data.get("options")
+    data_opts: dict[str, Any] = raw_data_opts if isinstance(raw_data_opts, dict) else {}
+    for k in ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"):
+        if k in data_opts and k not in options:
+            options[k] = data_opts[k]
+    source_hash = attrs.get("source_hash")
+    try:
+        return ManifestEntry(
+            module=module,
+            qualname=kernel,
+            source_hash=source_hash if isinstance(source_hash, str) else None,
+            key=key,
+            signature={str(k): str(v) for k, v in signature.items()},
+            constexprs=dict(attrs.get("constexprs") or {}),
+            specialization=specialization,
+            options={k: jsonable(v) for k, v in options.items()},
+            target=dict(data.get("target") or _target_from_options(data_opts)),
+            specialization_data=spec,
+            phases=[phase],
+            ranks=[rank],
+            first_seen_ts=ts,
+        )
+    except ValidationError:
+        return None
+
+
+def record_from_journal(
+    journal: Journal,
+    *,
+    phases: Sequence[Phase | str] | None = (Phase.SERVING,),
+    since: float | None = None,
+    rank: int | None = None,
+    limit: int = 10_000_000,
+) -> Manifest:
+    """Collect the journal's ``compile`` events into a manifest.
+
+    Args:
+        journal: an open journal (read-only is fine).
+        phases: which phases to record; default serving only (the compiles warmup missed);
+            ``None`` records every phase (startup, warmup and serving).
+        since: only events after this Unix time (seconds).
+        rank: only this rank's events.
+
+    Same kernel + key + target is one entry (``count`` says how many compile events merged).
+    Entries carry ``source_hash`` only if the journaled event had one; see :func:`resolve_sources`.
+    """
+    wanted = None if phases is None else {Phase(p) for p in phases}
+    triton_version: str | None = None
+    for w in journal.workers():
+        v = w.attrs.get("triton_version")
+        if isinstance(v, str):
+            triton_version = v
+    entries: list[ManifestEntry] = []
+    for ev in journal.events(
+        kind=EventKind.COMPILE, backend="triton", since=since, rank=rank, limit=limit, newest_first=False
+    ):
+        if wanted is not None and ev.phase not in wanted:
+            continue
+        entry = entry_from_event_attrs(
+            kernel=ev.kernel or "", key=ev.key or "", attrs=ev.attrs, phase=ev.phase.value, rank=ev.rank, ts=ev.ts
+        )
+        if entry is not None:
+            entries.append(entry)
+    return Manifest(
+        jitwatch_version=__version__,
+        triton_version=triton_version,
+        phases=[p.value for p in Phase] if wanted is None else sorted(p.value for p in wanted),
+        entries=_dedupe(entries),
+    )
+
+
+def resolve_sources(manifest: Manifest, allow: Sequence[str]) -> dict[str, str]:
+    """Fill in missing ``source_hash`` values by importing each kernel's module (allowed ones only).
+
+    Uses :func:`jitwatch.warmup.replay.resolve_kernel` (the same allow-list rules as replay: dotted names
+    only, module under one of the ``allow`` prefixes, never ``exec``); the hash is Triton's
+    ``JITFunction.cache_key``. Returns ``{module.qualname: reason}`` for kernels left without a hash.
+    """
+    problems: dict[str, str] = {}
+    hashes: dict[str, str] = {}
+    for entry in manifest.entries:
+        if entry.source_hash is not None:
+            continue
+        name = entry.kernel
+        if name not in hashes and name not in problems:
+            try:
+                fn = resolve_kernel(entry.module, entry.qualname, allow=allow)
+                hashes[name] = str(fn.cache_key)
+            except KernelNotResolved as exc:
+                problems[name] = str(exc)
+        if name in hashes:
+            entry.source_hash = hashes[name]
+    return problems
+
+
+# ---------------------------------------------------------------------------------------- files
+def dumps(manifest: Manifest) -> str:
+    """The manifest as JSON text (sorted entries are not guaranteed: order is first-seen)."""
+    return manifest.model_dump_json(indent=1)
+
+
+def save(manifest: Manifest, path: str | os.PathLike[str]) -> Path:
+    """Write atomically (temporary file in the same directory, then ``os.replace``); mode 0644."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dumps(manifest))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def loads(text: str | bytes, *, source: str = "<manifest>") -> Manifest:
+    """Parse and validate manifest text.
+
+    Raises:
+        ManifestVersionError: ``version`` is newer than :data:`VERSION`.
+        ManifestError: not JSON (truncated: the message gives line and column), not an object,
+            another ``format``, or an invalid entry (each problem listed, entry index first).
+    """
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{source}: {len(text)} bytes is over the {MAX_MANIFEST_BYTES}-byte limit")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(
+            f"{source}: not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ManifestError(f"{source}: not valid JSON: {type(exc).__name__}") from None
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{source}: a manifest is a JSON object, got {type(raw).__name__}")
+    fmt = raw.get("format")
+    if fmt != FORMAT:
+        raise ManifestError(f"{source}: format is {str(fmt)[:60]!r}, expected {FORMAT!r}")
+    version = raw.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ManifestError(f"{source}: version must be a positive integer, got {str(version)[:30]!r}")
+    if version > VERSION:
+        raise ManifestVersionError(
+            f"{source}: manifest format version {version} was written by a newer jitwatch; "
+            f"this jitwatch reads versions up to {VERSION} (upgrade jitwatch or re-export the manifest)"
+        )
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors(include_url=False)[:10]
+        )
+        more = f" (+{exc.error_count() - 10} more)" if exc.error_count() > 10 else ""
+        raise ManifestError(f"{source}: invalid manifest: {problems}{more}") from None
+
+
+def load(path: str | os.PathLike[str]) -> Manifest:
+    """Read and validate a manifest file (see :func:`loads` for the errors; ``OSError`` → ManifestError)."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{p}: {size} bytes is over the {MAX_MANIFEST_BYTES}-byte limit")
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ManifestError(f"{p}: cannot read manifest: {exc.strerror or exc}") from None
+    return loads(data, source=str(p))
+
+
+def export(
+    journal_dir: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    all_phases: bool = False,
+    allow: Sequence[str] = (),
+    rank: int | None = None,
+) -> tuple[Manifest, dict[str, str]]:
+    """``jitwatch manifest export``: journal → manifest file.
+
+    Records serving-phase compiles (every phase with ``all_phases``), fills missing source hashes
+    by importing kernels under ``allow`` (:func:`resolve_sources`), writes ``output`` atomically.
+    Returns the manifest and ``{kernel: why it has no source hash}``.
+
+    Raises:
+        FileNotFoundError: no journal in ``journal_dir``.
+        jitwatch.store.journal.JournalCorruptError: the journal is unreadable.
+    """
+    with Journal(journal_dir, readonly=True) as journal:
+        manifest = record_from_journal(journal, phases=None if all_phases else (Phase.SERVING,), rank=rank)
+    problems = resolve_sources(manifest, allow) if allow else {}
+    save(manifest, output)
+    return manifest, problems

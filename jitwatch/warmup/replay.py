@@ -1,0 +1,578 @@
+"""Replay a warmup manifest: precompile every recorded specialization before serving starts.
+
+Each entry goes through Triton's own replay seam, ``JITFunction.preload(specialization_data)``
+(Triton 3.0+): it rebuilds the exact specialization the worker compiled (unaligned pointers,
+``== 1`` ints and constexprs included — which ``kernel.warmup`` with placeholder tensors cannot,
+placeholders only ever warm the aligned-pointer variant), calls ``_do_compile`` with the recorded
+in-memory key, fills the in-memory cache (and ``TRITON_CACHE_DIR``) and never launches. Every JIT
+hook fires, so a monitor in its ``warmup`` phase records the replayed compiles as warmup compiles.
+It works on a GPU and, with :mod:`jitwatch.backends.triton.compile_only`, on a CPU machine.
+
+Safety — a manifest is data, never code:
+
+* a module is imported **by name only** (``importlib.import_module``), and only when it is already
+  imported or lies under one of the ``allow`` prefixes the caller gives; module and qualified
+  names must be dotted Python identifiers (validated at load, before anything else);
+* nothing is ever ``exec``'d or ``eval``'d, no file path is ever imported;
+* the attribute reached must be a ``triton.runtime.jit.JITFunction`` (``@triton.autotune`` /
+  ``@triton.heuristics`` wrappers are unwrapped through ``.fn``);
+* an entry whose kernel cannot be resolved, whose ``source_hash`` differs from the kernel's
+  ``JITFunction.cache_key`` (the source changed), or whose target differs from the active one is
+  **skipped with a reason**; a failing compile is reported as ``failed``. Neither is fatal.
+
+Parallel compiles (see ``docs/benchmarks.md``, "Parallel warmup"): ``parallel="threads"`` (the
+``auto`` choice when Triton has it) runs every preload inside Triton's ``AsyncCompileMode`` (Triton
+3.5+) with a ``ThreadPoolExecutor``: ``_do_compile`` submits the compile to the pool, and the
+post-compile hook fires in the calling thread when the future is finalized. ``parallel="processes"``
+compiles the entries in a spawn process pool (children run the compile-only driver for the recorded
+target and fill the shared Triton disk cache), then preloads every entry here from that cache; it
+measured slower than serial on a 2-core VM (child start-up), and is kept for hosts with many cores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from jitwatch.backends.triton.resolve import resolve_kernel
+from jitwatch.config import JITWATCH_MANIFEST, Settings
+from jitwatch.errors import KernelNotResolved, ManifestError
+from jitwatch.warmup.manifest import Manifest, ManifestEntry, load
+
+if TYPE_CHECKING:
+    from jitwatch.core.monitor import Monitor
+
+log = logging.getLogger(__name__)
+
+Parallel = Literal["auto", "serial", "threads", "processes"]
+Status = Literal["compiled", "cached", "skipped", "failed"]
+
+
+@dataclass
+class EntryResult:
+    """What replay did with one manifest entry; ``seconds`` is the wall time of its preload."""
+
+    kernel: str
+    key: str
+    status: Status
+    reason: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class ReplayReport:
+    """Outcome of :func:`replay`. ``wall_s`` is the whole replay, seconds; ``mode`` the strategy used."""
+
+    results: list[EntryResult] = field(default_factory=list)
+    wall_s: float = 0.0
+    mode: str = "serial"
+    workers: int = 1
+    loaded: int = 0
+    """Compiled kernels also loaded on the device (launcher built, module loaded)."""
+    load_s: float = 0.0
+
+    def count(self, status: Status) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def compiled(self) -> int:
+        return self.count("compiled")
+
+    @property
+    def skipped(self) -> int:
+        return self.count("skipped")
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+    @property
+    def cached(self) -> int:
+        return self.count("cached")
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.results)} entries: {self.compiled} compiled, {self.cached} already cached, "
+            f"{self.skipped} skipped, {self.failed} failed in {self.wall_s:.2f} s ({self.mode}, {self.workers} workers)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "wall_s": self.wall_s,
+            "mode": self.mode,
+            "workers": self.workers,
+            "loaded": self.loaded,
+            "load_s": self.load_s,
+            "compiled": self.compiled,
+            "cached": self.cached,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "results": [r.__dict__ for r in self.results],
+        }
+
+
+# ------------------------------------------------------------------------------------ resolving
+def _current_target() -> dict[str, Any]:
+    from triton.runtime import driver
+
+    return dict(driver.active.get_current_target().__dict__)
+
+
+def _preload_data(entry: ManifestEntry) -> str:
+    """Triton's JSON, minus ``extern_libs``: the recorded libdevice path may be redacted (``~/…``)
+    or another machine's; without it ``parse_options`` uses this Triton's own libdevice."""
+    data = json.loads(entry.specialization_data)
+    opts = data.get("options")
+    if isinstance(opts, dict):
+        opts.pop("extern_libs", None)
+    return json.dumps(data)
+
+
+def _in_memory(fn: Any, key: str) -> bool:
+    from triton.runtime import driver
+
+    try:
+        device = driver.active.get_current_device()
+        cache = fn.device_caches[device][0]
+    except Exception:  # noqa: BLE001
+        return False
+    kernel = cache.get(key)
+    return kernel is not None and not hasattr(kernel, "future")
+
+
+@dataclass
+class _Plan:
+    entry: ManifestEntry
+    fn: Any
+    data: str
+
+
+# ------------------------------------------------------------------------------------ child pool
+def _child_init(cache_dir: str | None, arch: int, warp_size: int, sys_path: list[str]) -> None:
+    for p in sys_path:
+        if p not in sys.path:
+            sys.path.append(p)
+    if cache_dir:
+        os.environ["TRITON_CACHE_DIR"] = cache_dir
+    import triton
+
+    from jitwatch.backends.triton.compile_only import CompileOnlyDriver
+
+    if cache_dir:
+        triton.knobs.cache.dir = cache_dir
+    triton.runtime.driver.set_active(CompileOnlyDriver(arch, warp_size))
+
+
+def _child_compile(module: str, qualname: str, data: str) -> tuple[bool, float, str | None]:
+    """Runs in a pool child: compile one entry into the shared disk cache (compile-only driver)."""
+    t0 = time.perf_counter()
+    try:
+        fn = resolve_kernel(module, qualname, allow=[module])
+        kernel = fn.preload(data)
+        if kernel is None:
+            return False, time.perf_counter() - t0, "compile hook vetoed the compile"
+        return True, time.perf_counter() - t0, None
+    except Exception as exc:  # noqa: BLE001
+        return False, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _default_workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _choose(parallel: Parallel, todo: int, workers: int) -> str:
+    if parallel != "auto":
+        return parallel
+    # Measured on a 2-core VM with Triton 3.9 (docs/benchmarks.md, "Parallel warmup"): Triton's
+    # AsyncCompileMode with a thread pool overlaps compiles (ptxas runs as a subprocess, much of
+    # the MLIR pipeline runs without the GIL); a spawn process pool loses to serial because each
+    # child pays interpreter + torch/triton import start-up before its first compile.
+    if workers > 1 and todo >= 2 and _has_async_compile():
+        return "threads"
+    return "serial"
+
+
+# ------------------------------------------------------------------------------------ progress
+class _Progress:
+    def __init__(self, enabled: bool, total: int, kernels: int, console: Any = None) -> None:
+        self._p: Any = None
+        self._task: Any = None
+        self.kernels_total = kernels
+        self.kernels_done: set[str] = set()
+        if not enabled or total == 0:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(
+            TextColumn("[bold]warmup replay"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("keys"),
+            TextColumn("{task.fields[kernels]}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=console,
+            transient=False,
+        )
+        self._task = self._p.add_task("", total=total, kernels=f"0/{kernels} kernels")
+
+    def __enter__(self) -> _Progress:
+        if self._p is not None:
+            self._p.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._p is not None:
+            self._p.stop()
+
+    def advance(self, kernel: str, key: str, done_kernel: bool) -> None:
+        if done_kernel:
+            self.kernels_done.add(kernel)
+        if self._p is not None:
+            short = kernel.rsplit(".", 1)[-1]
+            self._p.update(
+                self._task,
+                advance=1,
+                description=f"{short} {key[:60]}",
+                kernels=f"{len(self.kernels_done)}/{self.kernels_total} kernels",
+            )
+
+
+# ------------------------------------------------------------------------------------ replay
+def replay(
+    manifest: Manifest | str | os.PathLike[str],
+    *,
+    allow: Sequence[str] | None = None,
+    parallel: Parallel = "auto",
+    workers: int | None = None,
+    progress: bool = False,
+    console: Any = None,
+    verify_source: bool = True,
+    load_kernels: bool | None = None,
+) -> ReplayReport:
+    """Precompile every entry of ``manifest`` without launching anything.
+
+    Args:
+        manifest: a :class:`~jitwatch.warmup.manifest.Manifest` or a path to one (loaded and validated).
+        allow: module prefixes that may be imported (see :func:`module_allowed`); modules already
+            imported are always usable. ``None``: import nothing new.
+        parallel: ``serial``; ``threads`` (Triton ``AsyncCompileMode`` + ``ThreadPoolExecutor``,
+            Triton 3.5+); ``processes`` (spawn pool of compile-only children filling the disk
+            cache, then preload here); ``auto`` picks threads for ≥ 2 compiles on > 1 CPU when
+            Triton has ``AsyncCompileMode``, else serial.
+        workers: pool size (default: CPU count, at most 8).
+        progress: show a rich progress bar (keys done / total, kernels done / total).
+        verify_source: skip entries whose ``source_hash`` differs from ``JITFunction.cache_key``.
+        load_kernels: also load each compiled kernel on the device (``CompiledKernel._init_handles``:
+            builds Triton's C launcher and loads the module, which a first launch otherwise pays
+            for — measured 0.28 s for 3 kernels on an H200 with Triton 3.6). Default: on when the
+            active driver is a real one, off under the compile-only driver. Still never launches.
+
+    Returns:
+        A :class:`ReplayReport`; entries are ``compiled``, ``cached`` (already in this process's
+        in-memory cache), ``skipped`` (with a reason) or ``failed`` (compile error).
+
+    Raises:
+        ManifestError: only when ``manifest`` is a path that does not load (see
+            :func:`jitwatch.warmup.manifest.load`). Never raises for a single entry.
+    """
+    t_start = time.perf_counter()
+    if not isinstance(manifest, Manifest):
+        manifest = load(manifest)
+    workers = workers or _default_workers()
+    report = ReplayReport(workers=workers)
+    try:
+        target = _current_target()
+    except Exception as exc:  # noqa: BLE001 - no usable Triton driver
+        for e in manifest.entries:
+            report.results.append(EntryResult(e.kernel, e.key, "skipped", f"no active Triton driver: {exc}"))
+        report.wall_s = time.perf_counter() - t_start
+        return report
+
+    plans: list[_Plan] = []
+    resolved: dict[tuple[str, str], Any] = {}
+    for entry in manifest.entries:
+        if entry.backend != "triton":
+            report.results.append(
+                EntryResult(entry.kernel, entry.key, "skipped", f"backend {entry.backend!r} has no manifest replay")
+            )
+            continue
+        ident = (entry.module, entry.qualname)
+        try:
+            fn = resolved.get(ident)
+            if fn is None:
+                fn = resolve_kernel(entry.module, entry.qualname, allow=allow)
+                resolved[ident] = fn
+        except KernelNotResolved as exc:
+            report.results.append(EntryResult(entry.kernel, entry.key, "skipped", str(exc)))
+            continue
+        if entry.target and entry.target != target:
+            report.results.append(
+                EntryResult(entry.kernel, entry.key, "skipped", f"recorded for target {entry.target}, active {target}")
+            )
+            continue
+        if verify_source and entry.source_hash is not None:
+            try:
+                current = str(fn.cache_key)
+            except Exception as exc:  # noqa: BLE001
+                report.results.append(EntryResult(entry.kernel, entry.key, "failed", f"cannot hash source: {exc}"))
+                continue
+            if current != entry.source_hash:
+                report.results.append(
+                    EntryResult(
+                        entry.kernel,
+                        entry.key,
+                        "skipped",
+                        f"source changed since recording (hash {current[:12]} != recorded {entry.source_hash[:12]})",
+                    )
+                )
+                continue
+        if _in_memory(fn, entry.key):
+            report.results.append(EntryResult(entry.kernel, entry.key, "cached"))
+            continue
+        plans.append(_Plan(entry, fn, _preload_data(entry)))
+
+    mode = _choose(parallel, len(plans), workers)
+    report.mode = mode
+    if mode == "threads" and not _has_async_compile():
+        mode = report.mode = "serial"
+    remaining: dict[str, int] = {}
+    for p in plans:
+        remaining[p.entry.kernel] = remaining.get(p.entry.kernel, 0) + 1
+    with _Progress(progress, len(plans), len(remaining), console) as bar:
+        advanced: set[int] = set()
+        lock = threading.Lock()
+
+        def progressed(plan: _Plan) -> None:
+            with lock:
+                if id(plan) in advanced:
+                    return
+                advanced.add(id(plan))
+                remaining[plan.entry.kernel] -= 1
+                bar.advance(plan.entry.kernel, plan.entry.key, remaining[plan.entry.kernel] == 0)
+
+        def done(plan: _Plan, result: EntryResult) -> None:
+            report.results.append(result)
+            progressed(plan)
+
+        if mode == "processes" and plans:
+            _prefill_disk_cache(plans, target, workers)
+        if mode == "threads" and plans:
+            _replay_threads(plans, workers, done, progressed)
+        else:
+            for plan in plans:
+                done(plan, _preload_one(plan))
+        if load_kernels is None:
+            load_kernels = not _compile_only_active()
+        if load_kernels:
+            _load_compiled(plans, report)
+    report.wall_s = time.perf_counter() - t_start
+    return report
+
+
+def _compile_only_active() -> bool:
+    from triton.runtime import driver
+
+    from jitwatch.backends.triton.compile_only import CompileOnlyDriver
+
+    try:
+        return isinstance(driver.active, CompileOnlyDriver)
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def _load_compiled(plans: list[_Plan], report: ReplayReport) -> None:
+    """``_init_handles`` on every kernel replay compiled (Triton 3.x private API, guarded)."""
+    from triton.runtime import driver
+
+    t0 = time.perf_counter()
+    compiled = {(r.kernel, r.key) for r in report.results if r.status == "compiled"}
+    device = driver.active.get_current_device()
+    loaded = 0
+    for plan in plans:
+        if (plan.entry.kernel, plan.entry.key) not in compiled:
+            continue
+        try:
+            kernel = plan.fn.device_caches[device][0].get(plan.entry.key)
+            init = getattr(kernel, "_init_handles", None)
+            if init is not None:
+                init()
+                loaded += 1
+        except Exception as exc:  # noqa: BLE001 - the first launch will retry and raise properly
+            log.info("jitwatch replay: could not load %s: %s: %s", plan.entry.kernel, type(exc).__name__, exc)
+    report.loaded = loaded
+    report.load_s = time.perf_counter() - t0
+
+
+def _has_async_compile() -> bool:
+    try:
+        import triton
+
+        return hasattr(triton, "AsyncCompileMode")
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _preload_one(plan: _Plan) -> EntryResult:
+    t0 = time.perf_counter()
+    try:
+        kernel = plan.fn.preload(plan.data)
+    except Exception as exc:  # noqa: BLE001 - a bad entry never stops the warmup
+        return EntryResult(
+            plan.entry.kernel, plan.entry.key, "failed", f"{type(exc).__name__}: {exc}"[:500], time.perf_counter() - t0
+        )
+    seconds = time.perf_counter() - t0
+    if kernel is None:
+        return EntryResult(plan.entry.kernel, plan.entry.key, "skipped", "a jit_cache_hook vetoed the compile", seconds)
+    return EntryResult(plan.entry.kernel, plan.entry.key, "compiled", None, seconds)
+
+
+class _TrackingExecutor(Executor):
+    """Wraps the pool so each compile Triton submits reports its completion (for the progress bar)
+    and its own compile seconds; ``current`` is the plan whose ``preload`` is submitting."""
+
+    def __init__(self, inner: Executor, on_done: Any) -> None:
+        self.inner = inner
+        self.on_done = on_done
+        self.current: _Plan | None = None
+        self.seconds: dict[int, float] = {}
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        plan = self.current
+        seconds = self.seconds
+
+        def timed() -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if plan is not None:
+                    seconds[id(plan)] = time.perf_counter() - t0
+
+        fut = self.inner.submit(timed)
+        if plan is not None:
+            fut.add_done_callback(lambda _f: self.on_done(plan))
+        return fut
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.inner.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def _replay_threads(plans: list[_Plan], workers: int, done: Any, progressed: Any) -> None:
+    """All preloads inside ``triton.AsyncCompileMode``: Triton submits each compile to the pool and
+    finalizes it (in-memory cache + post-compile hook) in this thread when the mode exits."""
+    import triton
+
+    started: list[tuple[_Plan, str | None]] = []
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jitwatch-replay") as pool:
+        ex = _TrackingExecutor(pool, progressed)
+        with triton.AsyncCompileMode(ex, ignore_errors=True):
+            for plan in plans:
+                ex.current = plan
+                try:
+                    plan.fn.preload(plan.data)
+                    started.append((plan, None))
+                except Exception as exc:  # noqa: BLE001
+                    started.append((plan, f"{type(exc).__name__}: {exc}"[:500]))
+            ex.current = None
+    for plan, err in started:
+        secs = ex.seconds.get(id(plan), 0.0)
+        if err is not None:
+            done(plan, EntryResult(plan.entry.kernel, plan.entry.key, "failed", err))
+        elif _in_memory(plan.fn, plan.entry.key):
+            done(plan, EntryResult(plan.entry.kernel, plan.entry.key, "compiled", None, secs))
+        else:
+            done(plan, EntryResult(plan.entry.kernel, plan.entry.key, "failed", "asynchronous compile failed", secs))
+
+
+def _prefill_disk_cache(plans: list[_Plan], target: Mapping[str, Any], workers: int) -> None:
+    """Compile ``plans`` in spawned compile-only children; they share this process's disk cache."""
+    if target.get("backend") != "cuda":
+        log.info("jitwatch replay: process pool needs a CUDA target, compiling in-process instead")
+        return
+    import multiprocessing
+
+    import triton
+
+    cache_dir = triton.knobs.cache.dir
+    ctx = multiprocessing.get_context("spawn")
+    futures: list[Future[tuple[bool, float, str | None]]] = []
+    try:
+        with ProcessPoolExecutor(
+            max_workers=min(workers, len(plans)),
+            mp_context=ctx,
+            initializer=_child_init,
+            initargs=(cache_dir, int(target["arch"]), int(target.get("warp_size", 32)), list(sys.path)),
+        ) as pool:
+            futures = [pool.submit(_child_compile, p.entry.module, p.entry.qualname, p.data) for p in plans]
+            for fut in as_completed(futures):
+                ok, _, err = fut.result()
+                if not ok:
+                    log.info("jitwatch replay: child compile failed (retrying in-process): %s", err)
+    except Exception as exc:  # noqa: BLE001 - fall back to in-process compiles
+        log.warning("jitwatch replay: process pool unavailable (%s); compiling in-process", exc)
+
+
+# ------------------------------------------------------------------------------------ env entry
+def replay_from_env(
+    monitor: Monitor | None = None,
+    *,
+    settings: Settings | None = None,
+    progress: bool = False,
+) -> ReplayReport | None:
+    """Replay the manifest named by ``JITWATCH_MANIFEST``, for integrations (the vLLM plugin).
+
+    Call it inside the worker's warmup (``with monitor.warmup(): replay_from_env(monitor)``) so the
+    replayed compiles are recorded as warmup compiles. Uses ``settings`` (default: the monitor's,
+    else :meth:`Settings.from_env`): ``manifest``, ``manifest_allow``, ``replay_parallel``,
+    ``replay_workers``. Returns ``None`` when no manifest is set, when the monitor is already
+    serving (replaying then would be post-warmup compiles) or when the manifest does not load;
+    never raises, logs why.
+    """
+    if settings is None:
+        settings = monitor.settings if monitor is not None else Settings.from_env()
+    path = settings.manifest
+    if path is None:
+        return None
+    if monitor is not None and getattr(getattr(monitor, "phase", None), "value", None) == "serving":
+        log.warning("jitwatch: %s set but the monitor is already serving; replay it during warmup", JITWATCH_MANIFEST)
+        return None
+    try:
+        manifest = load(path)
+    except ManifestError as exc:
+        log.error("jitwatch: not replaying warmup manifest: %s", exc)
+        return None
+    try:
+        report = replay(
+            manifest,
+            allow=list(settings.manifest_allow),
+            parallel=settings.replay_parallel,  # type: ignore[arg-type]
+            workers=settings.replay_workers,
+            progress=progress,
+        )
+    except Exception as exc:  # noqa: BLE001 - never break the host's warmup
+        log.error("jitwatch: warmup manifest replay failed: %s: %s", type(exc).__name__, exc)
+        return None
+    log.info("jitwatch: warmup manifest %s: %s", Path(path).name, report.summary())
+    for r in report.results:
+        if r.status in ("skipped", "failed"):
+            log.info("jitwatch: manifest entry %s %s: %s", r.kernel, r.status, r.reason)
+    return report
+
+
+__all__ = [
+    "EntryResult",
+    "KernelNotResolved",
+    "ReplayReport",
+    "replay",
+    "replay_from_env",
+]

@@ -1,0 +1,137 @@
+"""The worker-side entry points: a monitor wired to the journal writer and the selected backends.
+
+:func:`install` is what a worker calls (``jitwatch.install``); :func:`create_monitor` builds the same
+monitor without making it the process-wide one (tests, benchmarks, several monitors side by side).
+This module is where the layers meet: the core monitor (:mod:`jitwatch.core.monitor`) gets the
+store's :class:`~jitwatch.store.writer.JournalWriter` as its event sink and the backends from
+:func:`jitwatch.backends.create`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from jitwatch.backends.base import Backend
+from jitwatch.config import Mode, Settings, parse_mode
+from jitwatch.core.identity import WorkerIdentity
+from jitwatch.core.monitor import EventSink, Monitor, NullSink
+from jitwatch.store.writer import JournalWriter
+
+
+def journal_writer(settings: Settings, identity: WorkerIdentity) -> JournalWriter:
+    """A :class:`JournalWriter` for ``settings`` (directory, retention, queue, heartbeat) that
+    heartbeats as ``identity``."""
+    return JournalWriter(
+        settings.journal_dir,
+        queue_size=settings.queue_size,
+        rank=identity.rank,
+        journal_kwargs={
+            "retention_events": settings.retention_events,
+            "retention_seconds": settings.retention_seconds,
+            "max_kernels": settings.max_kernels,
+        },
+        heartbeat=(identity.host, identity.pid, identity.rank),
+        heartbeat_s=settings.heartbeat_seconds,
+    )
+
+
+def create_monitor(
+    settings: Settings | None = None,
+    *,
+    mode: Mode | str | None = None,
+    identity: WorkerIdentity | None = None,
+    backends: Sequence[Backend] | None = None,
+    sink: EventSink | None = None,
+    tracer_provider: Any | None = None,
+    span_attributes: dict[str, Any] | None = None,
+) -> Monitor:
+    """A new, not yet installed :class:`Monitor` writing to the journal of ``settings``.
+
+    Args:
+        settings: default :meth:`Settings.from_env` (raises :class:`~jitwatch.errors.ConfigError`).
+        mode: default ``settings.mode``. In ``off`` mode no journal writer is created.
+        identity: default :meth:`WorkerIdentity.from_settings`.
+        backends: default those ``settings.backends`` (``JITWATCH_BACKENDS``) names.
+        sink: default a :class:`JournalWriter` (:func:`journal_writer`).
+
+    Raises:
+        jitwatch.errors.BackendError: ``JITWATCH_BACKENDS`` names an unknown backend.
+    """
+    settings = settings or Settings.from_env()
+    resolved = parse_mode(mode) if mode is not None else settings.mode
+    identity = identity or WorkerIdentity.from_settings(settings)
+    if sink is None:
+        sink = NullSink() if resolved is Mode.OFF else journal_writer(settings, identity)
+    return Monitor(
+        settings,
+        sink=sink,
+        mode=resolved,
+        identity=identity,
+        backends=backends,
+        tracer_provider=tracer_provider,
+        span_attributes=span_attributes,
+    )
+
+
+_monitor: Monitor | None = None
+_monitor_lock = threading.Lock()
+
+
+def install(
+    mode: Mode | str | None = None,
+    *,
+    rank: int | None = None,
+    journal_dir: str | os.PathLike[str] | None = None,
+    identity: WorkerIdentity | None = None,
+    tracer_provider: Any | None = None,
+    span_attributes: dict[str, Any] | None = None,
+) -> Monitor:
+    """Install the process-wide :class:`Monitor` (idempotent: returns the existing one).
+
+    Args:
+        mode: ``off``/``warn``/``error``; default ``JITWATCH_MODE`` (``warn``).
+        rank: global rank; default ``JITWATCH_RANK`` (offset) + ``RANK``/``LOCAL_RANK`` (or 0).
+        journal_dir: default ``JITWATCH_DIR``.
+
+    Backends are those ``JITWATCH_BACKENDS`` selects (default: every available one); a backend
+    whose library the host has not imported yet hooks in when it does.
+
+    Raises:
+        jitwatch.errors.ConfigError: a ``JITWATCH_*`` variable has an unusable value.
+        jitwatch.errors.BackendError: ``JITWATCH_BACKENDS`` names an unknown backend.
+    """
+    global _monitor
+    with _monitor_lock:
+        if _monitor is not None:
+            return _monitor
+        settings = Settings.from_env()
+        if journal_dir is not None:
+            settings = replace(settings, journal_dir=Path(journal_dir))
+        if identity is None:
+            identity = WorkerIdentity.from_settings(settings, rank=rank)
+        _monitor = create_monitor(
+            settings, mode=mode, identity=identity, tracer_provider=tracer_provider, span_attributes=span_attributes
+        ).install()
+        return _monitor
+
+
+def get_monitor() -> Monitor | None:
+    """The process-wide monitor, if :func:`install` was called."""
+    return _monitor
+
+
+def uninstall() -> None:
+    """Uninstall the process-wide monitor (restores every backend's hooks, closes its journal writer)."""
+    global _monitor
+    with _monitor_lock:
+        if _monitor is not None:
+            _monitor.uninstall()
+            _monitor = None
+
+
+__all__ = ["create_monitor", "get_monitor", "install", "journal_writer", "uninstall"]

@@ -1,0 +1,228 @@
+"""jitwatch.core.monitor with no compiler at all: a toy backend drives the CompileSink protocol.
+
+What the core owns, whatever the backend: phases at compile *start*, requests, ranks, warn-once,
+error mode, first-request timing, in-flight compiles, backend status, hook errors, and that the
+compiling thread only queues a deferred event (materialized later, by the sink).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from jitwatch import BackendStatus, Capture, CompileKind, CompileSink, JitwatchError, ServingCompileError
+from jitwatch.config import Settings
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.core.identity import WorkerIdentity
+from jitwatch.core.monitor import Monitor
+from jitwatch.testing import RecordingSink
+
+
+class ToyBackend:
+    """A backend for a make-believe compiler: ``compile()`` is what its hook would call."""
+
+    name: ClassVar[str] = "toy"
+    label: ClassVar[str] = "toy kernel"
+
+    def __init__(self, state: str = "active") -> None:
+        self.sink: CompileSink | None = None
+        self.state = state
+        self.uninstalled = False
+
+    def available(self) -> bool:
+        return True
+
+    def version(self) -> str | None:
+        return "1.0"
+
+    def install(self, sink: CompileSink) -> BackendStatus:
+        self.sink = sink
+        return BackendStatus(self.name, self.state, "1.0", ("toy.compile",))  # type: ignore[arg-type]
+
+    def uninstall(self) -> None:
+        self.uninstalled = True
+
+    def compile(self, name: str, key: str, *, body: Any = None, detail: Any = None) -> None:
+        assert self.sink is not None
+        token = self.sink.begin(self.name, name)
+        if body is not None:
+            body()
+        self.sink.finish(token, Capture(self.name, name, key, detail=detail))
+
+
+def make(mode: str = "warn", **kw: Any) -> tuple[Monitor, ToyBackend, RecordingSink]:
+    toy = ToyBackend()
+    sink = RecordingSink()
+    mon = Monitor(
+        Settings(journal_dir=Path("/nonexistent")),
+        sink=sink,
+        mode=mode,
+        identity=WorkerIdentity(rank=3, tp_rank=1, labels={"model": "m"}),
+        backends=[toy],
+        tracer_provider=False,
+        **kw,
+    ).install()
+    return mon, toy, sink
+
+
+def test_phase_is_taken_when_the_compile_begins() -> None:
+    mon, toy, sink = make()
+    toy.compile("a", "k1")
+    with mon.warmup():
+        toy.compile("a", "k2")
+        # begins in warmup, ends in serving: still a warmup compile
+        toy.compile("b", "k3", body=mon.activate)
+    toy.compile("a", "k4")
+    compiles = sink.of_kind(EventKind.COMPILE)
+    assert [(e.kernel, e.key, e.phase) for e in compiles] == [
+        ("a", "k1", Phase.STARTUP),
+        ("a", "k2", Phase.WARMUP),
+        ("b", "k3", Phase.WARMUP),
+        ("a", "k4", Phase.SERVING),
+    ]
+    assert all(e.backend == "toy" and e.rank == 3 and e.attrs["tp_rank"] == 1 for e in compiles)
+    assert all(e.attrs["model"] == "m" for e in compiles)
+    assert mon.compiles_by_phase[Phase.WARMUP] == 2
+
+
+def test_worker_start_lists_backends() -> None:
+    mon, _toy, sink = make()
+    (start,) = sink.of_kind(EventKind.WORKER_START)
+    assert start.attrs["backends"] == {"toy": {"state": "active", "version": "1.0", "hooks": ["toy.compile"]}}
+    assert "triton_version" not in start.attrs  # no triton backend: no 0.1 compatibility fields
+    assert mon.backend_statuses["toy"].state == "active"
+
+
+def test_detail_is_built_by_the_sink_not_on_the_compiling_thread() -> None:
+    """The capture's detail callable runs when the event is materialized (the writer thread in a
+    worker); the compiling thread only queues an object."""
+    built_on: list[str] = []
+
+    class LazySink(RecordingSink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.queued: list[Any] = []
+
+        def submit(self, item: Any) -> bool:
+            self.queued.append(item)
+            return True
+
+    lazy = LazySink()
+    mon = Monitor(Settings(journal_dir=Path("/x")), sink=lazy, backends=[ToyBackend()], tracer_provider=False)
+    mon.install()
+    toy = mon.backends[0]
+    assert isinstance(toy, ToyBackend)
+    toy.compile("a", "k", detail=lambda: built_on.append(threading.current_thread().name) or {"x": 1})
+    assert built_on == []
+    deferred = [q for q in lazy.queued if not isinstance(q, Event)]
+    t = threading.Thread(target=lambda: built_on.append(deferred[0].to_event().attrs["x"]), name="writer")
+    t.start()
+    t.join()
+    assert built_on == ["writer", 1]
+
+
+def test_warn_once_per_backend_name_and_key(caplog: pytest.LogCaptureFixture) -> None:
+    mon, toy, _sink = make()
+    mon.activate()
+    with caplog.at_level(logging.WARNING, logger="jitwatch.core.monitor"):
+        for key in ("k1", "k1", "k2"):
+            toy.compile("a", key)
+    lines = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    assert len(lines) == 2
+    assert lines[0].startswith("jitwatch: post-warmup compile of toy kernel 'a' on rank 3, key k1")
+
+
+def test_error_mode_raises_after_recording() -> None:
+    mon, toy, sink = make("error")
+    with mon.warmup():
+        toy.compile("a", "k1")  # warmup: no raise
+    with pytest.raises(ServingCompileError) as info:
+        toy.compile("a", "k2")
+    assert isinstance(info.value, JitwatchError)
+    assert (info.value.backend, info.value.kernel, info.value.key) == ("toy", "a", "k2")
+    assert [e.key for e in sink.of_kind(EventKind.COMPILE)] == ["k1", "k2"]  # recorded before raising
+
+
+def test_autotune_and_graph_capture_do_not_warn_or_raise() -> None:
+    mon, toy, sink = make("error")
+    mon.activate()
+    assert toy.sink is not None
+    toy.sink.record(Capture("toy", "a", "cfg", kind=CompileKind.AUTOTUNE), start_ts=1.0, duration_s=2.0)
+    toy.sink.record(Capture("toy", "g", "0/1", kind=CompileKind.GRAPH_CAPTURE), start_ts=1.0, duration_s=0.1)
+    kinds = [e.kind for e in sink.events if e.kind in (EventKind.AUTOTUNE, EventKind.GRAPH_CAPTURE)]
+    assert kinds == [EventKind.AUTOTUNE, EventKind.GRAPH_CAPTURE]
+    assert mon.compiles_by_phase[Phase.SERVING] == 0
+
+
+def test_request_attribution_and_first_request() -> None:
+    mon, toy, sink = make()
+    mon.activate()
+    with mon.request("vllm:r1,r2"):
+        toy.compile("a", "k1")
+    with mon.request():
+        toy.compile("a", "k2")
+    c1, c2 = sink.of_kind(EventKind.COMPILE)
+    assert c1.attrs["request_id"] == 1 and c1.attrs["request"] == "vllm:r1,r2"
+    assert c2.attrs["request_id"] == 2 and "request" not in c2.attrs
+    (first,) = sink.of_kind(EventKind.FIRST_REQUEST)
+    assert first.attrs == {"request_id": 1, "request": "vllm:r1,r2", "tp_rank": 1, "model": "m"}
+
+
+def test_inflight_compiles_are_visible_while_they_run() -> None:
+    mon, toy, _sink = make()
+    seen: list[list[str]] = []
+    toy.compile("slow", "k", body=lambda: seen.append([s.name for s in mon.inflight()]))
+    assert seen == [["slow"]] and mon.inflight() == []
+    assert toy.sink is not None
+    token = toy.sink.begin("toy", "vetoed")
+    toy.sink.cancel(token)
+    assert mon.inflight() == []
+
+
+def test_backend_ready_and_hook_errors() -> None:
+    mon, _toy, sink = make()
+    mon.backend_ready(BackendStatus("late", "active", "2.0", ("x",), degraded="no listener"))
+    mon.hook_error("toy", "toy.compile", ValueError("bad payload"))
+    (ready,) = sink.of_kind(EventKind.BACKEND_READY)
+    assert ready.backend == "late" and ready.attrs["degraded"] == "no listener"
+    (err,) = sink.of_kind(EventKind.HOOK_ERROR)
+    assert (
+        err.backend == "toy" and err.attrs["hook"] == "toy.compile" and "ValueError: bad payload" in err.attrs["error"]
+    )
+    assert mon.backend_statuses["late"].version == "2.0" and mon.hook_errors == 1
+
+
+def test_a_backend_that_fails_to_install_is_reported_not_raised() -> None:
+    class Broken(ToyBackend):
+        name: ClassVar[str] = "broken"
+
+        def install(self, sink: CompileSink) -> BackendStatus:
+            raise RuntimeError("no such hook")
+
+    sink = RecordingSink()
+    mon = Monitor(Settings(journal_dir=Path("/x")), sink=sink, backends=[Broken(), ToyBackend()], tracer_provider=False)
+    mon.install()
+    assert mon.backend_statuses["broken"].state == "failed"
+    assert "no such hook" in (mon.backend_statuses["broken"].degraded or "")
+    assert mon.backend_statuses["toy"].state == "active"
+
+
+def test_uninstall_then_install_is_a_clear_error() -> None:
+    mon, toy, sink = make()
+    mon.uninstall()
+    assert toy.uninstalled and sink.closed and not mon.active
+    with pytest.raises(JitwatchError, match="create a new one"):
+        mon.install()
+
+
+def test_off_mode_installs_no_backend() -> None:
+    toy = ToyBackend()
+    mon = Monitor(
+        Settings(journal_dir=Path("/x")), sink=RecordingSink(), mode="off", backends=[toy], tracer_provider=False
+    )
+    mon.install()
+    assert toy.sink is None and not mon.active

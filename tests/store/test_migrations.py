@@ -1,0 +1,274 @@
+"""Journal schema migrations (jitwatch.store.migrations): a journal written by jitwatch 0.1.0 is
+upgraded in place with nothing lost; 0.1 and 0.2 workers share one journal during a rollout; a
+journal of a newer schema is never moved aside.
+
+The "old release" is real code: ``tests/store/legacy_v0_1`` is the 0.1.0 storage layer, frozen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.errors import JournalCorruptError, JournalVersionError
+from jitwatch.store import migrations
+from jitwatch.store.journal import JOURNAL_FILE, Journal, open_or_recover
+from jitwatch.store.writer import JournalWriter
+from jitwatch.testing import make_event
+from jitwatch.views.metrics import render
+from jitwatch.views.status import build_status
+from tests._paths import ROOT
+from tests.store.legacy_v0_1 import events as old_events
+from tests.store.legacy_v0_1 import journal as old_journal
+
+T0 = 1_700_000_000.0
+
+
+def old_release_journal(directory: Path) -> None:
+    """A realistic journal written by jitwatch 0.1.0: two ranks, warmup and serving compiles, an
+    autotune run, a disk-cache hit, a hook error, dropped events, and retention that retired some."""
+    E, K, P = old_events.Event, old_events.EventKind, old_events.Phase
+
+    def ev(kind: old_events.EventKind, ts: float, rank: int = 0, **f: object) -> old_events.Event:
+        return E(kind=kind, ts=ts, rank=rank, pid=100 + rank, host="node-a", **f)  # type: ignore[arg-type]
+
+    with old_journal.Journal(directory, retention_events=12) as j:
+        for rank in (0, 1):
+            j.write([ev(K.WORKER_START, T0, rank, attrs={"mode": "warn", "triton_version": "3.6.0", "hooks": ["x"]})])
+            j.write([ev(K.WARMUP_START, T0 + 1, rank, phase=P.WARMUP)])
+            j.write(
+                [
+                    ev(K.COMPILE, T0 + 2, rank, phase=P.WARMUP, kernel="add", key=f"k{rank}", duration_s=0.25),
+                    ev(
+                        K.COMPILE,
+                        T0 + 2.5,
+                        rank,
+                        phase=P.WARMUP,
+                        kernel="mul",
+                        key="m",
+                        duration_s=0.002,
+                        cache_hit=True,
+                    ),
+                    ev(K.AUTOTUNE, T0 + 2.7, rank, phase=P.WARMUP, kernel="mm", key="a", duration_s=1.5),
+                ]
+            )
+            j.write(
+                [
+                    ev(
+                        K.WARMUP_COMPLETE,
+                        T0 + 3,
+                        rank,
+                        phase=P.SERVING,
+                        start_ts=T0 + 1,
+                        duration_s=2.0,
+                        attrs={"kernels_compiled": 2, "compile_seconds": 0.252},
+                    )
+                ]
+            )
+            j.write([ev(K.COMPILE, T0 + 5, rank, phase=P.SERVING, kernel="add", key="k9", duration_s=40.0)])
+        j.write([ev(K.HOOK_ERROR, T0 + 6, attrs={"hook": "x"}), ev(K.DROPPED, T0 + 7, attrs={"count": 4})])
+        j.prune(now=T0 + 8)  # 16 events, 12 kept: 4 retired
+
+
+def snapshot(directory: Path) -> dict[str, object]:
+    """Everything a reader can see: events, aggregates, counters, workers, /metrics samples."""
+    with Journal(directory, readonly=True) as j:
+        out: dict[str, object] = {
+            "events": [e.model_dump(exclude={"backend"}) for e in j.events(limit=10_000, newest_first=False)],
+            "stats": sorted(
+                (s.backend, s.kernel, s.phase.value, s.rank, s.kind, s.count, round(s.seconds, 9), s.cache_hits)
+                for s in j.stats()
+            ),
+            "hist": {f"{b}/{r}/{p.value}": c for (b, r, p), c in j.histogram().items()},
+            "counters": j.counters(),
+            "workers": [(w.rank, w.state.value, w.warmup_duration_s, w.attrs) for w in j.workers()],
+        }
+    text = render(directory)[0].decode()
+    out["metrics"] = sorted(
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for f in parse_text(text)
+        for s in f.samples
+        if s.name != "jitwatch_build_info"
+    )
+    return out
+
+
+def test_a_new_reader_reads_an_old_journal_as_it_is(tmp_path: Path) -> None:
+    """The sidecar (read-only) never migrates: it reads 0.1's tables as backend triton."""
+    old_release_journal(tmp_path)
+    before = (tmp_path / JOURNAL_FILE).read_bytes()
+    snap = snapshot(tmp_path)
+    assert (tmp_path / JOURNAL_FILE).read_bytes() == before  # untouched
+    with Journal(tmp_path, readonly=True) as j:
+        assert j.schema.revision == 1 and j.schema.written_by == "0.1"
+    stats = snap["stats"]
+    assert ("triton", "add", "serving", 0, "compile", 1, 40.0, 0) in stats  # type: ignore[operator]
+    assert ("triton", "mm", "warmup", 1, "autotune", 1, 1.5, 0) in stats  # type: ignore[operator]
+    metrics = dict(((n, lab), v) for n, lab, v in snap["metrics"])  # type: ignore[misc, union-attr]
+    lab = (("backend", "triton"), ("kernel", "add"), ("phase", "warmup"), ("rank", "0"))
+    assert metrics[("jitwatch_compiles_total", lab)] == 1
+    assert metrics[("jitwatch_hook_errors_total", (("backend", "triton"), ("rank", "0")))] == 1
+    assert metrics[("jitwatch_journal_retired_events_total", ())] == 4
+    ranks = build_status(Journal(tmp_path, readonly=True)).ranks
+    assert [(r.rank, [b.name for b in r.backends], r.triton_version) for r in ranks] == [
+        (0, ["triton"], "3.6.0"),
+        (1, ["triton"], "3.6.0"),
+    ]
+
+
+def test_upgrade_in_place_keeps_every_event_and_aggregate(tmp_path: Path) -> None:
+    old_release_journal(tmp_path)
+    before = snapshot(tmp_path)
+    with Journal(tmp_path) as j:  # a 0.2 writer opens it: upgraded, in one transaction
+        assert j.schema.revision == migrations.REVISION
+        assert (j.schema.min_reader, j.schema.min_writer) == (2, 1)
+    after = snapshot(tmp_path)
+    assert after == before  # every event, aggregate, counter, worker row and metric sample
+    con = sqlite3.connect(tmp_path / JOURNAL_FILE)
+    meta = dict(con.execute("SELECT k, v FROM meta"))
+    con.close()
+    assert meta["schema_version"] == "1"  # what 0.1 checks: it keeps writing here
+    assert meta["revision"] == str(migrations.REVISION) and meta["written_by"]
+    # new writes add to the old aggregates
+    with Journal(tmp_path) as j:
+        j.write([make_event(EventKind.COMPILE, T0 + 20, phase=Phase.SERVING, kernel="add", duration_s=1.0)])
+        add = [s for s in j.stats() if (s.kernel, s.phase, s.rank, s.kind) == ("add", Phase.SERVING, 0, "compile")]
+    assert [(s.count, s.seconds) for s in add] == [(2, 41.0)]
+
+
+def test_upgrade_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old_release_journal(tmp_path)
+    broken = migrations.Migration(2, "broken", migrations.MIGRATIONS[0].sql + "\nCREATE TABLE oops (;", 2, 1)
+    monkeypatch.setattr(migrations, "MIGRATIONS", (broken,))
+    with pytest.raises(sqlite3.OperationalError):
+        Journal(tmp_path)
+    con = sqlite3.connect(tmp_path / JOURNAL_FILE)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    keys = {r[0] for r in con.execute("SELECT k FROM meta")}
+    con.close()
+    assert "compile_stats" not in tables and "revision" not in keys  # rolled back
+
+
+OLD_WORKER = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from pathlib import Path
+    from tests.store.legacy_v0_1.journal import Journal
+    from tests.store.legacy_v0_1.events import Event, EventKind, Phase
+    rank, n = int(sys.argv[2]), int(sys.argv[3])
+    with Journal(Path(sys.argv[1])) as j:
+        j.write([Event.now(EventKind.WORKER_START, rank=rank, attrs={{"mode": "warn"}})])
+        for i in range(n):
+            j.write([Event.now(EventKind.COMPILE, rank=rank, phase=Phase.SERVING, kernel="old_k", key=str(i),
+                               duration_s=0.5)])
+            time.sleep(0.002)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_rolling_upgrade_old_and_new_workers_share_one_journal(tmp_path: Path) -> None:
+    """0.1 workers (real 0.1 code, separate processes) and 0.2 workers write one journal at the
+    same time: nothing is moved aside, nothing is lost, the 0.2 sidecar sums both."""
+    old_release_journal(tmp_path)
+    code = OLD_WORKER.format(root=str(ROOT))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    olds = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(r), "150"], env=env, stdout=subprocess.PIPE)
+        for r in (10, 11)
+    ]
+    writer = JournalWriter(tmp_path, rank=20)
+    writer.submit(make_event(EventKind.WORKER_START, T0, rank=20, attrs={"mode": "warn"}))
+    for i in range(300):
+        writer.submit(
+            make_event(
+                EventKind.COMPILE, T0 + i, rank=20, phase=Phase.SERVING, kernel="new_k", key=str(i), duration_s=0.5
+            )
+        )
+    writer.close()
+    for p in olds:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0 and out.strip() == b"ok"
+    assert writer.dropped_total == 0
+    assert not list(tmp_path.glob("journal.db.corrupt-*"))  # no writer moved the file aside
+    with Journal(tmp_path, readonly=True) as j:
+        counts: dict[tuple[str, str, int], int] = {}
+        for s in j.stats():
+            if s.kind == "compile":
+                counts[(s.backend, s.kernel, s.rank)] = counts.get((s.backend, s.kernel, s.rank), 0) + s.count
+        assert j.schema.revision == migrations.REVISION
+    assert counts[("triton", "old_k", 10)] == counts[("triton", "old_k", 11)] == 150  # 0.1 rows: triton
+    assert counts[("triton", "new_k", 20)] == 300
+    assert counts[("triton", "add", 0)] == 2  # the 0.1 journal's own history
+
+
+def _set_meta(directory: Path, **values: object) -> None:
+    con = sqlite3.connect(directory / JOURNAL_FILE)
+    con.executemany("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])
+    con.commit()
+    con.close()
+
+
+def test_newer_schema_is_never_moved_aside(tmp_path: Path) -> None:
+    Journal(tmp_path).close()
+    _set_meta(tmp_path, revision=99, min_writer=99, min_reader=2, written_by="9.0.0")
+    before = (tmp_path / JOURNAL_FILE).read_bytes()
+    with pytest.raises(JournalVersionError) as info:
+        open_or_recover(tmp_path)
+    message = str(info.value)
+    assert "revision 99 (written by jitwatch 9.0.0)" in message and f"revision {migrations.REVISION}" in message
+    assert "\n" not in message
+    assert (tmp_path / JOURNAL_FILE).read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
+    # a worker keeps running: its events are counted as dropped, the file stays
+    writer = JournalWriter(tmp_path)
+    writer.submit(make_event(EventKind.COMPILE, T0, kernel="k"))
+    writer.close()
+    assert writer.dropped_total == 1 and "JournalVersionError" in (writer.fault or "")
+    assert not list(tmp_path.glob("*.corrupt-*"))
+    with Journal(tmp_path, readonly=True) as j:  # still readable: min_reader 2
+        assert j.schema.revision == 99
+    _set_meta(tmp_path, min_reader=99)
+    with pytest.raises(JournalVersionError, match="needs schema revision 99 or newer to read it"):
+        Journal(tmp_path, readonly=True)
+    text = render(tmp_path)[0].decode()
+    assert [(s.name, s.value) for f in parse_text(text) for s in f.samples] == [("jitwatch_journal_up", 0.0)]
+    st = build_status(None, error="x")
+    assert not st.journal_up
+
+
+def test_newer_additive_schema_is_written_and_not_downgraded(tmp_path: Path) -> None:
+    Journal(tmp_path).close()
+    _set_meta(tmp_path, revision=7, min_writer=1, min_reader=1, written_by="0.9.0")
+    with Journal(tmp_path) as j:
+        j.write([make_event(EventKind.COMPILE, T0, kernel="k", duration_s=0.1)])
+        assert j.schema.revision == 7
+        assert [s.count for s in j.stats()] == [1]
+
+
+def test_a_database_that_is_not_a_journal(tmp_path: Path) -> None:
+    con = sqlite3.connect(tmp_path / JOURNAL_FILE)
+    con.execute("CREATE TABLE other (x)")
+    con.commit()
+    con.close()
+    with pytest.raises(JournalCorruptError, match="not a jitwatch journal"):
+        Journal(tmp_path, readonly=True)
+
+
+def test_events_written_by_0_1_keep_their_backend(tmp_path: Path) -> None:
+    old_release_journal(tmp_path)
+    with Journal(tmp_path, readonly=True) as j:
+        compiles = j.events(kind=EventKind.COMPILE, backend="triton", limit=100)
+        starts = j.events(kind=EventKind.WORKER_START, limit=100)
+    assert compiles and all(isinstance(e, Event) and e.backend == "triton" for e in compiles)
+    assert json.loads(json.dumps(starts[0].attrs))["triton_version"] == "3.6.0"

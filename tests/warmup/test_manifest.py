@@ -1,0 +1,179 @@
+"""Warmup manifests: recording from a real journal, the file format, and refusing bad files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import jitwatch.warmup.manifest as manifest_mod
+from jitwatch.store.journal import Journal
+from jitwatch.testing import MonitorHarness, fresh_kernel_cache
+from jitwatch.warmup.manifest import (
+    Manifest,
+    ManifestError,
+    ManifestVersionError,
+    load,
+    loads,
+    parse_key,
+    record_from_journal,
+    resolve_sources,
+    save,
+)
+from tests._paths import TRITON_TESTS
+
+sys.path.insert(0, str(TRITON_TESTS))
+import kernels_fieldcases as kf
+
+
+@pytest.fixture
+def recorded(harness: MonitorHarness) -> MonitorHarness:
+    """Warmup compiles the aligned copy; serving compiles the offset view (field case 4)."""
+    fresh_kernel_cache(kf.scale_copy)
+    src, dst = torch.zeros(1024), torch.empty(1024)
+    with harness.monitor.warmup():
+        kf.scale_copy.warmup(src, dst, 1000, BLOCK=256, grid=(1,))
+    kf.scale_copy.warmup(src, dst[1:], 1000, BLOCK=256, grid=(1,))
+    harness.monitor.flush()
+    return harness
+
+
+def _manifest(h: MonitorHarness, **kw: object) -> Manifest:
+    with Journal(h.journal_dir, readonly=True) as j:
+        return record_from_journal(j, **kw)  # type: ignore[arg-type]
+
+
+def test_records_serving_compiles_only_by_default(recorded: MonitorHarness) -> None:
+    """Default export holds the serving-phase compile, with Triton's per-argument specialization."""
+    m = _manifest(recorded)
+    assert [e.kernel for e in m.entries] == ["kernels_fieldcases.scale_copy"]
+    e = m.entries[0]
+    assert e.phases == ["serving"]
+    assert e.specialization["src_ptr"] == ["*fp32", "D"]
+    assert e.specialization["dst_ptr"] == ["*fp32", ""]  # the offset view: not 16-byte aligned
+    assert e.constexprs == {"BLOCK": 256}
+    assert e.signature["dst_ptr"] == "*fp32"
+    assert e.options["num_warps"] == 4
+    assert e.target == {"backend": "cuda", "arch": 90, "warp_size": 32}
+    assert json.loads(e.specialization_data)["key"] == e.key
+
+
+def test_all_phases_and_source_hash(recorded: MonitorHarness) -> None:
+    """``phases=None`` records warmup too; the compile events already carry JITFunction.cache_key
+    (monitor), and resolve_sources fills it for entries that lack it (older journals)."""
+    m = _manifest(recorded, phases=None)
+    assert sorted(p for e in m.entries for p in e.phases) == ["serving", "warmup"]
+    assert {e.source_hash for e in m.entries} == {kf.scale_copy.cache_key}
+    for e in m.entries:
+        e.source_hash = None
+    assert resolve_sources(m, ["kernels_fieldcases"]) == {}
+    assert {e.source_hash for e in m.entries} == {kf.scale_copy.cache_key}
+
+
+def test_save_load_round_trip(recorded: MonitorHarness, tmp_path: Path) -> None:
+    m = _manifest(recorded, phases=None)
+    path = save(m, tmp_path / "m.json")
+    assert load(path) == m
+
+
+def test_parse_key() -> None:
+    key = "[('*fp32', 'D'), ('i32', ''), ('i64', None), ('constexpr', 1), ('constexpr', 'a]b')]{'debug': False}"
+    assert parse_key(key) == [("*fp32", "D"), ("i32", ""), ("i64", None), ("constexpr", 1), ("constexpr", "a]b")]
+    assert parse_key("not a key") is None
+    assert parse_key("[__import__('os')]{}") is None  # literal_eval only: no calls
+
+
+@pytest.fixture
+def good_text(recorded: MonitorHarness) -> str:
+    return manifest_mod.dumps(_manifest(recorded))
+
+
+def test_truncated_manifest(good_text: str) -> None:
+    with pytest.raises(ManifestError, match="not valid JSON"):
+        loads(good_text[: len(good_text) // 2])
+
+
+def test_corrupt_manifest(tmp_path: Path) -> None:
+    p = tmp_path / "m.json"
+    p.write_bytes(b"\x00\xff\x13garbage")
+    with pytest.raises(ManifestError, match="not valid JSON"):
+        load(p)
+    with pytest.raises(ManifestError, match="cannot read"):
+        load(tmp_path / "missing.json")
+
+
+def test_future_version(good_text: str) -> None:
+    raw = json.loads(good_text)
+    raw["version"] = 99
+    with pytest.raises(ManifestVersionError, match="version 99 was written by a newer jitwatch"):
+        loads(json.dumps(raw))
+
+
+def test_wrong_format_and_shape(good_text: str) -> None:
+    raw = json.loads(good_text)
+    raw["format"] = "something-else"
+    with pytest.raises(ManifestError, match="format"):
+        loads(json.dumps(raw))
+    with pytest.raises(ManifestError, match="JSON object"):
+        loads("[1, 2]")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("module", "../../etc/passwd"),
+        ("module", "/tmp/evil"),
+        ("module", "os; import shutil"),
+        ("module", "evil module"),
+        ("qualname", "f.<locals>.k"),
+        ("qualname", "__import__('os').system"),
+    ],
+)
+def test_hostile_names_refused_and_nothing_imported(good_text: str, field: str, value: str) -> None:
+    """Paths and non-identifiers are refused at load, before anything could be imported."""
+    raw = json.loads(good_text)
+    raw["entries"][0][field] = value
+    before = set(sys.modules)
+    with pytest.raises(ManifestError, match="not a dotted Python name"):
+        loads(json.dumps(raw))
+    assert set(sys.modules) == before
+
+
+def test_specialization_data_must_match_entry(good_text: str) -> None:
+    raw = json.loads(good_text)
+    data = json.loads(raw["entries"][0]["specialization_data"])
+    data["name"] = "os.system"
+    raw["entries"][0]["specialization_data"] = json.dumps(data)
+    with pytest.raises(ManifestError, match=r"specialization_data is for 'os\.system'"):
+        loads(json.dumps(raw))
+
+
+def test_oversized_manifest_refused(good_text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manifest_mod, "MAX_MANIFEST_BYTES", 100)
+    p = tmp_path / "m.json"
+    p.write_text(good_text)
+    with pytest.raises(ManifestError, match="over the 100-byte limit"):
+        load(p)
+
+
+def test_cli_export(recorded: MonitorHarness, tmp_path: Path) -> None:
+    from jitwatch.cli import app
+
+    out = tmp_path / "m.json"
+    res = CliRunner().invoke(
+        app,
+        [
+            *("manifest", "export", "--journal-dir", str(recorded.journal_dir), "-o", str(out)),
+            *("--all-phases", "--allow", "kernels_fieldcases"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "2 specializations of 1 kernels" in res.output
+    m = load(out)
+    assert all(e.source_hash == kf.scale_copy.cache_key for e in m.entries)
+    res = CliRunner().invoke(app, ["manifest", "export", "--journal-dir", str(tmp_path / "none"), "-o", str(out)])
+    assert res.exit_code == 1

@@ -1,0 +1,259 @@
+"""Replaying warmup manifests with real compiles: zero serving compiles after replay, and hostile
+or stale entries skipped with a reason while importing nothing they should not."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from jitwatch.backends.triton.resolve import module_allowed, resolve_kernel
+from jitwatch.config import JITWATCH_MANIFEST, JITWATCH_MANIFEST_ALLOW, Settings
+from jitwatch.core.events import Phase
+from jitwatch.store.journal import Journal
+from jitwatch.testing import MonitorHarness, fresh_kernel_cache, monitored
+from jitwatch.warmup.manifest import Manifest, ManifestEntry, export, load, record_from_journal, resolve_sources, save
+from jitwatch.warmup.replay import replay, replay_from_env
+from tests._paths import TRITON_TESTS
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TRITON_TESTS))
+import kernels_fieldcases as kf  # noqa: E402
+
+ALLOW = ["kernels_fieldcases"]
+
+
+def _offset_view_manifest(h: MonitorHarness) -> Manifest:
+    """Record field case 4 (warmup aligned, serving ``dst[1:]``) and return its serving manifest."""
+    fresh_kernel_cache(kf.scale_copy)
+    with h.monitor.warmup():
+        kf.CASES["offset_view"]["warmup"][0]()
+    for call in kf.CASES["offset_view"]["serving"]:
+        call()
+    h.monitor.flush()
+    with Journal(h.journal_dir, readonly=True) as j:
+        m = record_from_journal(j)
+    assert resolve_sources(m, ALLOW) == {}
+    assert len(m.entries) == 1
+    return m
+
+
+def _serving_compiles(h: MonitorHarness) -> int:
+    return len(h.compiles(Phase.SERVING))
+
+
+@pytest.mark.parametrize("parallel", ["serial", "threads"])
+def test_replay_then_zero_serving_compiles_in_process(tmp_path: Path, triton_cache: Path, parallel: str) -> None:
+    """Recorded serving compile → emptied caches → replay in warmup → the same request compiles nothing."""
+    with monitored("warn", journal_dir=tmp_path / "j1", triton_cache_dir=tmp_path / "c1") as h1:
+        m = _offset_view_manifest(h1)
+        assert _serving_compiles(h1) == 1
+    fresh_kernel_cache(kf.scale_copy)
+    with monitored("warn", journal_dir=tmp_path / "j2", triton_cache_dir=tmp_path / "c2") as h2:
+        with h2.monitor.warmup():
+            kf.CASES["offset_view"]["warmup"][0]()
+            report = replay(m, allow=ALLOW, parallel=parallel)  # type: ignore[arg-type]
+        assert (report.compiled, report.skipped, report.failed) == (1, 0, 0), report.results
+        assert report.mode == parallel
+        for call in kf.CASES["offset_view"]["serving"]:
+            call()
+        assert _serving_compiles(h2) == 0
+        warm = h2.compiles(Phase.WARMUP)
+        assert m.entries[0].key in {e.key for e in warm}
+        assert not any(e.cache_hit for e in warm)  # emptied disk cache: a real compile
+        # replaying again finds the kernel already in the in-memory cache
+        again = replay(m, allow=ALLOW)
+        assert (again.cached, again.compiled) == (1, 0)
+
+
+def _run_worker(case: str, journal: Path, cache: Path, manifest: Path | None, parallel: str = "serial") -> dict:
+    env = dict(os.environ, TRITON_CACHE_DIR=str(cache), TRITON_DEFAULT_FP_FUSION="1")
+    args = [sys.executable, str(TESTS / "replay_worker.py"), case, str(journal), str(manifest or "-"), parallel]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return dict(json.loads(line[len("RESULT ") :]))
+
+
+def _round_trip(tmp_path: Path, case: str, parallel: str = "serial") -> tuple[dict, dict]:
+    run1 = _run_worker(case, tmp_path / "j1", tmp_path / "c1", None)
+    _, problems = export(tmp_path / "j1", tmp_path / "m.json", allow=ALLOW)
+    assert problems == {}
+    assert not (tmp_path / "c2").exists()  # run 2 starts with an empty Triton disk cache
+    run2 = _run_worker(case, tmp_path / "j2", tmp_path / "c2", tmp_path / "m.json", parallel)
+    return run1, run2
+
+
+def test_round_trip_new_process(tmp_path: Path) -> None:
+    """Run 1 records a serving compile; run 2 (new process, empty disk cache) replays → zero."""
+    run1, run2 = _round_trip(tmp_path, "offset_view")
+    assert run1["serving_compiles"] == 1
+    assert run2["replay"]["compiled"] == 1
+    assert run2["serving_compiles"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in kf.CASES])
+def test_field_case_round_trip(tmp_path: Path, case: str) -> None:
+    """Each field case: its serving compiles recorded, replayed in a new process, and gone."""
+    run1, run2 = _round_trip(tmp_path, case, parallel="threads")
+    expected = kf.CASES[case]["expected_serving"]
+    assert run1["serving_compiles"] == expected
+    assert run2["replay"]["compiled"] == expected, run2["replay"]
+    assert run2["serving_compiles"] == 0
+
+
+# ------------------------------------------------------------------------------ hostile / stale
+def _entry_like(m: Manifest, **changes: Any) -> Manifest:
+    """A copy of ``m``'s first entry with module/qualname (and Triton's name) or fields changed."""
+    e = m.entries[0].model_dump()
+    data = json.loads(e["specialization_data"])
+    e.update(changes)
+    data["name"] = f"{e['module']}.{e['qualname']}"
+    if "target" in changes:
+        data["target"] = changes["target"]
+    e["specialization_data"] = json.dumps(data)
+    return Manifest(entries=[ManifestEntry.model_validate(e)])
+
+
+@pytest.fixture
+def recorded(harness: MonitorHarness) -> Manifest:
+    return _offset_view_manifest(harness)
+
+
+@pytest.fixture
+def evil_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    """An importable module that leaves a marker file if it is ever imported."""
+    marker = tmp_path / "imported"
+    pkg = tmp_path / "evilpath"
+    pkg.mkdir()
+    (pkg / "jw_evil_mod.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    monkeypatch.syspath_prepend(str(pkg))
+    yield "jw_evil_mod", marker
+    sys.modules.pop("jw_evil_mod", None)
+
+
+def test_unlisted_module_is_not_imported(recorded: Manifest, evil_module: tuple[str, Path]) -> None:
+    name, marker = evil_module
+    m = _entry_like(recorded, module=name)
+    for allow in (None, [], ["jw_evil"], ["kernels_fieldcases"], ["jw_evil_mod_other"]):
+        report = replay(m, allow=allow)
+        assert report.skipped == 1
+        assert "not under an allowed prefix" in (report.results[0].reason or "")
+    assert not marker.exists()
+    assert name not in sys.modules
+
+
+def test_allowed_module_without_kernel_is_skipped(recorded: Manifest, evil_module: tuple[str, Path]) -> None:
+    """Allowing a prefix is what permits an import; a missing attribute is then a skip, not a crash."""
+    name, marker = evil_module
+    report = replay(_entry_like(recorded, module=name), allow=[name])
+    assert marker.exists()
+    assert report.skipped == 1 and "has no attribute" in (report.results[0].reason or "")
+
+
+def test_unimportable_and_non_kernel_entries_skipped(recorded: Manifest) -> None:
+    r1 = replay(_entry_like(recorded, module="kernels_fieldcases_missing"), allow=["kernels_fieldcases_missing"])
+    assert r1.skipped == 1 and "cannot import" in (r1.results[0].reason or "")
+    r2 = replay(_entry_like(recorded, qualname="tile_for"), allow=ALLOW)
+    assert r2.skipped == 1 and "not a @triton.jit kernel" in (r2.results[0].reason or "")
+
+
+def test_changed_source_and_other_target_skipped(recorded: Manifest, compile_only: Any) -> None:
+    stale = _entry_like(recorded, source_hash="0" * 64)
+    r = replay(stale, allow=ALLOW)
+    assert r.skipped == 1 and "source changed" in (r.results[0].reason or "")
+    other = _entry_like(recorded, target={"backend": "cuda", "arch": 80, "warp_size": 32})
+    r = replay(other, allow=ALLOW)
+    assert r.skipped == 1 and "recorded for target" in (r.results[0].reason or "")
+
+
+def test_lazy_module_getattr_not_triggered(recorded: Manifest) -> None:
+    """An already-imported module's ``__getattr__`` (lazy submodule import) is never called."""
+    import types
+
+    calls: list[str] = []
+    mod = types.ModuleType("jw_lazy_mod")
+    mod.__getattr__ = lambda name: calls.append(name)  # type: ignore[method-assign]
+    sys.modules["jw_lazy_mod"] = mod
+    try:
+        report = replay(_entry_like(recorded, module="jw_lazy_mod", qualname="submodule"), allow=None)
+    finally:
+        del sys.modules["jw_lazy_mod"]
+    assert report.skipped == 1 and "has no attribute" in (report.results[0].reason or "")
+    assert calls == []
+
+
+def test_module_allowed_rules() -> None:
+    assert module_allowed("vllm.model_executor.x", ["vllm"])
+    assert not module_allowed("vllm_evil", ["vllm"])
+    assert not module_allowed("../x", ["../x"])
+    assert module_allowed("json", None)  # already imported: usable, nothing new imported
+    with pytest.raises(LookupError):
+        resolve_kernel("kernels_fieldcases", "<locals>", allow=ALLOW)
+
+
+def test_replay_from_env(recorded: Manifest, tmp_path: Path, harness: MonitorHarness) -> None:
+    """The vLLM plugin's entry point: env-driven, never raises, refuses to replay while serving."""
+    path = save(recorded, tmp_path / "m.json")
+
+    def settings(env: dict[str, str]) -> Settings:
+        return Settings.from_env(env)
+
+    assert replay_from_env(settings=settings({})) is None
+    assert replay_from_env(settings=settings({JITWATCH_MANIFEST: str(tmp_path / "missing.json")})) is None
+    (tmp_path / "bad.json").write_text("{")
+    assert replay_from_env(settings=settings({JITWATCH_MANIFEST: str(tmp_path / "bad.json")})) is None
+    env = settings({JITWATCH_MANIFEST: str(path), JITWATCH_MANIFEST_ALLOW: "kernels_fieldcases"})
+    assert harness.monitor.phase is Phase.SERVING  # recorded fixture left it serving
+    assert replay_from_env(harness.monitor, settings=env) is None
+    fresh_kernel_cache(kf.scale_copy)
+    report = replay_from_env(None, settings=env)
+    assert report is not None and report.compiled == 1
+
+
+def test_cli_replay(recorded: Manifest, tmp_path: Path) -> None:
+    from jitwatch.cli import app
+
+    path = save(recorded, tmp_path / "m.json")
+    fresh_kernel_cache(kf.scale_copy)
+    res = CliRunner().invoke(app, ["warmup", "replay", str(path), "--allow", "kernels_fieldcases", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["compiled"] == 1
+    (tmp_path / "future.json").write_text(json.dumps({"format": "jitwatch.manifest", "version": 3, "entries": []}))
+    res = CliRunner().invoke(app, ["warmup", "replay", str(tmp_path / "future.json")])
+    assert res.exit_code == 2 and "newer jitwatch" in res.output
+    assert load(path) == recorded
+
+
+def test_cli_replay_all_skipped_fails_with_a_hint(
+    recorded: Manifest, evil_module: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing allowed → every entry skipped → exit 1 naming --allow/JITWATCH_MANIFEST_ALLOW; no
+    progress bar on a non-terminal stderr; the key is shortened at a token boundary."""
+    from jitwatch.cli import app
+
+    monkeypatch.delenv(JITWATCH_MANIFEST_ALLOW, raising=False)
+    name, marker = evil_module
+    path = save(_entry_like(recorded, module=name), tmp_path / "skip.json")
+    res = CliRunner().invoke(app, ["warmup", "replay", str(path)])
+    assert res.exit_code == 1, res.output
+    assert "--allow" in res.output and "JITWATCH_MANIFEST_ALLOW" in res.output
+    assert "warmup replay" not in res.output  # the rich progress bar stayed off (stderr is no TTY)
+    (skip_line,) = [line for line in res.output.splitlines() if line.startswith("  skipped:")]
+    key = recorded.entries[0].key
+    assert len(key) > 80  # long enough to be shortened
+    shown = skip_line.split(f"{name}.scale_copy ", 1)[1].split("…:", 1)[0]
+    assert key.startswith(shown) and shown.endswith("),"), skip_line  # cut between tuples
+    assert not marker.exists()
+    # allowed through the environment: the CLI reads JITWATCH_MANIFEST_ALLOW too (then it is a
+    # different skip: the module has no such kernel), still exit 1 as nothing compiled
+    monkeypatch.setenv(JITWATCH_MANIFEST_ALLOW, name)
+    res = CliRunner().invoke(app, ["warmup", "replay", str(path)])
+    assert res.exit_code == 1 and "has no attribute" in res.output
