@@ -9,6 +9,7 @@ serving-phase compiles the case predicts.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,92 +18,21 @@ from typing import Any
 import pytest
 import torch
 import triton
-import triton.language as tl
 
 from jitwatch.backends.triton.compile_only import gpu_available
 from jitwatch.backends.triton.hooks import probe_triton
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.testing import MonitorHarness, TritonHookRecorder, fresh_kernel_cache, monitored
-
+from tests._paths import TRITON_TESTS
 
 # ------------------------------------------------------------------------------ kernels
-@triton.jit
-def fc_slot_mapping(
-    num_tokens, positions_ptr, block_table_ptr, block_table_stride, slot_ptr, block_size, BLOCK: tl.constexpr
-):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < num_tokens
-    pos = tl.load(positions_ptr + offs, mask=m, other=0)
-    blk = tl.load(block_table_ptr + (pos // block_size) * block_table_stride, mask=m, other=0)
-    tl.store(slot_ptr + offs, blk * block_size + pos % block_size, mask=m)
+# The field-case kernels live in one module, shared with the manifest and replay tests (which need
+# them importable by plain module name, so a manifest can name them).
+sys.path.insert(0, str(TRITON_TESTS))
+import kernels_fieldcases as kf
 
-
-@triton.jit(do_not_specialize=["num_tokens"])
-def fc_slot_mapping_dns(
-    num_tokens, positions_ptr, block_table_ptr, block_table_stride, slot_ptr, block_size, BLOCK: tl.constexpr
-):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < num_tokens
-    pos = tl.load(positions_ptr + offs, mask=m, other=0)
-    blk = tl.load(block_table_ptr + (pos // block_size) * block_table_stride, mask=m, other=0)
-    tl.store(slot_ptr + offs, blk * block_size + pos % block_size, mask=m)
-
-
-@triton.jit
-def fc_zero_kv_blocks(kv_ptr, block_ids_ptr, num_blocks, BLOCK_ELEMS: tl.constexpr):
-    b = tl.program_id(0)
-    if b < num_blocks:
-        blk = tl.load(block_ids_ptr + b)
-        offs = tl.arange(0, BLOCK_ELEMS)
-        tl.store(kv_ptr + blk * BLOCK_ELEMS + offs, tl.zeros([BLOCK_ELEMS], dtype=tl.float32))
-
-
-@triton.jit
-def fc_sample(logits_ptr, out_ptr, batch, top_k, top_p, VOCAB: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr):
-    row = tl.program_id(0)
-    if row < batch:
-        offs = tl.arange(0, VOCAB)
-        x = tl.load(logits_ptr + row * VOCAB + offs)
-        if TOP_K:
-            x = tl.where(offs < top_k, x, float("-inf"))
-        if TOP_P:
-            x = x * top_p
-        tl.store(out_ptr + row, tl.argmax(x, axis=0))
-
-
-@triton.jit
-def fc_copy(out_ptr, x_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
-
-
-@triton.jit
-def fc_tile(x_ptr, out_ptr, tokens, TILE: tl.constexpr):
-    offs = tl.arange(0, TILE)
-    m = offs < tokens
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m, other=0.0) * 2, mask=m)
-
-
-AUTOTUNE_CONFIGS = [
-    triton.Config({"BLOCK": 32}, num_warps=1),
-    triton.Config({"BLOCK": 64}, num_warps=2),
-    triton.Config({"BLOCK": 128}, num_warps=4),
-]
-
-
-@triton.autotune(configs=AUTOTUNE_CONFIGS, key=["n"])
-@triton.jit
-def fc_autotuned(x_ptr, out_ptr, n, FLAG: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    x = tl.load(x_ptr + offs, mask=m)
-    if FLAG:
-        x = x + 1
-    tl.store(out_ptr + offs, x, mask=m)
-
-
-ALL = [fc_slot_mapping, fc_slot_mapping_dns, fc_zero_kv_blocks, fc_sample, fc_copy, fc_tile, fc_autotuned]
+AUTOTUNE_BLOCKS = sorted(c.kwargs["BLOCK"] for c in kf.tuned_scale.configs)
+ALL = [kf.slot_mapping, kf.slot_mapping_dns, kf.zero_kv_blocks, kf.sample, kf.scale_copy, kf.tiled_rows, kf.tuned_scale]
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +73,7 @@ def f32(n: int) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------ 1. slot mapping
 def _slot(kernel: Any, num_tokens: int, stride: int) -> None:
-    kernel.warmup(num_tokens, i32(4096), i32(4096), stride, i32(4096), 16, BLOCK=128, grid=(1,))
+    kernel.warmup(i32(4096), i32(4096), i32(4096), num_tokens, stride, 16, BLOCK=128, grid=(1,))
 
 
 def test_case1_slot_mapping_specialized(tmp_path, triton_cache) -> None:
@@ -156,10 +86,10 @@ def test_case1_slot_mapping_specialized(tmp_path, triton_cache) -> None:
     """
     with watched(tmp_path, triton_cache) as (rec, h):
         with h.monitor.warmup():
-            _slot(fc_slot_mapping, 2048, 64)
+            _slot(kf.slot_mapping, 2048, 64)
         for n in (1, 16, 5):
-            _slot(fc_slot_mapping, n, 64)
-        _slot(fc_slot_mapping, 2048, 1)
+            _slot(kf.slot_mapping, n, 64)
+        _slot(kf.slot_mapping, 2048, 1)
         serving = assert_same_as_triton(rec, h)
     assert len(serving) == 3
     assert serving[0].attrs["constexprs"].get("num_tokens") == 1
@@ -170,10 +100,10 @@ def test_case1_slot_mapping_num_tokens_unspecialized(tmp_path, triton_cache) -> 
     """With ``do_not_specialize=["num_tokens"]`` only the stride-1 variant compiles in serving."""
     with watched(tmp_path, triton_cache) as (rec, h):
         with h.monitor.warmup():
-            _slot(fc_slot_mapping_dns, 2048, 64)
+            _slot(kf.slot_mapping_dns, 2048, 64)
         for n in (1, 16, 5):
-            _slot(fc_slot_mapping_dns, n, 64)
-        _slot(fc_slot_mapping_dns, 2048, 1)
+            _slot(kf.slot_mapping_dns, n, 64)
+        _slot(kf.slot_mapping_dns, 2048, 1)
         serving = assert_same_as_triton(rec, h)
     assert len(serving) == 1
     assert serving[0].attrs["constexprs"] == {"BLOCK": 128, "block_table_stride": 1}
@@ -186,14 +116,14 @@ def test_case2_kv_zeroing_never_warmed_and_which_rank(tmp_path, triton_cache) ->
     journal = tmp_path / "journal"
     per_rank: dict[int, list[Any]] = {}
     for rank in (0, 1):
-        fresh_kernel_cache(fc_zero_kv_blocks)  # each rank is its own process
+        fresh_kernel_cache(kf.zero_kv_blocks)  # each rank is its own process
         with watched(tmp_path, triton_cache, journal_dir=journal, rank=rank) as (rec, h):
             with h.monitor.warmup():
                 pass  # dummy runs never free KV blocks
             if rank == 1:
                 for nblocks in (1, 16, 3):
                     with h.monitor.request():
-                        fc_zero_kv_blocks.warmup(f32(1 << 16), i32(64), nblocks, BLOCK_ELEMS=256, grid=(nblocks,))
+                        kf.zero_kv_blocks.warmup(f32(1 << 16), i32(64), nblocks, 256, BLOCK=256, grid=(nblocks,))
             per_rank[rank] = assert_same_as_triton(rec, h)
         # journal read after both: the rank 0 monitor saw nothing
     assert per_rank[0] == []
@@ -205,7 +135,7 @@ def test_case2_kv_zeroing_never_warmed_and_which_rank(tmp_path, triton_cache) ->
 
 # ------------------------------------------------------------------------------ 3. flag combinations
 def _sample(batch: int, top_k: bool, top_p: bool) -> None:
-    fc_sample.warmup(f32(64 * 128), i32(64), batch, 5, 0.9, VOCAB=128, TOP_K=top_k, TOP_P=top_p, grid=(batch,))
+    kf.sample.warmup(f32(64 * 128), i32(64), batch, 128, TOP_K=top_k, TOP_P=top_p, BLOCK=128, grid=(batch,))
 
 
 def test_case3_flag_combinations(tmp_path, triton_cache) -> None:
@@ -234,11 +164,11 @@ def test_case4_offset_view_pointer_alignment(tmp_path, triton_cache) -> None:
     assert out.data_ptr() % 16 == 0
     with watched(tmp_path, triton_cache) as (rec, h):
         with h.monitor.warmup():
-            fc_copy.warmup(out, x, 512, BLOCK=64, grid=(1,))
-        fc_copy.warmup(out[:1024], x, 512, BLOCK=64, grid=(1,))  # same pointer class
+            kf.scale_copy.warmup(x, out, 512, BLOCK=64, grid=(1,))
+        kf.scale_copy.warmup(x, out[:1024], 512, BLOCK=64, grid=(1,))  # same pointer class
         # Warmup maps tensors to dtype placeholders (data_ptr 0); JITFunction.run with the real
         # tensors sees the misaligned pointer. Compile-only: run(warmup=True) compiles, never launches.
-        fc_copy.run(out[1:], x, 512, BLOCK=64, grid=(1,), warmup=True)
+        kf.scale_copy.run(x, out[1:], 512, BLOCK=64, grid=(1,), warmup=True)
         serving = assert_same_as_triton(rec, h)
     assert len(serving) == 1
     assert "('*fp32', '')" in (serving[0].key or "")
@@ -246,8 +176,7 @@ def test_case4_offset_view_pointer_alignment(tmp_path, triton_cache) -> None:
 
 # ------------------------------------------------------------------------------ 5. tile size
 def _tile(tokens: int) -> None:
-    tile = max(16, min(triton.next_power_of_2(tokens), 512))
-    fc_tile.warmup(f32(512), f32(512), tokens, TILE=tile, grid=(1,))
+    kf.tiled_rows.warmup(f32(512), f32(512), tokens, TILE=kf.tile_for(tokens), grid=(1,))
 
 
 def test_case5_tile_from_request(tmp_path, triton_cache) -> None:
@@ -269,13 +198,13 @@ def test_case6_autotune_per_config_compiles(tmp_path, triton_cache) -> None:
     config. The sweep itself (launches, the autotune event) is the gpu test below."""
     with watched(tmp_path, triton_cache) as (rec, h):
         with h.monitor.warmup():
-            fc_autotuned.warmup(f32(4096), f32(4096), 4096, FLAG=False, grid=(1,))
+            kf.tuned_scale.warmup(f32(4096), f32(4096), 4096, FLAG=False, grid=(1,))
         bf = torch.empty(4096, dtype=torch.bfloat16)
-        fc_autotuned.warmup(bf, bf, 4096, FLAG=True, grid=(1,))
+        kf.tuned_scale.warmup(bf, bf, 4096, FLAG=True, grid=(1,))
         serving = assert_same_as_triton(rec, h)
         warm = h.compiles(Phase.WARMUP)
-    assert len(warm) == len(serving) == len(AUTOTUNE_CONFIGS)
-    assert sorted(e.attrs["constexprs"]["BLOCK"] for e in serving) == [32, 64, 128]
+    assert len(warm) == len(serving) == len(AUTOTUNE_BLOCKS)
+    assert sorted(e.attrs["constexprs"]["BLOCK"] for e in serving) == AUTOTUNE_BLOCKS
     assert all(e.attrs["signature"]["x_ptr"] == "*bf16" and e.attrs["constexprs"]["FLAG"] is True for e in serving)
 
 
@@ -290,22 +219,22 @@ def test_case6_autotune_sweep_on_gpu(tmp_path, triton_cache) -> None:
     grid = lambda meta: (triton.cdiv(4096, meta["BLOCK"]),)  # noqa: E731
     with watched(tmp_path, triton_cache, compile_only=False) as (rec, h):
         with h.monitor.warmup():
-            fc_autotuned[grid](x32, x32, 4096, FLAG=False)
-        fc_autotuned[grid](xbf, xbf, 4096, FLAG=True)
+            kf.tuned_scale[grid](x32, x32, 4096, FLAG=False)
+        kf.tuned_scale[grid](xbf, xbf, 4096, FLAG=True)
         torch.cuda.synchronize()
         serving = assert_same_as_triton(rec, h)
         autotunes = h.events(EventKind.AUTOTUNE)
-    assert len(serving) == len(AUTOTUNE_CONFIGS)
+    assert len(serving) == len(AUTOTUNE_BLOCKS)
     support = probe_triton()
     assert support.autotune_mechanism == ("listener" if support.autotuning_listener else "autotuner_wrap")
     source = "autotuning_listener" if support.autotuning_listener else "autotuner_wrap"
     assert [(e.phase, e.attrs["configs"], e.attrs["source"]) for e in autotunes] == [
-        (Phase.WARMUP, len(AUTOTUNE_CONFIGS), source),
-        (Phase.SERVING, len(AUTOTUNE_CONFIGS), source),
+        (Phase.WARMUP, len(AUTOTUNE_BLOCKS), source),
+        (Phase.SERVING, len(AUTOTUNE_BLOCKS), source),
     ]
     assert [e.key for e in autotunes] == [
         "(4096, 'torch.float32', 'torch.float32')",
         "(4096, 'torch.bfloat16', 'torch.bfloat16')",
     ]
-    assert all(e.kernel == "fc_autotuned" and (e.duration_s or 0) > 0 for e in autotunes)
+    assert all(e.kernel == "tuned_scale" and (e.duration_s or 0) > 0 for e in autotunes)
     assert all("BLOCK: " in e.attrs["best_config"] for e in autotunes)
