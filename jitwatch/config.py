@@ -175,7 +175,14 @@ def _float(env: dict[str, str] | os._Environ[str], name: str, default: float, mi
 
 
 def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
-    """``$JITWATCH_DIR``, else ``$XDG_STATE_HOME/jitwatch``, else ``~/.local/state/jitwatch``."""
+    """``$JITWATCH_DIR``, else ``$XDG_STATE_HOME/jitwatch``, else ``~/.local/state/jitwatch``.
+
+    With no home directory (some containers): ``$XDG_RUNTIME_DIR/jitwatch`` (a per-user 0700
+    directory by the XDG spec), else ``<tempdir>/jitwatch-<uid>``. That last name is predictable,
+    so the journal writer creates it with ``os.mkdir(..., 0o700)`` and refuses it when it already
+    exists owned by someone else or as a replaceable symlink
+    (:func:`jitwatch.store.safety.prepare_writer_dir`): another user can at worst stop jitwatch
+    writing there (it says so), never read or redirect the journal."""
     env = os.environ if env is None else env
     if env.get(JITWATCH_DIR):
         return Path(env[JITWATCH_DIR]).expanduser()
@@ -183,7 +190,10 @@ def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) ->
     if not state:
         try:
             state = str(Path.home() / ".local" / "state")
-        except RuntimeError:  # no home directory (some containers): fall back to the temp dir
+        except RuntimeError:  # no home directory (some containers)
+            runtime = env.get("XDG_RUNTIME_DIR")
+            if runtime and Path(runtime).is_absolute():
+                return Path(runtime) / "jitwatch"
             import tempfile
 
             return Path(tempfile.gettempdir()) / f"jitwatch-{os.getuid() if hasattr(os, 'getuid') else 0}"

@@ -55,6 +55,14 @@ class JournalVersionError(JitwatchError, RuntimeError):
     (never moved aside): upgrade jitwatch or point ``JITWATCH_DIR`` elsewhere."""
 
 
+class JournalUnsafeError(JitwatchError, PermissionError):
+    """The journal directory or one of its files cannot be used safely: a symlink or a
+    non-regular file where ``journal.db``/``-wal``/``-shm`` should be, a directory or file owned
+    by another user, or a directory others may write that jitwatch could not make owner-only.
+    The message names the path and what to do; nothing is created or followed
+    (see :mod:`jitwatch.store.safety`)."""
+
+
 class ManifestError(JitwatchError, ValueError):
     """A warmup manifest cannot be used: unreadable, not JSON, truncated, malformed or hostile."""
 

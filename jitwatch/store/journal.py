@@ -12,7 +12,8 @@ events; the sidecar reads them. Design:
   failing; a killed writer loses only its uncommitted transaction (SQLite's rollback journal /
   WAL guarantees), never committed events.
 * The file and directory are created owner-only (0600 / 0700); SQLite gives the ``-wal`` and
-  ``-shm`` files the database file's mode.
+  ``-shm`` files the database file's mode. Symlinks, FIFOs and files or directories of another
+  user are refused before SQLite opens anything (:mod:`jitwatch.store.safety`).
 * Everything stored passes through :func:`~jitwatch.redact.redact` (kernel, key, attrs) and is
   made strict JSON (no NaN/inf), whoever produced the event. Nothing read back is ever
   evaluated: attrs are parsed with ``json.loads`` only.
@@ -42,7 +43,7 @@ from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAU
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.redact import redact
-from jitwatch.store import migrations
+from jitwatch.store import migrations, safety
 
 log = logging.getLogger(__name__)
 
@@ -164,17 +165,6 @@ def is_corruption(exc: BaseException) -> bool:
     return any(m in text for m in _CORRUPT_MESSAGES)
 
 
-def _create_owner_only(path: Path) -> None:
-    """Create ``path`` empty with mode 0600 if it does not exist (SQLite then gives its ``-wal``
-    and ``-shm`` files the same mode). Done with ``os.open`` rather than ``os.umask`` because the
-    umask is process-wide and the host's other threads may be creating files at the same time."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
-
-
 def _finite_json(value: Any) -> Any:
     """``value`` with NaN/±inf floats replaced by their string names (JSON has no such numbers)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -244,7 +234,8 @@ class Journal:
     """One connection to the journal in ``directory`` (``journal.db`` inside it).
 
     Args:
-        directory: created (mode 0700) if missing.
+        directory: created (mode 0700) if missing; a writer makes it owner-only and refuses one
+            owned by another user (:func:`jitwatch.store.safety.prepare_writer_dir`).
         retention_events: most rows kept in the event log; older rows are retired.
         retention_seconds: oldest event age kept, seconds.
         max_kernels: distinct kernel names given their own metric label; later ones share
@@ -262,6 +253,8 @@ class Journal:
         sqlite3.OperationalError: a storage fault (full disk, read-only filesystem, lock
             timeout); the file is left alone.
         FileNotFoundError: ``readonly=True`` and there is no journal yet.
+        JournalUnsafeError: a symlink, FIFO or another user's file or directory is in the way
+            (a ``PermissionError``; see :mod:`jitwatch.store.safety`).
         OSError: the directory cannot be created.
 
     A ``Journal`` is not thread-safe; give each thread its own.
@@ -286,12 +279,14 @@ class Journal:
         self._writes_since_prune = 0
         self._cap_reached = False
         if readonly:
+            safety.check_reader_files(self.path)
             if not self.path.exists():
                 raise FileNotFoundError(f"no journal at {self.path}")
             self._conn = self._connect_readonly(immutable=False, timeout=busy_timeout_s)
         else:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _create_owner_only(self.path)
+            safety.prepare_writer_dir(self.directory)
+            safety.check_writer_files(self.path)
+            safety.create_owner_only(self.path)
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
         try:
             self.schema = self._prepare(busy_timeout_s)
