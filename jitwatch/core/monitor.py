@@ -431,10 +431,11 @@ class Monitor:
                 key=shown,
             )
         ident = (capture.backend, capture.name, key)
+        if ident in self._warned:  # warned already: a dict lookup, no lock (the usual case)
+            return
         with self._lock:
             first = ident not in self._warned
             self._warned[ident] = None
-            self._warned.move_to_end(ident)
             if len(self._warned) > _WARNED_MAX:
                 self._warned.popitem(last=False)
         if first:

@@ -8,6 +8,10 @@ After every ``chunk`` events it flushes and prints ``committed <n>`` (the first 
 in the journal: ``flush`` returns only once the writer thread committed them). Finally prints
 ``done <written> <dropped>``. The queue is large enough that nothing is dropped for lack of room.
 ``pause_s`` (default 0) sleeps after each chunk, to write at a steady rate during a load test.
+
+``chunk`` 0: *steady* mode: submit one event every ``pause_s`` seconds (``attrs.submit_ts``, Unix
+seconds), never flush, until killed — what a worker looks like to a ``kill -9`` between writer
+wake-ups. Prints ``started`` after the first event.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ def main() -> None:
     pause = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     writer = JournalWriter(directory, queue_size=count + 16, rank=worker)
     writer.submit(Event.now(EventKind.WORKER_START, rank=worker, attrs={"mode": "warn"}))
+    if chunk == 0:
+        for i in range(count):
+            now = time.time()
+            writer.submit(Event(kind=EventKind.COMPILE, ts=now, rank=worker, kernel="k", attrs={"submit_ts": now}))
+            if i == 0:
+                print("started", flush=True)
+            time.sleep(pause)
+        return
     for i in range(count):
         writer.submit(
             Event.now(

@@ -154,7 +154,10 @@ class _Pending:
     module: str | None
     key: str | None
     kwargs: dict[str, Any]
-    stages: dict[str, float] | None = None
+    times: Any = None
+    """``knobs.CompileTimes`` from the compilation listener, decoded on the writer thread."""
+    seen: bool = False
+    """The compilation listener has matched this compile."""
     cache_hit: bool | None = None
 
 
@@ -240,7 +243,7 @@ class TritonBackend(LibraryBackend):
         flight, or a listener-only compile of its own."""
         src = kwargs.get("src")
         fn = getattr(src, "fn", None)
-        stages = stage_seconds(kwargs.get("times"))
+        times = kwargs.get("times")
         cache_hit = kwargs.get("cache_hit")
         metadata = kwargs.get("metadata")
         if not isinstance(metadata, dict):
@@ -250,10 +253,12 @@ class TritonBackend(LibraryBackend):
             if fn is not None:
                 match = self._match(fn, src, metadata)
             if match is not None:
-                match.stages = stages
+                match.times = times  # decoded on the writer thread (Capture.detail)
+                match.seen = True
                 match.cache_hit = None if cache_hit is None else bool(cache_hit)
         if match is not None or self.sink is None:
             return
+        stages = stage_seconds(times)
         # A compile that did not come through JITFunction (Inductor, triton.compile, …), or a Triton
         # without the JIT hooks (degraded mode).
         name = metadata.get("name") or getattr(src, "name", None) or "<unknown>"
@@ -280,7 +285,7 @@ class TritonBackend(LibraryBackend):
         attrs = getattr(src, "attrs", None)
         unsure: _Pending | None = None
         for (fid, _), p in self._pending.items():
-            if fid != id(fn) or p.stages is not None:
+            if fid != id(fn) or p.seen:
                 continue
             info = _compile_info(p.kwargs)
             if "signature" not in info:
@@ -312,6 +317,7 @@ class TritonBackend(LibraryBackend):
         if pending is None:  # pre-hook missed (installed mid-compile, or another hook swallowed it)
             kernel, module = fn_names(fn)
             pending = _Pending(sink.begin(self.name, kernel), kernel, module, key, kwargs)
+        times = pending.times
         sink.finish(
             pending.token,
             Capture(
@@ -320,8 +326,7 @@ class TritonBackend(LibraryBackend):
                 key=key,
                 cache_hit=pending.cache_hit,
                 module=pending.module,
-                stages=pending.stages,
-                detail=lambda: compile_detail(kwargs, jit_function),
+                detail=lambda: {**compile_detail(kwargs, jit_function), "stages": stage_seconds(times)},
             ),
         )
 

@@ -1,0 +1,380 @@
+"""Benchmark 7: jitwatch's cost at the floor, side by side in one run.
+
+Three figures, each against its baseline measured in the same run:
+
+* **compile** — a burst of Triton *disk-cache-hit* compiles (the cheapest compile Triton does, so
+  jitwatch's largest fraction) in three kinds of process, interleaved round by round:
+
+  - ``none``: no jitwatch, Triton's hook slots empty;
+  - ``noop``: no-op callables in Triton's three slots (``knobs.runtime.jit_cache_hook``,
+    ``knobs.runtime.jit_post_compile_hook``, ``knobs.compilation.listener``) — the *floor*: what
+    Triton itself adds to a compile once anything is hooked (it builds ``repr`` and serializes
+    specialization data for every hooked compile);
+  - ``jitwatch``: ``jitwatch.create_monitor(...).install()`` with its journal writer, phase
+    ``serving`` (``warn`` mode; the post-warmup warning is logged once per key).
+
+  Per compile: **CPU** of the whole process (``time.process_time``: every thread, so the journal
+  writer thread is included; the burst ends with ``flush()``) and **wall**. Added cost is
+  ``variant − none``; the ratio ``(jitwatch − none) / (noop − none)`` says how far jitwatch is from
+  the floor. Separately, in the ``jitwatch`` process, a second burst with the three installed
+  callables wrapped by a timer gives **µs on the compiling thread** inside jitwatch's own hooks.
+* **journal** — ``Journal.write`` of real compile events (a template from a real compile, keys
+  varied) in batches of 256 (what the writer does), writer-thread CPU per event
+  (``time.thread_time``) and bytes per event (database pages after a WAL checkpoint, divided by
+  the events), with each specialization compiled on ``--ranks`` ranks (the fleet case) and all
+  distinct (the worst case).
+
+``/metrics`` and ``/jit`` latency are measured by ``bench_sidecar.py``.
+
+Run: ``python benchmarks/bench_cost_floor.py --out results/cost_floor.json`` (``--device cuda`` on
+a GPU machine, where compiles are real launches; ``--smoke`` for a seconds-long CI run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import summary, write_result
+
+HERE = Path(__file__).resolve()
+VARIANTS = ("none", "noop", "jitwatch")
+
+
+# --------------------------------------------------------------------------- worker process
+def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One process of one variant: prime, then ``reps`` timed bursts of disk-cache-hit compiles."""
+    device = cfg["device"]
+    launch = device == "cuda"
+    if not launch:
+        from jitwatch.backends.triton.compile_only import activate
+
+        activate()
+    import _kernels
+    import triton
+
+    plan = _kernels.compile_plan(cfg["n"])
+    run = _kernels.make_launcher(device)
+    variant = cfg["variant"]
+    mon = None
+    if variant == "noop":
+
+        def noop(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        triton.knobs.runtime.jit_cache_hook = noop
+        triton.knobs.runtime.jit_post_compile_hook = noop
+        triton.knobs.compilation.listener = noop
+    elif variant == "jitwatch":
+        import dataclasses
+        import logging
+
+        from jitwatch import WorkerIdentity, create_monitor
+        from jitwatch.config import Settings
+
+        logging.getLogger("jitwatch").setLevel(logging.ERROR)  # the warn-once lines are not measured
+        settings = dataclasses.replace(Settings.from_env(), journal_dir=Path(cfg["journal_dir"]))
+        mon = create_monitor(settings, mode="warn", identity=WorkerIdentity(rank=0), tracer_provider=False)
+        mon.install()
+        mon.begin_warmup()
+        mon.activate()
+
+    def burst() -> tuple[float, float]:
+        _kernels.clear_memory_caches()
+        c0, w0 = time.process_time(), time.perf_counter()
+        for name, block, warps in plan:
+            run(name, block, warps, launch)
+        if launch:
+            import torch
+
+            torch.cuda.synchronize()
+        if mon is not None:
+            mon.flush()  # the writer's work for this burst is inside the measurement
+        return time.process_time() - c0, time.perf_counter() - w0
+
+    burst()  # warm Python paths and the OS page cache
+    cpu: list[float] = []
+    wall: list[float] = []
+    for _ in range(cfg["reps"]):
+        c, w = burst()
+        cpu.append(c / len(plan))
+        wall.append(w / len(plan))
+    out: dict[str, Any] = {"variant": variant, "cpu_s": cpu, "wall_s": wall}
+    if mon is not None:
+        out["thread_s"] = _thread_cost(mon, burst, triton, cfg["reps"], len(plan))
+        out["dropped"] = getattr(mon.sink, "dropped_total", None)
+        mon.uninstall()
+    return out
+
+
+def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> list[float]:
+    """Seconds per compile inside jitwatch's three installed callables (compiling thread), minus
+    the timer's own overhead."""
+    perf = time.perf_counter
+    acc = [0.0]
+
+    def wrap(fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = perf()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                acc[0] += perf() - t0
+
+        return timed
+
+    slots = [(triton.knobs.runtime, "jit_cache_hook"), (triton.knobs.runtime, "jit_post_compile_hook")]
+    slots.append((triton.knobs.compilation, "listener"))
+    saved = [(h, a, getattr(h, a)) for h, a in slots]
+    for h, a, fn in saved:
+        setattr(h, a, wrap(fn))
+    probe = wrap(lambda: None)
+    t0 = perf()
+    for _ in range(10_000):
+        probe()
+    overhead = (perf() - t0) / 10_000
+    out = []
+    for _ in range(reps):
+        acc[0] = 0.0
+        burst()
+        out.append(max(0.0, acc[0] / n - 3 * overhead))
+    for h, a, fn in saved:
+        setattr(h, a, fn)
+    return out
+
+
+def _spawn(cfg: dict[str, Any], tmp: Path, cache_dir: Path) -> dict[str, Any]:
+    tag = f"{cfg['variant']}-{cfg.get('round', 0)}"
+    cfg_path, out_path, err_path = tmp / f"{tag}.json", tmp / f"{tag}.out.json", tmp / f"{tag}.err"
+    cfg_path.write_text(json.dumps(cfg))
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache_dir)}
+    with open(err_path, "w") as err:
+        rc = subprocess.call([sys.executable, str(HERE), "--worker", str(cfg_path), str(out_path)], env=env, stderr=err)
+    if rc != 0:
+        raise RuntimeError(f"{tag} failed ({rc}): {err_path.read_text()[-3000:]}")
+    return dict(json.loads(out_path.read_text()))
+
+
+def bench_compiles(device: str, n: int, reps: int, rounds: int, tmp: Path) -> dict[str, Any]:
+    cache = tmp / "triton-cache"
+    _spawn({"variant": "none", "device": device, "n": n, "reps": 0, "round": -1}, tmp, cache)  # fill the disk cache
+    per: dict[str, dict[str, list[float]]] = {v: {"cpu_s": [], "wall_s": [], "thread_s": []} for v in VARIANTS}
+    dropped = 0
+    for r in range(rounds):
+        order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
+        for v in order:
+            cfg = {"variant": v, "device": device, "n": n, "reps": reps, "round": r}
+            cfg["journal_dir"] = str(tmp / f"journal-{r}")
+            res = _spawn(cfg, tmp, cache)
+            for k in ("cpu_s", "wall_s", "thread_s"):
+                per[v][k] += res.get(k, [])
+            dropped += int(res.get("dropped") or 0)
+    med = {v: {k: statistics.median(xs) * 1e6 for k, xs in d.items() if xs} for v, d in per.items()}
+    out: dict[str, Any] = {
+        "compiles_per_burst": n,
+        "bursts_per_variant": rounds * reps,
+        "per_compile_us": {v: {k: summary(xs, 1e6) for k, xs in d.items() if xs} for v, d in per.items()},
+        "median_us": med,
+        "dropped": dropped,
+    }
+    none, noop, jw = med["none"], med["noop"], med["jitwatch"]
+    for k in ("cpu_s", "wall_s"):
+        floor = noop[k] - none[k]
+        added = jw[k] - none[k]
+        out[f"added_{k[:-2]}_us"] = {"noop_floor": floor, "jitwatch": added}
+        out[f"added_{k[:-2]}_ratio_to_floor"] = added / floor if floor > 0 else None
+    out["compiling_thread_us"] = jw.get("thread_s")
+    return out
+
+
+# --------------------------------------------------------------------------- journal
+def _template_event() -> Any:
+    """A compile event shaped like a real Triton 3.x disk-hit compile of a small kernel."""
+    from jitwatch.core.events import Event, EventKind, Phase
+
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    spec = json.dumps(
+        {
+            "name": "bench_add_kernel",
+            "signature": sig,
+            "constant_keys": [[4]],
+            "constant_vals": [256],
+            "attrs_keys": [[0], [1], [2]],
+            "attrs_vals": [[["tt.divisibility", 16]], [["tt.divisibility", 16]], [["tt.divisibility", 16]]],
+            "options": {
+                "num_warps": 4,
+                "num_ctas": 1,
+                "num_stages": 3,
+                "enable_fp_fusion": True,
+                "launch_cooperative_grid": False,
+                "supported_fp8_dtypes": ["fp8e4b15", "fp8e4nv", "fp8e5"],
+                "deprecated_fp8_dot_operand_dtypes": [],
+                "default_dot_input_precision": "tf32",
+                "allowed_dot_input_precisions": ["tf32", "tf32x3", "ieee"],
+                "max_num_imprecise_acc_default": 0,
+                "extern_libs": [["libdevice", "/opt/venv/lib/python3.12/site-packages/triton/libdevice.10.bc"]],
+                "debug": False,
+                "backend_name": "cuda",
+                "sanitize_overflow": True,
+                "arch": "sm90",
+            },
+            "key": "[('*fp32', 'D'), ('*fp32', 'D'), ('*fp32', 'D'), ('i32', 'D'), 256]{'num_warps': 4}",
+        }
+    )
+    attrs = {
+        "module": "benchmarks._kernels",
+        "stages": {"ir_initialization": 0.0002, "ttir": 0.0, "ttgir": 0.0, "llir": 0.0, "ptx": 0.0, "cubin": 0.0},
+        "signature": sig,
+        "constexprs": {"BLOCK": 256},
+        "options": {"num_warps": 4, "num_ctas": 1, "num_stages": 3, "enable_fp_fusion": True},
+        "is_warmup_call": False,
+        "specialization_data": spec,
+        "source_hash": "9f2b6c1e0a4d7f3b8e5c2a1d6f9b0e3c7a4d1f8b2e5c9a0d3f6b1e4c7a2d5f8b",
+        "rank": 0,
+        "tp_rank": 0,
+        "pp_rank": 0,
+        "dp_rank": 0,
+    }
+    return Event(
+        kind=EventKind.COMPILE,
+        ts=time.time(),
+        start_ts=time.time() - 0.0015,
+        duration_s=0.0015,
+        phase=Phase.SERVING,
+        backend="triton",
+        kernel="bench_add_kernel",
+        key="[('*fp32', 'D'), ('*fp32', 'D'), ('*fp32', 'D'), ('i32', 'D'), 256]{'num_warps': 4, 'debug': False}",
+        cache_hit=True,
+        attrs=attrs,
+    )
+
+
+def _db_bytes(directory: Path) -> int:
+    conn = sqlite3.connect(directory / "journal.db")
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        return int((pages - free) * size)
+    finally:
+        conn.close()
+
+
+def bench_journal(events: int, ranks: int, kernels: int, tmp: Path) -> dict[str, Any]:
+    from jitwatch.store.journal import Journal
+
+    template = _template_event()
+    out: dict[str, Any] = {"events": events, "batch": 256}
+    for case, per_spec in (("fleet", ranks), ("all_distinct", 1)):
+        d = tmp / f"journal-bench-{case}"
+        shutil.rmtree(d, ignore_errors=True)
+        with Journal(d) as j:
+            j.write([])
+            base = _db_bytes(d)
+            evs = []
+            for i in range(events):
+                spec = i // per_spec
+                kernel = f"bench_kernel_{spec % kernels}"
+                attrs = dict(template.attrs)
+                attrs["rank"] = attrs["tp_rank"] = i % per_spec
+                attrs["constexprs"] = {"BLOCK": spec}
+                attrs["specialization_data"] = template.attrs["specialization_data"].replace("256", str(spec))
+                evs.append(
+                    template.model_copy(
+                        update={
+                            "kernel": kernel,
+                            "rank": i % per_spec,
+                            "key": template.key.replace("256", str(spec)),  # type: ignore[union-attr]
+                            "ts": template.ts + i * 1e-3,
+                            "attrs": attrs,
+                        }
+                    )
+                )
+            cpu: list[float] = []
+            for k in range(0, events, 256):
+                batch = evs[k : k + 256]
+                c0 = time.thread_time()
+                j.write(batch)
+                cpu.append((time.thread_time() - c0) / len(batch))
+        total = _db_bytes(d) - base
+        out[case] = {
+            "events_per_specialization": per_spec,
+            "cpu_us_per_event": summary(cpu, 1e6),
+            "bytes_per_event": total / events,
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", help="result JSON path")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--compiles", type=int, default=48, help="distinct disk-hit compiles per burst (≤ 72)")
+    ap.add_argument("--reps", type=int, default=4, help="timed bursts per process")
+    ap.add_argument("--rounds", type=int, default=3, help="processes per variant, interleaved")
+    ap.add_argument("--journal-events", type=int, default=8192)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--smoke", action="store_true", help="seconds-long run for CI (figures meaningless)")
+    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        cfg = json.loads(Path(args.worker[0]).read_text())
+        Path(args.worker[1]).write_text(json.dumps(_worker(cfg)))
+        return
+    device = args.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.smoke:
+        args.compiles, args.reps, args.rounds, args.journal_events = 3, 1, 1, 512
+    tmp = Path(tempfile.mkdtemp(prefix="jw-bench-floor-"))
+    try:
+        result = {
+            "device": device,
+            "smoke": args.smoke,
+            "compile": bench_compiles(device, args.compiles, args.reps, args.rounds, tmp),
+            "journal": bench_journal(args.journal_events, args.ranks, 500, tmp),
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    doc = write_result(args.out, "cost_floor", result)
+    _print(doc)
+
+
+def _print(doc: dict[str, Any]) -> None:
+    c = doc["compile"]
+    med = c["median_us"]
+    print(f"disk-hit compiles: {c['compiles_per_burst']} per burst, {c['bursts_per_variant']} bursts per variant")
+    for v in VARIANTS:
+        print(f"  {v:9s} CPU {med[v]['cpu_s']:8.1f} µs   wall {med[v]['wall_s']:8.1f} µs per compile")
+    for k in ("cpu", "wall"):
+        a = c[f"added_{k}_us"]
+        ratio = c[f"added_{k}_ratio_to_floor"]
+        shown = f"{ratio:.2f}×" if ratio is not None else "n/a"
+        print(f"  added {k}: noop floor {a['noop_floor']:.1f} µs, jitwatch {a['jitwatch']:.1f} µs ({shown} the floor)")
+    print(f"  compiling thread inside jitwatch: {c['compiling_thread_us']:.1f} µs per compile; dropped {c['dropped']}")
+    j = doc["journal"]
+    for case in ("fleet", "all_distinct"):
+        r = j[case]
+        print(
+            f"journal ({case}, {r['events_per_specialization']} events/specialization): "
+            f"{r['cpu_us_per_event']['median']:.1f} µs CPU and {r['bytes_per_event']:.0f} B per event"
+        )
+
+
+if __name__ == "__main__":
+    main()
