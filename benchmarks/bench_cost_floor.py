@@ -15,7 +15,7 @@ Three figures, each against its baseline measured in the same run:
 
   Per compile: **CPU** of the whole process (``time.process_time``: every thread, so the journal
   writer thread is included; the burst ends with ``flush()``) and **wall**. Added cost is
-  ``variant − none``; the ratio ``(jitwatch − none) / (noop − none)`` says how far jitwatch is from
+  ``variant - none``; the ratio ``(jitwatch - none) / (noop - none)`` says how far jitwatch is from
   the floor. Separately, in the ``jitwatch`` process, a second burst with the three installed
   callables wrapped by a timer gives **µs on the compiling thread** inside jitwatch's own hooks.
 * **journal** — ``Journal.write`` of real compile events (a template from a real compile, keys
@@ -364,7 +364,7 @@ def _print(doc: dict[str, Any]) -> None:
     for k in ("cpu", "wall"):
         a = c[f"added_{k}_us"]
         ratio = c[f"added_{k}_ratio_to_floor"]
-        shown = f"{ratio:.2f}×" if ratio is not None else "n/a"
+        shown = f"{ratio:.2f}x" if ratio is not None else "n/a"
         print(f"  added {k}: noop floor {a['noop_floor']:.1f} µs, jitwatch {a['jitwatch']:.1f} µs ({shown} the floor)")
     print(f"  compiling thread inside jitwatch: {c['compiling_thread_us']:.1f} µs per compile; dropped {c['dropped']}")
     j = doc["journal"]
