@@ -27,6 +27,7 @@ ENTRY_POINT_GROUP = "jitwatch.backends"
 
 BUILTIN: dict[str, str] = {
     "triton": "jitwatch.backends.triton:TritonBackend",
+    "torch_compile": "jitwatch.backends.torch_compile:TorchCompileBackend",
 }
 """Backends shipped with jitwatch: name → ``"module:Class"``."""
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -104,6 +105,18 @@ class CompileSink(Protocol):
         """The compile begun with ``token`` did not happen (a chained hook vetoed it, or it raised)."""
         ...
 
+    def admit(self, token: Any, capture: Capture) -> None:
+        """Ask, before the compile begun with ``token`` does its work, whether the mode allows it.
+
+        Returns (recording nothing) unless the mode is ``error`` and ``token`` began in the
+        ``serving`` phase with ``capture.kind`` ``compile``: then the compile is recorded as
+        :meth:`finish` would (duration so far, counted, journaled) and
+        :class:`jitwatch.errors.ServingCompileError` is raised, so the backend can refuse the
+        compile at its start (torch.compile) instead of after paying for it. The token is
+        finished either way when it raises; the backend must not finish it again.
+        """
+        ...
+
     def record(self, capture: Capture, *, start_ts: float, duration_s: float) -> None:
         """Record a compile whose start was not seen: ``start_ts`` Unix seconds, ``duration_s``
         seconds. Phase and request are the current ones."""
@@ -117,6 +130,46 @@ class CompileSink(Protocol):
         """A backend that was waiting for its library (:attr:`BackendStatus.state` ``waiting``)
         has installed its hooks now that the host imported the library."""
         ...
+
+
+# ---------------------------------------------------------------------- parent compiles
+_parents: dict[int, str] = {}
+_parents_lock = threading.Lock()
+
+
+def enter_parent(ref: str) -> str | None:
+    """Mark this thread as inside compile ``ref`` (``"torch_compile:0/1"``: backend and the
+    compiler's id), so compiles of other backends that start meanwhile are attributed to it
+    (the monitor stores :func:`current_parent` in their ``attrs.parent``). Returns the previous
+    mark for :func:`exit_parent` (nested compiles)."""
+    ident = threading.get_ident()
+    with _parents_lock:
+        previous = _parents.get(ident)
+        _parents[ident] = ref
+    return previous
+
+
+def exit_parent(previous: str | None = None) -> None:
+    """Undo :func:`enter_parent` on this thread (``previous``: what it returned)."""
+    ident = threading.get_ident()
+    with _parents_lock:
+        if previous is None:
+            _parents.pop(ident, None)
+        else:
+            _parents[ident] = previous
+
+
+def current_parent() -> str | None:
+    """The compile this thread is inside (see :func:`enter_parent`); when this thread is inside
+    none but exactly one compile is open in the process, that one (a compiler that hands work to
+    a helper thread, e.g. Inductor's asynchronous Triton compiles, is still attributed); else
+    ``None``. One dictionary read in the common case."""
+    ref = _parents.get(threading.get_ident())
+    if ref is not None or not _parents:
+        return ref
+    with _parents_lock:
+        refs = set(_parents.values())
+    return refs.pop() if len(refs) == 1 else None
 
 
 BackendState = Literal["active", "waiting", "unavailable", "failed"]
@@ -293,6 +346,9 @@ __all__ = [
     "CompileSink",
     "Detail",
     "LibraryBackend",
+    "current_parent",
     "distribution_version",
+    "enter_parent",
+    "exit_parent",
     "module_available",
 ]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind
+from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind, current_parent
 from jitwatch.config import Mode, Settings, parse_mode
 from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase
 from jitwatch.core.identity import WorkerIdentity
@@ -102,12 +102,14 @@ class Started:
     request_id: int | None
     start_wall: float
     start_perf: float
+    parent: str | None = None
+    """The compile of another backend this one happened inside (``"torch_compile:0/1"``), if any."""
 
 
 class _CompileEvent:
     """A capture waiting for the journal writer, which calls :meth:`to_event` on its thread."""
 
-    __slots__ = ("capture", "duration", "ident", "phase", "request_id", "request_name", "start")
+    __slots__ = ("capture", "duration", "ident", "parent", "phase", "request_id", "request_name", "start")
 
     def __init__(
         self,
@@ -118,8 +120,10 @@ class _CompileEvent:
         start: float,
         duration: float,
         ident: WorkerIdentity,
+        parent: str | None = None,
     ) -> None:
         self.capture = capture
+        self.parent = parent
         self.phase = phase
         self.request_id = request_id
         self.request_name = request_name
@@ -134,6 +138,8 @@ class _CompileEvent:
         if detail:
             attrs.update(detail)
         attrs.update(self.ident.attrs())
+        if self.parent is not None and self.parent != f"{c.backend}:{attrs.get('compile_id')}":
+            attrs["parent"] = self.parent
         if self.request_id is not None:
             attrs["request_id"] = self.request_id
             if self.request_name:
@@ -351,7 +357,9 @@ class Monitor:
     # ------------------------------------------------------------------ CompileSink
     def begin(self, backend: str, name: str) -> Started:
         """A compile starts on this thread (see :class:`~jitwatch.backends.base.CompileSink`)."""
-        started = Started(backend, name, self.phase, _current_request.get(), time.time(), time.perf_counter())
+        started = Started(
+            backend, name, self.phase, _current_request.get(), time.time(), time.perf_counter(), current_parent()
+        )
         self._inflight[id(started)] = started  # one dict store: atomic under the GIL
         return started
 
@@ -359,16 +367,22 @@ class Monitor:
         """The compile did not happen."""
         self._inflight.pop(id(token), None)
 
+    def admit(self, token: Any, capture: Capture) -> None:
+        """Before the compile's work: in ``error`` mode, a serving-phase compile is recorded and
+        :class:`ServingCompileError` raised (see :meth:`CompileSink.admit`); otherwise a no-op."""
+        if self.mode is Mode.ERROR and token.phase is Phase.SERVING and capture.kind is CompileKind.COMPILE:
+            self.finish(token, capture)
+
     def finish(self, token: Any, capture: Capture) -> None:
         """The compile begun with ``token`` ended now. Raises :class:`ServingCompileError` in
         ``error`` mode for a serving-phase compile (after the event is queued)."""
         duration = time.perf_counter() - token.start_perf
         self._inflight.pop(id(token), None)
-        self._record(capture, token.phase, token.request_id, token.start_wall, duration)
+        self._record(capture, token.phase, token.request_id, token.start_wall, duration, token.parent)
 
     def record(self, capture: Capture, *, start_ts: float, duration_s: float) -> None:
         """A compile whose start was not seen; phase and request are the current ones."""
-        self._record(capture, self.phase, _current_request.get(), start_ts, duration_s)
+        self._record(capture, self.phase, _current_request.get(), start_ts, duration_s, current_parent())
 
     def hook_error(self, backend: str, where: str, exc: BaseException) -> None:
         """Count and log an exception caught inside jitwatch's code in ``where``; never raises."""
@@ -404,14 +418,22 @@ class Monitor:
         ident = self.identity
         self.sink.submit(Event.now(kind, rank=ident.rank, pid=ident.pid, host=ident.host, **fields))
 
-    def _record(self, capture: Capture, phase: Phase, request_id: int | None, start: float, duration: float) -> None:
+    def _record(
+        self,
+        capture: Capture,
+        phase: Phase,
+        request_id: int | None,
+        start: float,
+        duration: float,
+        parent: str | None = None,
+    ) -> None:
         if capture.kind is CompileKind.COMPILE:
             with self._lock:
                 self.compiles_by_phase[phase] += 1
                 self.compile_seconds_by_phase[phase] += duration
         if self._state == "installed":
             name = self._request_names.get(request_id) if request_id is not None else None
-            self.sink.submit(_CompileEvent(capture, phase, request_id, name, start, duration, self.identity))
+            self.sink.submit(_CompileEvent(capture, phase, request_id, name, start, duration, self.identity, parent))
         if phase is Phase.SERVING and capture.kind is CompileKind.COMPILE:
             self._serving_compile(capture)
 

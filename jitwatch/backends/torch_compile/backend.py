@@ -1,0 +1,464 @@
+"""The torch.compile backend: Dynamo compiles and recompiles (with their guard-failure reasons),
+lazy backward compiles and CUDA-graph recordings → backend-neutral captures.
+
+Mechanisms (torch 2.11-2.13; each looked up at install time, a missing one degrades with one line):
+
+* ``torch._dynamo.callback.callback_handler`` start/end callbacks (public since torch 2.6):
+  ``CallbackArgs(callback_trigger, compile_id)`` for each Dynamo compile (``DYNAMO``), each
+  deferred backward compile (``LAZY_BACKWARD``) and each CUDA-graph recording
+  (``CUDAGRAPH_RECORDING``, ``mode="reduce-overhead"``). The start callback calls
+  ``sink.begin``; ``torch._dynamo.reset()`` clears the handler's lists, so the backend wraps the
+  handler's ``clear`` to register again afterwards.
+* The compile's *recompile reason*, read at the start callback from Dynamo's per-thread metrics
+  context (``torch._dynamo.utils.get_metrics_context()``, where ``_compile`` puts
+  ``recompile_reason`` before tracing starts): so ``warn`` and ``error`` modes know it before
+  the compile runs, and ``error`` mode can refuse the compile at its start.
+* Compilation metrics: ``torch._dynamo.utils.record_compilation_metrics`` ends every Dynamo
+  compile by building a ``CompilationMetrics`` record (the one ``get_compilation_metrics()``
+  returns) and passing it to ``torch._dynamo.utils.log_compilation_event`` when
+  ``torch._dynamo.config.log_compilation_metrics`` is true (the default). The backend wraps that
+  module attribute (chaining to what was there) and finishes the compile there, with the
+  frame's name and file:line, Dynamo vs backend (AOTAutograd/Inductor) seconds, FX-graph and
+  AOTAutograd cache hits/misses, the failure if the compile failed. Without it (option off, or
+  a torch that lacks it) the compile finishes at the end callback with what the start knew.
+
+While a Dynamo compile is open, :func:`jitwatch.backends.base.enter_parent` marks the thread, so
+the Triton kernels Inductor compiles meanwhile carry ``attrs.parent = "torch_compile:<id>"``.
+
+On the compiling thread the backend reads only what the callbacks hand over plus two attribute
+reads (the metrics context, the ``_compile`` frame's code object); the metrics record is turned
+into detail on the journal writer's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from types import CodeType, ModuleType
+from typing import Any
+
+from jitwatch.backends.base import BackendStatus, Capture, CompileKind, LibraryBackend, enter_parent, exit_parent
+from jitwatch.backends.torch_compile.reasons import reason_class
+from jitwatch.errors import ServingCompileError
+
+log = logging.getLogger(__name__)
+
+BACKEND = "torch_compile"
+
+_NAMES_MAX = 1024
+"""Compile ids remembered (→ function name) for naming later CUDA-graph recordings / backwards."""
+
+_FRAME_DEPTH = 40
+"""How far up the stack the start callback looks for Dynamo's ``_compile`` frame."""
+
+
+@dataclass(slots=True)
+class _Open:
+    """One compile between its start callback and its end (or its metrics record)."""
+
+    token: Any
+    trigger: str
+    compile_id: str
+    name: str
+    location: str | None
+    reason: str | None
+    parent_prev: str | None = None
+    parent_set: bool = False
+    ended: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _frame_info() -> tuple[str | None, str | None]:
+    """The name and ``file:line`` of the frame Dynamo is compiling, from the ``code`` argument of
+    ``torch._dynamo.convert_frame._compile`` on this thread's stack
+    (``(None, None)`` when not found). For a compiled ``nn.Module`` Dynamo compiles a wrapper
+    (``external_utils.wrap_inline``'s ``inner``); the module's class and ``forward`` are named then."""
+    try:
+        frame = sys._getframe(2)
+    except ValueError:
+        return None, None
+    depth = 0
+    while frame is not None and depth < _FRAME_DEPTH:
+        code = frame.f_code
+        if code.co_name == "_compile" and code.co_filename.endswith("convert_frame.py"):
+            local = frame.f_locals
+            target = local.get("code")
+            if isinstance(target, CodeType):
+                return _describe(target, local.get("closure"))
+        frame = frame.f_back  # type: ignore[assignment]
+        depth += 1
+    return None, None
+
+
+def _describe(code: CodeType, closure: Any) -> tuple[str, str]:
+    name = getattr(code, "co_qualname", code.co_name)
+    location = f"{code.co_filename}:{code.co_firstlineno}"
+    if code.co_name == "inner" and code.co_filename.endswith("external_utils.py") and closure:
+        for cell in closure:
+            try:
+                obj = cell.cell_contents
+            except ValueError:
+                continue
+            owner = getattr(obj, "__self__", obj)
+            forward = getattr(type(owner), "forward", None)
+            fcode = getattr(forward, "__code__", None)
+            if isinstance(fcode, CodeType):
+                return f"{type(owner).__qualname__}.forward", f"{fcode.co_filename}:{fcode.co_firstlineno}"
+            fcode = getattr(obj, "__code__", None)
+            if isinstance(fcode, CodeType):
+                return getattr(fcode, "co_qualname", fcode.co_name), f"{fcode.co_filename}:{fcode.co_firstlineno}"
+    return name, location
+
+
+def _cache_state(hits: Any, misses: Any) -> str | None:
+    try:
+        h, m = int(hits or 0), int(misses or 0)
+    except (TypeError, ValueError):
+        return None
+    if h and not m:
+        return "hit"
+    if m and not h:
+        return "miss"
+    if h and m:
+        return "partial"
+    return None
+
+
+def metrics_detail(metrics: Any) -> dict[str, Any]:
+    """JSON-able fields of one ``torch._dynamo.utils.CompilationMetrics`` record (every field
+    optional; torch 2.11-2.13 names): seconds as floats, cache states ``hit``/``miss``/``partial``."""
+    g = getattr
+    out: dict[str, Any] = {}
+    name = g(metrics, "co_name", None)
+    if name:
+        out["frame"] = name
+        filename, line = g(metrics, "co_filename", None), g(metrics, "co_firstlineno", None)
+        if filename:
+            out["frame_location"] = f"{filename}:{line}"
+    for src, dst in (
+        ("entire_frame_compile_time_s", "entire_frame_s"),
+        ("backend_compile_time_s", "backend_s"),
+        ("inductor_compile_time_s", "inductor_s"),
+        ("code_gen_time_s", "code_gen_s"),
+        ("dynamo_time_before_restart_s", "dynamo_before_restart_s"),
+    ):
+        value = g(metrics, src, None)
+        if isinstance(value, (int, float)):
+            out[dst] = float(value)
+    triton_us = g(metrics, "triton_compile_time_us", None)
+    if isinstance(triton_us, (int, float)):
+        out["triton_compile_s"] = triton_us / 1e6
+    fx = _cache_state(
+        (g(metrics, "inductor_fx_local_cache_hit_count", 0) or 0)
+        + (g(metrics, "inductor_fx_remote_cache_hit_count", 0) or 0),
+        (g(metrics, "inductor_fx_local_cache_miss_count", 0) or 0)
+        + (g(metrics, "inductor_fx_remote_cache_miss_count", 0) or 0),
+    )
+    if fx:
+        out["fx_graph_cache"] = fx
+    aot = _cache_state(
+        (g(metrics, "aotautograd_local_cache_hit_count", 0) or 0)
+        + (g(metrics, "aotautograd_remote_cache_hit_count", 0) or 0),
+        (g(metrics, "aotautograd_local_cache_miss_count", 0) or 0)
+        + (g(metrics, "aotautograd_remote_cache_miss_count", 0) or 0),
+    )
+    if aot:
+        out["aot_autograd_cache"] = aot
+    for src in ("guard_count", "graph_op_count", "graph_node_count", "cache_size", "fail_type"):
+        value = g(metrics, src, None)
+        if value is not None:
+            out[src] = value
+    fail = g(metrics, "fail_reason", None)
+    if fail:
+        out["fail_reason"] = str(fail)[:2000]
+    restarts = g(metrics, "restart_reasons", None)
+    if restarts:
+        out["restart_reasons"] = sorted(str(r)[:500] for r in restarts)[:10]
+    if g(metrics, "has_guarded_code", None) is False:
+        out["has_guarded_code"] = False
+    return out
+
+
+def _stages(detail: dict[str, Any]) -> dict[str, float] | None:
+    total, backend = detail.get("entire_frame_s"), detail.get("backend_s")
+    if not isinstance(total, float):
+        return None
+    stages = {"dynamo": max(0.0, total - (backend or 0.0))}
+    if isinstance(backend, float):
+        stages["backend"] = backend
+    if isinstance(detail.get("inductor_s"), float):
+        stages["inductor"] = detail["inductor_s"]
+    return stages
+
+
+def _cache_hit(detail: dict[str, Any]) -> bool | None:
+    """A Dynamo compile is a *load* when its backend's graph came from Inductor's FX-graph cache
+    (or, for AOTAutograd, its cache) with no miss; ``False`` on a miss; ``None`` when no cache
+    was consulted (e.g. the ``eager`` backend)."""
+    states = {detail.get("fx_graph_cache"), detail.get("aot_autograd_cache")} - {None}
+    if not states:
+        return None
+    return states <= {"hit"}
+
+
+class TorchCompileBackend(LibraryBackend):
+    """Dynamo compiles, recompiles (with Dynamo's guard-failure reason), lazy backward compiles
+    and CUDA-graph recordings of ``torch.compile`` (torch ≥ 2.6 for the callbacks; tested on
+    2.11 and 2.13). See the module docstring for the mechanisms; ``docs/backends/torch-compile.md``
+    for what is seen and what is not."""
+
+    name = BACKEND
+    label = "torch.compile graph"
+    module = "torch._dynamo"
+    distributions = ("torch",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._open: dict[tuple[int, str, str], _Open] = {}
+        self._names: OrderedDict[str, str] = OrderedDict()
+        self._handler: Any = None
+        self._utils: Any = None
+        self._config: Any = None
+        self._orig_log: Any = None
+        self._wrapped_log: Any = None
+        self._orig_clear: Any = None
+        self._metrics_context: Any = None
+        self._degraded: list[str] = []
+
+    # ------------------------------------------------------------------ install
+    def hook_in(self, module: ModuleType) -> BackendStatus:
+        from torch._dynamo import callback as cb  # the host imported torch._dynamo already
+
+        handler = cb.callback_handler
+        hooks = ["torch._dynamo.callback.callback_handler"]
+        self._degraded = []
+        self._handler = handler
+        self._register()
+        if "clear" not in vars(handler):  # survive torch._dynamo.reset(), which clears the handler
+            original_clear = handler.clear
+
+            def clear() -> None:
+                original_clear()
+                self._register()
+
+            handler.clear = clear  # type: ignore[method-assign]
+            self._orig_clear = original_clear
+        dynamo_utils: Any = None
+        dynamo_config: Any = None
+        try:
+            from torch._dynamo import config as dynamo_config
+            from torch._dynamo import utils as dynamo_utils
+        except Exception as exc:  # noqa: BLE001
+            self._degraded.append(f"no compilation metrics ({type(exc).__name__}: {exc})")
+        if dynamo_utils is not None:
+            self._metrics_context = getattr(dynamo_utils, "get_metrics_context", None)
+            if self._metrics_context is None:
+                self._degraded.append("no torch._dynamo.utils.get_metrics_context: reasons only after the compile")
+            original_log = getattr(dynamo_utils, "log_compilation_event", None)
+            if callable(original_log) and hasattr(dynamo_utils, "record_compilation_metrics"):
+                backend = self
+
+                def log_compilation_event(metrics: Any) -> Any:
+                    try:
+                        backend._on_metrics(metrics)
+                    except Exception as exc:  # noqa: BLE001 - the chained logger always runs
+                        backend.report_error("torch._dynamo.utils.log_compilation_event", exc)
+                    return original_log(metrics)
+
+                self._utils, self._config = dynamo_utils, dynamo_config
+                self._orig_log, self._wrapped_log = original_log, log_compilation_event
+                dynamo_utils.log_compilation_event = log_compilation_event
+                hooks.append("torch._dynamo.utils.log_compilation_event")
+            else:
+                self._degraded.append("no torch._dynamo.utils.log_compilation_event: no compile breakdown")
+        degraded = "; ".join(self._degraded) or None
+        if degraded:
+            degraded = f"torch_compile backend degraded on torch {self.version()}: {degraded}"
+        return BackendStatus(self.name, "active", self.version(), tuple(hooks), degraded)
+
+    def _register(self) -> None:
+        handler = self._handler
+        if handler is None:
+            return
+        if self._on_start not in handler.start_callbacks:
+            handler.register_start_callback(self._on_start)
+        if self._on_end not in handler.end_callbacks:
+            handler.register_end_callback(self._on_end)
+
+    def unhook(self) -> None:
+        handler = self._handler
+        if handler is not None:
+            if self._orig_clear is not None and vars(handler).get("clear") is not None:
+                del handler.clear
+            for lst, fn in ((handler.start_callbacks, self._on_start), (handler.end_callbacks, self._on_end)):
+                while fn in lst:
+                    lst.remove(fn)
+        if self._utils is not None and getattr(self._utils, "log_compilation_event", None) is self._wrapped_log:
+            self._utils.log_compilation_event = self._orig_log
+        with self._lock:
+            opened = list(self._open.values())
+            self._open.clear()
+        for o in opened:
+            if self.sink is not None:
+                self.sink.cancel(o.token)
+            if o.parent_set:
+                exit_parent(o.parent_prev)
+        self._handler = self._utils = self._orig_clear = self._orig_log = self._wrapped_log = None
+
+    # ------------------------------------------------------------------ callbacks
+    def _reason_now(self) -> str | None:
+        get = self._metrics_context
+        if get is None:
+            return None
+        ctx = get()
+        metrics = getattr(ctx, "_metrics", None)
+        reason = metrics.get("recompile_reason") if isinstance(metrics, dict) else None
+        return str(reason) if reason else None
+
+    def _on_start(self, args: Any) -> None:
+        sink = self.sink
+        if sink is None:
+            return
+        opened: _Open | None = None
+        try:
+            trigger = getattr(args.callback_trigger, "name", str(args.callback_trigger))
+            compile_id = str(args.compile_id)
+            if trigger == "TRITON_AUTOTUNING":
+                return
+            reason = None
+            location = None
+            if trigger == "DYNAMO":
+                name, location = _frame_info()
+                reason = self._reason_now()
+                name = name or self._names.get(compile_id) or f"frame {compile_id.partition('/')[0]}"
+                with self._lock:
+                    self._names[compile_id] = name
+                    if len(self._names) > _NAMES_MAX:
+                        self._names.popitem(last=False)
+            else:
+                name = self._names.get(compile_id) or f"graph {compile_id}"
+            token = sink.begin(self.name, name)
+            opened = _Open(token, trigger, compile_id, name, location, reason)
+            with self._lock:
+                self._open[(threading.get_ident(), trigger, compile_id)] = opened
+            if trigger == "DYNAMO":
+                opened.parent_prev = enter_parent(f"{self.name}:{compile_id}")
+                opened.parent_set = True
+        except Exception as exc:  # noqa: BLE001 - never reaches the host
+            self.report_error("torch._dynamo start callback", exc)
+            return
+        if opened.trigger != "CUDAGRAPH_RECORDING":
+            try:
+                sink.admit(opened.token, self._capture(opened, None))
+            except BaseException:
+                if opened.parent_set:
+                    exit_parent(opened.parent_prev)
+                    opened.parent_set = False
+                self._close(opened)  # the sink recorded and finished it: error mode's deliberate raise
+                raise
+
+    def _on_end(self, args: Any) -> None:
+        try:
+            trigger = getattr(args.callback_trigger, "name", str(args.callback_trigger))
+            key = (threading.get_ident(), trigger, str(args.compile_id))
+            with self._lock:
+                opened = self._open.get(key)
+            if opened is None:
+                return
+            if opened.parent_set:
+                exit_parent(opened.parent_prev)
+                opened.parent_set = False
+            if trigger == "DYNAMO" and self._metrics_pending():
+                opened.ended = True  # finished by the compilation-metrics record that follows
+                return
+            self._close(opened)
+            self._finish(opened, None)
+        except ServingCompileError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            self.report_error("torch._dynamo end callback", exc)
+
+    def _metrics_pending(self) -> bool:
+        if self._utils is None or getattr(self._utils, "log_compilation_event", None) is not self._wrapped_log:
+            return False
+        return bool(getattr(self._config, "log_compilation_metrics", False))
+
+    def _on_metrics(self, metrics: Any) -> None:
+        try:
+            if getattr(metrics, "is_runtime", False) or getattr(metrics, "is_forward", True) is False:
+                return
+            compile_id = str(getattr(metrics, "compile_id", None))
+            key = (threading.get_ident(), "DYNAMO", compile_id)
+            with self._lock:
+                opened = self._open.get(key)
+            if opened is None:
+                return
+            if opened.parent_set:  # the end callback did not run (e.g. an exception path)
+                exit_parent(opened.parent_prev)
+                opened.parent_set = False
+            self._close(opened)
+        except Exception as exc:  # noqa: BLE001
+            self.report_error("torch._dynamo.utils.log_compilation_event", exc)
+            return
+        self._finish(opened, metrics)  # may raise ServingCompileError only in error mode
+
+    # ------------------------------------------------------------------ captures
+    def _close(self, opened: _Open) -> None:
+        with self._lock:
+            self._open.pop((threading.get_ident(), opened.trigger, opened.compile_id), None)
+            stale = [k for k, o in self._open.items() if o.ended and k[0] == threading.get_ident()]
+            stale_open = [self._open.pop(k) for k in stale]
+        for o in stale_open:  # ended but no metrics record came: finish with what is known
+            self._finish(o, None)
+
+    def _finish(self, opened: _Open, metrics: Any) -> None:
+        if self.sink is None:
+            return
+        try:
+            capture = self._capture(opened, metrics)
+        except Exception as exc:  # noqa: BLE001
+            self.report_error("torch_compile capture", exc)
+            self.sink.cancel(opened.token)
+            return
+        self.sink.finish(opened.token, capture)
+
+    def _capture(self, opened: _Open, metrics: Any) -> Capture:
+        kind = CompileKind.GRAPH_CAPTURE if opened.trigger == "CUDAGRAPH_RECORDING" else CompileKind.COMPILE
+        base: dict[str, Any] = {
+            "compile_id": opened.compile_id,
+            "trigger": opened.trigger.lower(),
+        }
+        if opened.trigger == "DYNAMO":
+            base["reason"] = opened.reason
+            base["reason_class"] = reason_class(opened.reason)
+        if opened.location:
+            base["location"] = opened.location
+        stages = None
+        cache_hit = None
+        if metrics is not None:
+            detail = metrics_detail(metrics)
+            stages = _stages(detail)
+            cache_hit = _cache_hit(detail)
+            if opened.reason is None and getattr(metrics, "recompile_reason", None):
+                opened.reason = str(metrics.recompile_reason)
+                base["reason"] = opened.reason
+                base["reason_class"] = reason_class(opened.reason)
+            base.update(detail)
+            if "location" not in base and "frame_location" in base:
+                base["location"] = base["frame_location"]
+        return Capture(
+            self.name,
+            opened.name,
+            key=opened.reason,
+            kind=kind,
+            cache_hit=cache_hit,
+            stages=stages,
+            detail=base,
+        )
+
+
+__all__ = ["BACKEND", "TorchCompileBackend", "metrics_detail"]

@@ -1,0 +1,237 @@
+"""The torch_compile backend against real ``torch.compile`` on CPU (the ``eager`` backend: Dynamo
+traces, guards and recompiles exactly as with Inductor, in milliseconds). jitwatch's records are
+checked one to one against torch's own ``torch._dynamo.utils.get_compilation_metrics()``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+import torch
+import torch._dynamo
+from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
+
+from jitwatch.backends.base import current_parent
+from jitwatch.backends.torch_compile import TorchCompileBackend, reason_class
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.testing import MonitorHarness, monitored
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()  # compile ids from 0/0, no cached frames
+    clear_compilation_metrics()
+    yield
+    torch._dynamo.reset()
+    clear_compilation_metrics()
+
+
+@pytest.fixture
+def tc(fresh_dynamo: None) -> Iterator[MonitorHarness]:
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        yield h
+
+
+def _tc_events(h: MonitorHarness, kind: EventKind = EventKind.COMPILE) -> list[Event]:
+    return [e for e in h.events(kind) if e.backend == "torch_compile"]
+
+
+def _metrics() -> list[Any]:
+    return [m for m in get_compilation_metrics() if m.is_forward is not False and not m.is_runtime]
+
+
+def _assert_one_to_one(events: list[Event]) -> None:
+    metrics = _metrics()
+    assert [e.attrs["compile_id"] for e in events] == [m.compile_id for m in metrics]
+    for e, m in zip(events, metrics, strict=True):
+        assert e.key == m.recompile_reason
+        assert e.attrs.get("reason") == m.recompile_reason
+        assert e.attrs["frame"] == m.co_name
+        assert e.attrs["entire_frame_s"] == pytest.approx(m.entire_frame_compile_time_s)
+        assert e.duration_s is not None and e.duration_s >= m.entire_frame_compile_time_s * 0.5
+
+
+def scale(x: Any, flag: bool) -> Any:
+    y = x * 2
+    if flag:
+        y = y + 1
+    return y.sum()
+
+
+def test_warmup_then_serving_recompiles_with_reasons(tc: MonitorHarness) -> None:
+    f = torch.compile(scale, backend="eager")
+    with tc.monitor.warmup():
+        f(torch.randn(8, 4), True)
+    f(torch.randn(8, 4), False)  # a Python value guard
+    with tc.monitor.request(name="req-size"):
+        f(torch.randn(1, 4), False)  # size mismatch
+    f(torch.randn(1, 4, dtype=torch.float64), False)  # dtype mismatch
+    f(torch.randn(8, 4), True)  # no compile: cached
+    events = _tc_events(tc)
+    _assert_one_to_one(events)
+    assert [e.phase for e in events] == [Phase.WARMUP, Phase.SERVING, Phase.SERVING, Phase.SERVING]
+    assert [e.kernel for e in events] == ["scale"] * 4
+    assert [e.attrs["reason_class"] for e in events] == [
+        "first compile",
+        "value change",
+        "size mismatch",
+        "dtype mismatch",
+    ]
+    assert events[0].key is None
+    assert (events[1].key or "").startswith("0/0: flag == True")
+    size = events[2]
+    assert "size mismatch at index 0. expected 8, actual 1" in (size.key or "")
+    assert size.attrs["request"] == "req-size" and "request_id" in size.attrs
+    assert size.attrs["trigger"] == "dynamo"
+    assert size.attrs["location"].endswith(f"test_torch_compile.py:{scale.__code__.co_firstlineno}")
+    assert set(size.attrs["stages"]) >= {"dynamo", "backend"}
+    assert size.cache_hit is None  # the eager backend consults no cache
+
+
+def test_dynamic_true_does_not_recompile(tc: MonitorHarness) -> None:
+    f = torch.compile(lambda x: (x * 3).sum(), backend="eager", dynamic=True)
+    with tc.monitor.warmup():
+        f(torch.randn(8, 4))
+    for n in (17, 64, 300, 2):
+        f(torch.randn(n, 4))
+    events = _tc_events(tc)
+    _assert_one_to_one(events)
+    assert len(events) == 1 and events[0].phase is Phase.WARMUP
+    f(torch.randn(1, 4))  # Dynamo specializes sizes 0 and 1 even when dynamic: one recompile, explained
+    events = _tc_events(tc)
+    _assert_one_to_one(events)
+    assert len(events) == 2 and events[1].phase is Phase.SERVING and events[1].key
+
+
+def broken(x: Any) -> Any:
+    y = x + 1
+    torch._dynamo.graph_break()
+    return y * 2
+
+
+def test_graph_break_compiles_each_frame(tc: MonitorHarness) -> None:
+    f = torch.compile(broken, backend="eager")
+    with tc.monitor.warmup():
+        f(torch.randn(4))
+    f(torch.randn(5))  # both the function and its resume frame recompile
+    events = _tc_events(tc)
+    _assert_one_to_one(events)
+    assert len(events) == 4
+    names = {e.kernel for e in events}
+    assert "broken" in names and any(n and n.startswith("torch_dynamo_resume_in_broken") for n in names)
+    assert {e.attrs["compile_id"].split("/")[0] for e in events} == {"0", "1"}
+    assert [e.attrs["reason_class"] for e in events if e.phase is Phase.SERVING] == ["size mismatch"] * 2
+
+
+def test_warn_once_per_function_and_reason(tc: MonitorHarness, caplog: pytest.LogCaptureFixture) -> None:
+    f = torch.compile(scale, backend="eager")
+    with tc.monitor.warmup():
+        f(torch.randn(8, 4), True)
+    with caplog.at_level(logging.WARNING, logger="jitwatch"):
+        f(torch.randn(3, 4), True)
+        torch._dynamo.reset()  # same function, same guard failure again after a reset
+        f(torch.randn(8, 4), True)
+        f(torch.randn(3, 4), True)
+    warned = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    # the post-reset 0/0 is a first compile (its own warning); the repeated size mismatch is not warned again
+    assert len(warned) == 2, warned
+    assert "torch.compile graph 'scale'" in warned[0] and "size mismatch at index 0" in warned[0]
+
+
+def test_error_mode_refuses_a_serving_recompile_at_its_start(fresh_dynamo: None) -> None:
+    with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
+        f = torch.compile(scale, backend="eager")
+        with h.monitor.warmup():
+            f(torch.randn(8, 4), True)
+        with pytest.raises(torch._dynamo.exc.InternalTorchDynamoError, match=r"ServingCompileError.*scale"):
+            f(torch.randn(2, 4), True)
+        events = _tc_events(h)
+    assert [e.phase for e in events] == [Phase.WARMUP, Phase.SERVING]
+    refused = events[1]
+    assert refused.attrs["reason_class"] == "size mismatch" and "expected 8, actual 2" in (refused.key or "")
+    # refused at the start callback: Dynamo never traced it, so no metrics breakdown
+    assert "entire_frame_s" not in refused.attrs
+    assert refused.duration_s is not None and refused.duration_s < 0.5
+
+
+def test_survives_dynamo_reset_and_uninstall_restores(fresh_dynamo: None) -> None:
+    from torch._dynamo import utils as dynamo_utils
+    from torch._dynamo.callback import callback_handler
+
+    before_log = dynamo_utils.log_compilation_event
+    backend = TorchCompileBackend()
+    with monitored(mode="warn", backends=[backend], compile_only=False) as h:
+        assert backend._on_start in callback_handler.start_callbacks
+        torch._dynamo.reset()
+        assert backend._on_start in callback_handler.start_callbacks
+        f = torch.compile(scale, backend="eager")
+        f(torch.randn(2, 2), True)
+        assert len(_tc_events(h)) == 1
+    assert backend._on_start not in callback_handler.start_callbacks
+    assert backend._on_end not in callback_handler.end_callbacks
+    assert dynamo_utils.log_compilation_event is before_log
+    assert "clear" not in vars(callback_handler)
+
+
+def test_parent_compile_is_attached_to_compiles_inside_a_dynamo_compile(tc: MonitorHarness) -> None:
+    """A compile of another backend inside a Dynamo compile (here, reported by a custom
+    ``torch.compile`` backend through the same sink) carries the Dynamo compile id as parent."""
+    seen: list[str | None] = []
+
+    def my_backend(gm: Any, example_inputs: Any) -> Any:
+        seen.append(current_parent())
+        token = tc.monitor.begin("toyjit", "inner_kernel")
+        from jitwatch.backends.base import Capture
+
+        tc.monitor.finish(token, Capture("toyjit", "inner_kernel", key="k"))
+        return gm.forward
+
+    f = torch.compile(scale, backend=my_backend)
+    f(torch.randn(3, 3), True)
+    assert seen == ["torch_compile:0/0"]
+    assert current_parent() is None
+    inner = [e for e in tc.events(EventKind.COMPILE) if e.backend == "toyjit"]
+    assert inner[0].attrs["parent"] == "torch_compile:0/0"
+    assert "parent" not in _tc_events(tc)[0].attrs
+
+
+def test_compiled_module_is_named_by_its_class(tc: MonitorHarness) -> None:
+    class TinyMLP(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x: Any) -> Any:
+            return torch.nn.functional.gelu(self.fc(x))
+
+    m = torch.compile(TinyMLP(), backend="eager")
+    with torch.no_grad():
+        m(torch.randn(2, 4))
+        m(torch.randn(3, 4))
+    events = _tc_events(tc)
+    _assert_one_to_one(events)
+    assert {e.kernel for e in events} == {"test_compiled_module_is_named_by_its_class.<locals>.TinyMLP.forward"}
+
+
+@pytest.mark.parametrize(
+    ("reason", "cls"),
+    [
+        (None, "first compile"),
+        ("0/0: tensor 'x' size mismatch at index 0. expected 8, actual 1", "size mismatch"),
+        ("0/2: tensor 'x' dtype mismatch. expected Float, actual Double", "dtype mismatch"),
+        ("0/0: tensor 'x' stride mismatch at index 0. expected 4, actual 1", "stride mismatch"),
+        ("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0", "requires_grad mismatch"),
+        ("0/0: flag == True  # if flag:  # test.py:10 in f", "value change"),
+        ("0/0: L['n'] == 3", "value change"),
+        ("0/0: GLOBAL_STATE changed: grad_mode ", "global state"),
+        ("0/0: ___check_type_id(L['x'], 94123)", "type change"),
+        ("0/0: ___check_obj_id(L['self'].mode, 140234)", "identity change"),
+        ("0/0: something new in torch 2.20", "other"),
+    ],
+)
+def test_reason_class(reason: str | None, cls: str) -> None:
+    assert reason_class(reason) == cls
