@@ -2,7 +2,7 @@
 #   make demo   # builds .venv (torch CPU, Triton, jitwatch) and runs `jitwatch demo`
 #   make test   # lint + every test tier this machine can run (what CI runs)
 # Everything installs from package registries; nothing else is needed on a fresh machine
-# with Python 3.10+ (and, for the Prometheus tier, Debian's apt for promtool/prometheus).
+# with Python 3.10+ (and, for the Prometheus and Redis tiers, Debian's apt for prometheus/redis-server).
 
 PY ?= python3
 VENV := .venv
@@ -36,9 +36,10 @@ lint: env
 	$(BIN)/python -m jitwatch.views.contract_doc --check
 	$(BIN)/python dashboards/grafana/generate.py --check
 
-# Prometheus/promtool from Debian's package, unpacked under .tools/ (no daemon started).
+# Prometheus/promtool and redis-server from Debian's packages, unpacked under .tools/ (no daemon started).
 tools:
 	bash scripts/install-prometheus.sh
+	bash scripts/install-redis.sh
 
 test-core: env tools
 	PATH="$(CURDIR)/.tools/prometheus/usr/bin:$$PATH" $(BIN)/pytest -m "not vllm and not gpu" $(PYTEST_ARGS)

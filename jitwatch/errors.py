@@ -101,6 +101,11 @@ class PluginError(JitwatchError, RuntimeError):
     """The vLLM plugin failed in ``error`` mode (``JITWATCH_MODE=error``); otherwise it logs."""
 
 
+class StoreError(JitwatchError, RuntimeError):
+    """Shared storage (a manifest directory, a Redis server, a Triton cache) could not be reached or
+    read, or a location string is not one jitwatch understands."""
+
+
 __all__ = [
     "BackendError",
     "CompileOnlyLaunchError",
@@ -116,4 +121,5 @@ __all__ = [
     "PluginError",
     "PortUnavailableError",
     "ServingCompileError",
+    "StoreError",
 ]

@@ -270,37 +270,91 @@ def _short(text: str, width: int = 80) -> str:
     return cut + "…"
 
 
+LocationHelp = "a .json file, a directory (NFS-style store of NAME.json), or redis://HOST:PORT[/DB][/NAME][?prefix=P]"
+
+
 @manifest_app.command("export")
 def manifest_export(
-    output: Annotated[Path, typer.Option("-o", "--output", help="Manifest file to write (JSON).")],
+    output: Annotated[str, typer.Option("-o", "--output", help=f"Where to write the manifest: {LocationHelp}.")],
     journal_dir: JournalDirOpt = None,
     all_phases: Annotated[
         bool, typer.Option("--all-phases", help="Record every compile, not only serving-phase ones.", **FLAG)
     ] = False,
     allow: AllowOpt = None,
     rank: Annotated[int | None, typer.Option(help="Only this rank's compiles.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(show_default="this host's name", help="Manifest name in a directory or Redis store."),
+    ] = None,
 ) -> None:
-    """Write the journal's serving-phase compiles (or all) as a warmup manifest."""
-    from jitwatch.errors import JournalCorruptError, JournalVersionError
-    from jitwatch.warmup.manifest import export
+    """Write the journal's serving-phase compiles (or all) as a warmup manifest (file, directory or Redis)."""
+    import socket
+
+    from jitwatch.errors import JournalCorruptError, JournalVersionError, StoreError
+    from jitwatch.fleet.stores import write_manifest
+    from jitwatch.warmup.manifest import build
 
     jdir = journal_dir or _settings().journal_dir
     try:
-        manifest, problems = export(jdir, output, all_phases=all_phases, allow=_allow(allow), rank=rank)
-    except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
+        manifest, problems = build(jdir, all_phases=all_phases, allow=_allow(allow), rank=rank)
+        where = write_manifest(output, manifest, name=name or socket.gethostname().split(".")[0])
+    except (FileNotFoundError, JournalCorruptError, JournalVersionError, StoreError) as exc:
         typer.echo(f"jitwatch: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(
-        f"wrote {output}: {len(manifest.entries)} specializations of {len(manifest.kernels())} kernels "
+        f"wrote {where}: {len(manifest.entries)} specializations of {len(manifest.kernels())} kernels "
         f"({', '.join(manifest.phases)})"
     )
     for kernel, why in problems.items():
         typer.echo(f"  no source hash for {kernel}: {why}", err=True)
 
 
+@warmup_app.command("merge")
+def warmup_merge(
+    inputs: Annotated[list[str], typer.Argument(help=f"Manifests to merge, each {LocationHelp}.")],
+    output: Annotated[str, typer.Option("-o", "--output", help=f"Where to write the merged manifest: {LocationHelp}.")],
+    name: Annotated[str, typer.Option(help="Manifest name when --output is a directory or Redis store.")] = "fleet",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the merge report as JSON.", **FLAG)] = False,
+) -> None:
+    """Merge manifests recorded on many hosts into one (deduplicated, hosts counted per key).
+
+    Kernels whose source hash differs between inputs are refused (left out, reported): exit 1
+    then, after writing the rest. Exit 2 for an unreadable input.
+    """
+    from jitwatch.errors import ManifestError, StoreError
+    from jitwatch.fleet.merge import merge
+    from jitwatch.fleet.stores import read_manifests, safe_location, write_manifest
+    from jitwatch.warmup.manifest import Manifest
+
+    pairs: list[tuple[str, Manifest]] = []
+    for loc in inputs:
+        try:
+            found = read_manifests(loc)
+        except (ManifestError, StoreError) as exc:
+            raise _fail(str(exc)) from None
+        many = len(found) > 1 or not found[0][0].endswith(".json")
+        pairs.extend((f"{safe_location(loc)}:{src}" if many else src, m) for src, m in found)
+    manifest, report = merge(pairs)
+    try:
+        where = write_manifest(output, manifest, name=name)
+    except StoreError as exc:
+        raise _fail(str(exc), 1) from None
+    if as_json:
+        typer.echo(json.dumps({"output": where, **report.as_dict()}, indent=2))
+    else:
+        typer.echo(f"wrote {where}: {report.summary()}")
+        for c in report.conflicts:
+            typer.echo(f"  refused: {c.describe()}", err=True)
+    if report.conflicts:
+        raise typer.Exit(1)
+
+
 @warmup_app.command("replay")
 def warmup_replay(
-    file: Annotated[Path, typer.Argument(help="Manifest written by `jitwatch manifest export`.")],
+    file: Annotated[
+        str,
+        typer.Argument(help="Manifest written by `jitwatch manifest export`: a .json file or redis://…/NAME."),
+    ],
     allow: AllowOpt = None,
     parallel: Annotated[
         str | None,
@@ -340,8 +394,8 @@ def warmup_replay(
     from rich.console import Console
 
     from jitwatch.backends.triton.compile_only import activate, gpu_available
-    from jitwatch.errors import ManifestError
-    from jitwatch.warmup.manifest import load
+    from jitwatch.errors import ManifestError, StoreError
+    from jitwatch.fleet.stores import read_one
     from jitwatch.warmup.replay import replay
 
     settings = _settings()
@@ -352,8 +406,8 @@ def warmup_replay(
         typer.echo("jitwatch: --parallel must be auto, serial, threads or processes", err=True)
         raise typer.Exit(2)
     try:
-        manifest = load(file)
-    except ManifestError as exc:
+        manifest = read_one(file)
+    except (ManifestError, StoreError) as exc:
         typer.echo(f"jitwatch: {exc}", err=True)
         raise typer.Exit(2) from None
     use_compile_only = (not gpu_available()) if compile_only is None else compile_only

@@ -89,6 +89,14 @@ class ManifestEntry(BaseModel):
     phases: list[str] = Field(default_factory=list, description="Phases this key compiled in.")
     ranks: list[int] = Field(default_factory=list)
     count: int = Field(default=1, ge=0, description="Compile events merged into this entry.")
+    hosts: int = Field(
+        default=1, ge=0, description="Hosts (recorded manifests) that compiled this key; summed by `warmup merge`."
+    )
+    cache_key: str | None = Field(
+        default=None,
+        description="Triton's persistent-cache hash of the compile (sha256 hex; the cache directory is its base32), "
+        "when recorded: what `jitwatch cache check` looks up.",
+    )
     first_seen_ts: float | None = None
 
     @field_validator("module", "qualname")
@@ -98,11 +106,11 @@ class ManifestEntry(BaseModel):
             raise ValueError(f"{value[:80]!r} is not a dotted Python name (paths and <locals> are refused)")
         return value
 
-    @field_validator("source_hash")
+    @field_validator("source_hash", "cache_key")
     @classmethod
     def _hash(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[0-9a-fA-F]{16,128}", value):
-            raise ValueError("source_hash must be hexadecimal")
+            raise ValueError("must be hexadecimal (16-128 digits)")
         return value
 
     @model_validator(mode="after")
@@ -161,6 +169,7 @@ def _dedupe(entries: Iterable[ManifestEntry]) -> list[ManifestEntry]:
         prev.phases = sorted(set(prev.phases) | set(e.phases))
         prev.ranks = sorted(set(prev.ranks) | set(e.ranks))
         prev.source_hash = prev.source_hash or e.source_hash
+        prev.cache_key = prev.cache_key or e.cache_key
         if e.first_seen_ts is not None and (prev.first_seen_ts is None or e.first_seen_ts < prev.first_seen_ts):
             prev.first_seen_ts = e.first_seen_ts
     return list(out.values())
@@ -217,11 +226,13 @@ def entry_from_event_attrs(
         if k in data_opts and k not in options:
             options[k] = data_opts[k]
     source_hash = attrs.get("source_hash")
+    cache_key = attrs.get("cache_key")
     try:
         return ManifestEntry(
             module=module,
             qualname=kernel,
             source_hash=source_hash if isinstance(source_hash, str) else None,
+            cache_key=cache_key if isinstance(cache_key, str) else None,
             key=key,
             signature={str(k): str(v) for k, v in signature.items()},
             constexprs=dict(attrs.get("constexprs") or {}),
@@ -400,8 +411,21 @@ def export(
         FileNotFoundError: no journal in ``journal_dir``.
         jitwatch.store.journal.JournalCorruptError: the journal is unreadable.
     """
+    manifest, problems = build(journal_dir, all_phases=all_phases, allow=allow, rank=rank)
+    save(manifest, output)
+    return manifest, problems
+
+
+def build(
+    journal_dir: str | os.PathLike[str],
+    *,
+    all_phases: bool = False,
+    allow: Sequence[str] = (),
+    rank: int | None = None,
+) -> tuple[Manifest, dict[str, str]]:
+    """:func:`export` without the file: the manifest and ``{kernel: why it has no source hash}``
+    (what ``jitwatch manifest export`` writes to a directory or Redis store). Same errors."""
     with Journal(journal_dir, readonly=True) as journal:
         manifest = record_from_journal(journal, phases=None if all_phases else (Phase.SERVING,), rank=rank)
     problems = resolve_sources(manifest, allow) if allow else {}
-    save(manifest, output)
     return manifest, problems

@@ -113,13 +113,15 @@ def stage_seconds(times: Any) -> dict[str, float]:
     return out
 
 
-def compile_detail(kwargs: dict[str, Any], jit_function: Any) -> dict[str, Any]:
+def compile_detail(kwargs: dict[str, Any], jit_function: Any, cache_key: str | None = None) -> dict[str, Any]:
     """``attrs`` of a compile event from the post-compile hook's keywords (writer thread).
 
     ``signature`` (parameter → Triton type), ``constexprs`` (named), ``options``,
     ``is_warmup_call``, ``specialization_data`` (Triton's JSON, what ``JITFunction.preload``
-    takes) and ``source_hash`` (``JITFunction.cache_key``: a hash of the kernel's source and
-    dependencies, computed by Triton for this very compile).
+    takes), ``source_hash`` (``JITFunction.cache_key``: a hash of the kernel's source and
+    dependencies, computed by Triton for this very compile) and ``cache_key`` (the compile's
+    persistent-cache hash, ``metadata["hash"]`` from ``knobs.compilation.listener``: the
+    ``TRITON_CACHE_DIR`` entry is its base32, the Redis remote cache's ``{key}`` too).
     """
     info = _compile_info(kwargs)
     arg_names = getattr(jit_function, "arg_names", None)
@@ -144,6 +146,8 @@ def compile_detail(kwargs: dict[str, Any], jit_function: Any) -> dict[str, Any]:
         source_hash = None
     if isinstance(source_hash, str):
         out["source_hash"] = source_hash
+    if cache_key is not None:
+        out["cache_key"] = cache_key
     return out
 
 
@@ -159,6 +163,7 @@ class _Pending:
     seen: bool = False
     """The compilation listener has matched this compile."""
     cache_hit: bool | None = None
+    cache_key: str | None = None
 
 
 class TritonBackend(LibraryBackend):
@@ -256,6 +261,8 @@ class TritonBackend(LibraryBackend):
                 match.times = times  # decoded on the writer thread (Capture.detail)
                 match.seen = True
                 match.cache_hit = None if cache_hit is None else bool(cache_hit)
+                cache_key = metadata.get("hash")
+                match.cache_key = cache_key if isinstance(cache_key, str) else None
         if match is not None or self.sink is None:
             return
         stages = stage_seconds(times)
@@ -326,7 +333,10 @@ class TritonBackend(LibraryBackend):
                 key=key,
                 cache_hit=pending.cache_hit,
                 module=pending.module,
-                detail=lambda: {**compile_detail(kwargs, jit_function), "stages": stage_seconds(times)},
+                detail=lambda: {
+                    **compile_detail(kwargs, jit_function, pending.cache_key),
+                    "stages": stage_seconds(times),
+                },
             ),
         )
 

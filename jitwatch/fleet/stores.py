@@ -1,0 +1,273 @@
+"""Manifests in storage a fleet already has: a plain directory (NFS-style) or a Redis server.
+
+A *location* is one string, so every command takes the same thing:
+
+* ``redis://[user:password@]HOST[:PORT][/DB][/NAME][?prefix=P]`` — a Redis server (redis-py,
+  ``redis.Redis.from_url``; ``rediss://`` for TLS). Each manifest is one string value under the key
+  ``P + NAME`` (``P`` defaults to :data:`REDIS_PREFIX`). Without ``NAME`` the location is the whole
+  store: every key under the prefix.
+* anything else is a filesystem path: a ``.json`` file is one manifest; a directory is a store of
+  ``NAME.json`` files (written atomically: temporary file in the same directory, then
+  ``os.replace``, which NFS performs on the server).
+
+Reading is the validated parse of :func:`jitwatch.warmup.manifest.loads` (size-limited, schema
+checked, nothing imported); a Redis value is measured (``STRLEN``) before it is fetched. Names are
+``[A-Za-z0-9][A-Za-z0-9._-]{0,127}`` (a host name fits; no path separators). Errors reaching or
+reading the storage raise :class:`~jitwatch.errors.StoreError` with the location (password
+removed); an invalid manifest raises :class:`~jitwatch.errors.ManifestError`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from jitwatch.errors import ManifestError, StoreError
+from jitwatch.warmup.manifest import MAX_MANIFEST_BYTES, Manifest, dumps, loads, save
+
+REDIS_PREFIX = "jitwatch:manifest:"
+"""Default key prefix of manifests in Redis."""
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+MAX_NAMES = 10_000
+"""Most manifests one store lists (a fleet of 1,000 hosts records one each)."""
+
+REDIS_TIMEOUT_S = 5.0
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is a valid manifest name, else :class:`StoreError`."""
+    if not NAME.fullmatch(name):
+        raise StoreError(f"manifest name {name[:80]!r} is not [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}")
+    return name
+
+
+def safe_location(location: str) -> str:
+    """``location`` without a Redis password (for messages and reports)."""
+    if not location.startswith(("redis://", "rediss://")):
+        return location
+    parts = urlsplit(location)
+    if parts.password is None:
+        return location
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class ManifestStore(Protocol):
+    """Named manifests in shared storage."""
+
+    @property
+    def description(self) -> str: ...
+
+    def names(self) -> list[str]: ...
+
+    def get(self, name: str) -> Manifest: ...
+
+    def put(self, name: str, manifest: Manifest) -> str: ...
+
+
+@dataclass
+class DirectoryStore:
+    """``NAME.json`` files in ``path`` (a local or network-mounted directory)."""
+
+    path: Path
+
+    @property
+    def description(self) -> str:
+        return str(self.path)
+
+    def names(self) -> list[str]:
+        try:
+            found = sorted(p.stem for p in self.path.glob("*.json") if p.is_file() and NAME.fullmatch(p.stem))
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot list manifests: {exc.strerror or exc}") from None
+        return found[:MAX_NAMES]
+
+    def get(self, name: str) -> Manifest:
+        from jitwatch.warmup.manifest import load
+
+        return load(self.path / f"{check_name(name)}.json")
+
+    def put(self, name: str, manifest: Manifest) -> str:
+        target = self.path / f"{check_name(name)}.json"
+        try:
+            save(manifest, target)
+        except OSError as exc:
+            raise StoreError(f"{target}: cannot write manifest: {exc.strerror or exc}") from None
+        return str(target)
+
+
+class RedisStore:
+    """Manifests as string values under ``prefix + NAME`` in a Redis server (redis-py).
+
+    Args:
+        url: ``redis://HOST:PORT/DB`` (what ``redis.Redis.from_url`` takes).
+        prefix: key prefix, default :data:`REDIS_PREFIX`.
+        client: an existing ``redis.Redis`` (tests); ``url`` is then only the description.
+    """
+
+    def __init__(self, url: str, prefix: str = REDIS_PREFIX, client: Any | None = None) -> None:
+        self.url = url
+        self.prefix = prefix
+        if client is None:
+            try:
+                import redis
+            except ImportError:
+                raise StoreError("a redis:// location needs redis-py: pip install 'jitwatch[fleet]'") from None
+            client = redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
+        self.client = client
+
+    @property
+    def description(self) -> str:
+        return f"{safe_location(self.url)} (prefix {self.prefix!r})"
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        import redis
+
+        try:
+            return fn(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise StoreError(f"{self.description}: cannot {what}: {type(exc).__name__}: {exc}") from None
+
+    def names(self) -> list[str]:
+        out: list[str] = []
+        for raw in self._call(
+            "list manifests", lambda: list(self.client.scan_iter(match=self.prefix + "*", count=1000))
+        ):
+            key = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            name = key[len(self.prefix) :]
+            if NAME.fullmatch(name):
+                out.append(name)
+        return sorted(out)[:MAX_NAMES]
+
+    def get(self, name: str) -> Manifest:
+        key = self.prefix + check_name(name)
+        size = self._call(f"read {key}", self.client.strlen, key)
+        if not size:
+            raise ManifestError(f"{self.description}: no manifest {name!r} (key {key!r} is missing or empty)")
+        if size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{key}: {size} bytes is over the {MAX_MANIFEST_BYTES}-byte limit")
+        data = self._call(f"read {key}", self.client.get, key)
+        if data is None:
+            raise ManifestError(f"{self.description}: manifest {name!r} vanished while being read")
+        return loads(data, source=f"redis {key}")
+
+    def put(self, name: str, manifest: Manifest) -> str:
+        key = self.prefix + check_name(name)
+        self._call(f"write {key}", self.client.set, key, dumps(manifest).encode("utf-8"))
+        return f"{safe_location(self.url)} {key}"
+
+
+@dataclass
+class Location:
+    """A parsed location: the store, and the one manifest's name in it (``None``: the whole store);
+    ``file`` is set instead for a single ``.json`` file."""
+
+    store: ManifestStore | None
+    name: str | None = None
+    file: Path | None = None
+
+
+def parse_location(location: str, *, client: Any | None = None) -> Location:
+    """Parse a location string (see the module docstring); connects to nothing yet.
+
+    Raises:
+        StoreError: a malformed ``redis://`` location or name.
+    """
+    if location.startswith(("redis://", "rediss://", "unix://")):
+        parts = urlsplit(location)
+        segs = [s for s in parts.path.split("/") if s]
+        db = "0"
+        if segs and segs[0].isdigit():
+            db = segs.pop(0)
+        if len(segs) > 1:
+            raise StoreError(f"{safe_location(location)}: expected redis://HOST:PORT[/DB][/NAME]")
+        name = check_name(segs[0]) if segs else None
+        query = parse_qs(parts.query)
+        prefix = query.get("prefix", [REDIS_PREFIX])[0]
+        url = urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", ""))
+        return Location(RedisStore(url, prefix, client=client), name)
+    path = Path(location).expanduser()
+    if path.suffix == ".json" or path.is_file():
+        return Location(None, None, file=path)
+    return Location(DirectoryStore(path))
+
+
+def read_manifests(location: str, *, client: Any | None = None) -> list[tuple[str, Manifest]]:
+    """Every manifest at ``location`` as ``(source, manifest)`` pairs (source: file path or store name).
+
+    Raises:
+        StoreError: the storage cannot be reached or listed (or holds no manifest).
+        ManifestError: a manifest there is invalid (its source named).
+    """
+    loc = parse_location(location, client=client)
+    if loc.file is not None:
+        from jitwatch.warmup.manifest import load
+
+        return [(str(loc.file), load(loc.file))]
+    assert loc.store is not None
+    if loc.name is not None:
+        return [(loc.name, loc.store.get(loc.name))]
+    if isinstance(loc.store, DirectoryStore) and not loc.store.path.is_dir():
+        raise StoreError(f"{loc.store.path}: no such manifest file or directory")
+    names = loc.store.names()
+    if not names:
+        raise StoreError(f"{loc.store.description}: holds no manifest")
+    return [(n, loc.store.get(n)) for n in names]
+
+
+def read_one(location: str, *, client: Any | None = None) -> Manifest:
+    """The single manifest at ``location`` (a file, or a store location with a ``NAME``)."""
+    loc = parse_location(location, client=client)
+    if loc.file is not None:
+        from jitwatch.warmup.manifest import load
+
+        return load(loc.file)
+    if loc.name is None:
+        raise StoreError(f"{safe_location(location)} is a store, not one manifest: add /NAME")
+    assert loc.store is not None
+    return loc.store.get(loc.name)
+
+
+def write_manifest(location: str, manifest: Manifest, *, client: Any | None = None, name: str | None = None) -> str:
+    """Write ``manifest`` to ``location`` (a ``.json`` file, ``DIR`` + ``name``, or a Redis location
+    with a ``NAME`` or ``name``); returns where it went.
+
+    Raises:
+        StoreError: no name for a store location, or the storage refused the write.
+    """
+    loc = parse_location(location, client=client)
+    if loc.file is not None:
+        try:
+            return str(save(manifest, loc.file))
+        except OSError as exc:
+            raise StoreError(f"{loc.file}: cannot write manifest: {exc.strerror or exc}") from None
+    target = loc.name or name
+    if target is None:
+        raise StoreError(f"{safe_location(location)} is a store: name the manifest (…/NAME, or a .json file)")
+    assert loc.store is not None
+    if isinstance(loc.store, DirectoryStore):
+        try:
+            os.makedirs(loc.store.path, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{loc.store.path}: {exc.strerror or exc}") from None
+    return loc.store.put(target, manifest)
+
+
+__all__ = [
+    "REDIS_PREFIX",
+    "DirectoryStore",
+    "Location",
+    "ManifestStore",
+    "RedisStore",
+    "parse_location",
+    "read_manifests",
+    "read_one",
+    "safe_location",
+    "write_manifest",
+]

@@ -1,0 +1,195 @@
+"""`jitwatch warmup merge` and manifests in shared storage (a directory, a real Redis server).
+
+The manifests come from real compile-only compiles journaled by a real monitor; the "other hosts"
+are copies of that record with what differs between hosts changed (ranks, an extra key, a kernel
+built from other source)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from jitwatch.cli import app
+from jitwatch.errors import ManifestError, StoreError
+from jitwatch.fleet.merge import merge
+from jitwatch.fleet.stores import (
+    DirectoryStore,
+    RedisStore,
+    parse_location,
+    read_manifests,
+    read_one,
+    safe_location,
+    write_manifest,
+)
+from jitwatch.store.journal import Journal
+from jitwatch.testing import MonitorHarness, fresh_kernel_cache
+from jitwatch.warmup.manifest import Manifest, load, record_from_journal, save
+from tests._paths import TRITON_TESTS
+
+from .conftest import RedisServer
+
+sys.path.insert(0, str(TRITON_TESTS))
+import kernels_fieldcases as kf
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def host_a(harness: MonitorHarness) -> Manifest:
+    """One host's record: two serving compiles of scale_copy (aligned and offset destination)."""
+    fresh_kernel_cache(kf.scale_copy)
+    src, dst = torch.zeros(1024), torch.empty(1024)
+    with harness.monitor.warmup():
+        pass
+    kf.scale_copy.warmup(src, dst, 1000, BLOCK=256, grid=(1,))
+    kf.scale_copy.warmup(src, dst[1:], 1000, BLOCK=256, grid=(1,))
+    harness.monitor.flush()
+    with Journal(harness.journal_dir, readonly=True) as j:
+        m = record_from_journal(j)
+    assert len(m.entries) == 2
+    return m
+
+
+def _host_b(a: Manifest) -> Manifest:
+    """Another host: the same first key (rank 1) only."""
+    b = a.model_copy(deep=True)
+    b.entries = b.entries[:1]
+    b.entries[0].ranks = [1]
+    return b
+
+
+def test_recorded_entries_carry_tritons_cache_key(host_a: Manifest, triton_cache: Path) -> None:
+    """The compile event records the persistent-cache hash (listener metadata): it names the
+    TRITON_CACHE_DIR entry that `cache check` looks up."""
+    import base64
+
+    for e in host_a.entries:
+        assert e.cache_key is not None and len(e.cache_key) == 64
+        entry = base64.b32encode(bytes.fromhex(e.cache_key)).decode().rstrip("=")
+        assert (triton_cache / entry).is_dir()
+
+
+def test_merge_dedups_and_counts_hosts(host_a: Manifest) -> None:
+    b = _host_b(host_a)
+    merged, report = merge([("a", host_a), ("b", b)])
+    assert report.entries_in == 3 and report.entries_out == 2 and not report.conflicts
+    first, second = merged.entries
+    assert first.hosts == 2 and first.count == 2 and first.ranks == [0, 1]
+    assert second.hosts == 1
+    assert first.key == host_a.entries[0].key  # most hosts first
+    # merging the merge with a third host keeps counting hosts
+    again, _ = merge([("fleet", merged), ("c", _host_b(host_a))])
+    assert again.entries[0].hosts == 3
+
+
+def test_merge_refuses_kernels_whose_source_differs(host_a: Manifest) -> None:
+    b = _host_b(host_a)
+    b.entries[0].source_hash = "ab" * 32  # host b ran other code for scale_copy
+    merged, report = merge([("host-a", host_a), ("host-b", b)])
+    assert merged.entries == []
+    (conflict,) = report.conflicts
+    assert conflict.kernel == "kernels_fieldcases.scale_copy" and conflict.entries_refused == 3
+    assert conflict.hashes == {host_a.entries[0].source_hash: ["host-a"], "ab" * 32: ["host-b"]}
+    text = conflict.describe()
+    assert "source differs" in text and "host-a" in text and "host-b" in text
+
+
+def test_directory_store_round_trip(host_a: Manifest, tmp_path: Path) -> None:
+    store_dir = tmp_path / "nfs" / "manifests"
+    where = write_manifest(str(store_dir), host_a, name="gpu-node-1")
+    assert where == str(store_dir / "gpu-node-1.json")
+    write_manifest(str(store_dir), _host_b(host_a), name="gpu-node-2")
+    (store_dir / "notes.txt").write_text("not a manifest")
+    found = read_manifests(str(store_dir))
+    assert [s for s, _ in found] == ["gpu-node-1", "gpu-node-2"]
+    assert found[0][1] == host_a
+    assert DirectoryStore(store_dir).names() == ["gpu-node-1", "gpu-node-2"]
+    with pytest.raises(StoreError, match="not"):
+        write_manifest(str(store_dir), host_a, name="../escape")
+
+
+def test_redis_store_round_trip(host_a: Manifest, redis_server: RedisServer) -> None:
+    url = redis_server.url
+    assert write_manifest(f"{url}/gpu-node-1", host_a).endswith("jitwatch:manifest:gpu-node-1")
+    write_manifest(url, _host_b(host_a), name="gpu-node-2")
+    assert read_one(f"{url}/gpu-node-1") == host_a
+    assert [s for s, _ in read_manifests(url)] == ["gpu-node-1", "gpu-node-2"]
+    # another prefix is another store
+    assert isinstance(parse_location(f"{url}?prefix=other:").store, RedisStore)
+    with pytest.raises(StoreError, match="holds no manifest"):
+        read_manifests(f"{url}?prefix=other:")
+
+
+def test_redis_values_are_validated_data(host_a: Manifest, redis_server: RedisServer) -> None:
+    """What Redis holds is parsed, never run: a non-manifest value, a truncated one and a module
+    name that is a path are refused with the key named."""
+    client = redis_server.client()
+    client.set("jitwatch:manifest:junk", b"import os; os.system('true')")
+    with pytest.raises(ManifestError, match="redis jitwatch:manifest:junk: not valid JSON"):
+        read_one(f"{redis_server.url}/junk")
+    text = host_a.model_dump_json()
+    client.set("jitwatch:manifest:cut", text[: len(text) // 2].encode())
+    with pytest.raises(ManifestError, match="truncated"):
+        read_one(f"{redis_server.url}/cut")
+    evil = json.loads(text)
+    evil["entries"][0]["module"] = "../../tmp/evil"
+    client.set("jitwatch:manifest:evil", json.dumps(evil).encode())
+    with pytest.raises(ManifestError, match="not a dotted Python name"):
+        read_one(f"{redis_server.url}/evil")
+    with pytest.raises(ManifestError, match="missing"):
+        read_one(f"{redis_server.url}/absent")
+
+
+def test_redis_down_is_a_clean_store_error(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    redis_server.stop()
+    with pytest.raises(StoreError, match="cannot list manifests: ConnectionError"):
+        read_manifests(url)
+
+
+def test_location_password_is_never_printed() -> None:
+    assert safe_location("redis://user:s3cret@cache.internal:6380/2/x") == "redis://user:***@cache.internal:6380/2/x"
+
+
+def test_cli_merge_from_redis_and_directory(host_a: Manifest, redis_server: RedisServer, tmp_path: Path) -> None:
+    """Two hosts pushed to Redis, a third on an NFS-style directory: one merged file; exit 0."""
+    write_manifest(redis_server.url, host_a, name="node-1")
+    write_manifest(redis_server.url, _host_b(host_a), name="node-2")
+    nfs = tmp_path / "nfs"
+    write_manifest(str(nfs), _host_b(host_a), name="node-3")
+    out = tmp_path / "fleet.json"
+    res = runner.invoke(app, ["warmup", "merge", redis_server.url, str(nfs), "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["entries_in"] == 4 and report["entries_out"] == 2 and report["refused"] == 0
+    assert len(report["inputs"]) == 3
+    merged = load(out)
+    assert [e.hosts for e in merged.entries] == [3, 1]
+    # and back into Redis, for the fleet to replay
+    res = runner.invoke(app, ["warmup", "merge", str(out), "-o", redis_server.url, "--name", "fleet"])
+    assert res.exit_code == 0, res.output
+    assert read_one(f"{redis_server.url}/fleet").entries[0].hosts == 3
+
+
+def test_cli_merge_conflict_exits_1_with_report(host_a: Manifest, tmp_path: Path) -> None:
+    b = _host_b(host_a)
+    b.entries[0].source_hash = "cd" * 32
+    save(host_a, tmp_path / "a.json")
+    save(b, tmp_path / "b.json")
+    res = runner.invoke(
+        app, ["warmup", "merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-o", str(tmp_path / "m.json")]
+    )
+    assert res.exit_code == 1
+    assert "refused: triton kernel kernels_fieldcases.scale_copy: source differs" in res.stderr
+    assert load(tmp_path / "m.json").entries == []
+
+
+def test_cli_merge_bad_input_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text("{")
+    res = runner.invoke(app, ["warmup", "merge", str(tmp_path / "x.json"), "-o", str(tmp_path / "m.json")])
+    assert res.exit_code == 2 and "not valid JSON" in res.stderr
