@@ -14,7 +14,7 @@ PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(BIN)/pip
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint test-quick test-core test-triton36 test-vllm tools env clean
+.PHONY: demo test lint test-quick test-core test-triton36 test-vllm test-dsl dsl-env tools env clean
 
 env: $(VENV)/.installed
 
@@ -42,11 +42,11 @@ tools:
 	bash scripts/install-redis.sh
 
 test-core: env tools
-	PATH="$(CURDIR)/.tools/prometheus/usr/bin:$$PATH" $(BIN)/pytest -m "not vllm and not gpu" $(PYTEST_ARGS)
+	PATH="$(CURDIR)/.tools/prometheus/usr/bin:$$PATH" $(BIN)/pytest -m "not vllm and not gpu and not dsl" $(PYTEST_ARGS)
 
 # The quick loop while developing: no slow, Prometheus, vLLM or GPU tests.
 test-quick: env
-	$(BIN)/pytest -m "not slow and not prometheus and not vllm and not gpu" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow and not prometheus and not vllm and not gpu and not dsl" $(PYTEST_ARGS)
 
 # The hook/monitor/field-case tests again under the oldest supported Triton.
 .venv-triton36/.installed: pyproject.toml
@@ -65,7 +65,17 @@ test-triton36: .venv-triton36/.installed
 test-vllm: .venv-vllm/.installed
 	.venv-vllm/bin/pytest -m vllm tests/integrations/vllm_plugin $(PYTEST_ARGS)
 
-test: lint test-core test-triton36 test-vllm
+# The DSL backends against their real libraries (CuTeDSL, TileLang) on this CPU machine; absence fails.
+.venv-dsl/.installed: scripts/make-dsl-env.sh | env
+	bash scripts/make-dsl-env.sh .venv-dsl/site
+	touch $@
+
+dsl-env: .venv-dsl/.installed
+
+test-dsl: .venv-dsl/.installed
+	JITWATCH_TEST_DSL_REQUIRED=1 $(BIN)/pytest -m "dsl and not gpu" $(PYTEST_ARGS)
+
+test: lint test-core test-triton36 test-vllm test-dsl
 
 clean:
-	rm -rf $(VENV) .venv-triton36 .venv-vllm .tools
+	rm -rf $(VENV) .venv-triton36 .venv-vllm .venv-dsl .tools

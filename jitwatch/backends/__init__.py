@@ -28,6 +28,7 @@ ENTRY_POINT_GROUP = "jitwatch.backends"
 BUILTIN: dict[str, str] = {
     "triton": "jitwatch.backends.triton:TritonBackend",
     "torch_compile": "jitwatch.backends.torch_compile:TorchCompileBackend",
+    "cutedsl": "jitwatch.backends.cutedsl:CuteDSLBackend",
 }
 """Backends shipped with jitwatch: name → ``"module:Class"``."""
 
