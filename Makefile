@@ -56,7 +56,7 @@ test-quick: env
 	touch $@
 
 test-triton36: .venv-triton36/.installed
-	.venv-triton36/bin/pytest -p no:cacheprovider -m "not vllm and not gpu and not prometheus" tests/backends tests/core tests/test_config.py tests/test_redact.py tests/test_importhook.py $(PYTEST_ARGS)
+	.venv-triton36/bin/pytest -p no:cacheprovider -m "not vllm and not gpu and not prometheus and not dsl" tests/backends tests/core tests/test_config.py tests/test_redact.py tests/test_importhook.py $(PYTEST_ARGS)
 
 .venv-vllm/.installed: pyproject.toml scripts/make-vllm-env.sh
 	bash scripts/make-vllm-env.sh .venv-vllm
