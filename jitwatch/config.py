@@ -71,6 +71,11 @@ JITWATCH_MANIFEST_ALLOW = "JITWATCH_MANIFEST_ALLOW"
 """Comma-separated module prefixes manifest replay may import (e.g. ``vllm,my_kernels``). Unset: only
 kernels whose modules are already imported are replayed."""
 
+JITWATCH_MANIFEST_KEY = "JITWATCH_MANIFEST_KEY"
+"""Secret (at least 16 bytes of UTF-8) for manifest HMACs: ``manifest export`` signs with it, and
+replay (CLI and ``JITWATCH_MANIFEST``) then refuses a manifest without a valid HMAC. Unset: manifests
+carry a SHA-256 digest only (see docs/security.md)."""
+
 JITWATCH_REPLAY_PARALLEL = "JITWATCH_REPLAY_PARALLEL"
 """``auto`` / ``serial`` / ``threads`` / ``processes``: how replay compiles. Default ``auto`` (threads)."""
 
@@ -108,6 +113,7 @@ ALL_VARIABLES = (
     JITWATCH_TARGET_ARCH,
     JITWATCH_MANIFEST,
     JITWATCH_MANIFEST_ALLOW,
+    JITWATCH_MANIFEST_KEY,
     JITWATCH_REPLAY_PARALLEL,
     JITWATCH_REPLAY_WORKERS,
     JITWATCH_SLOT_MAPPING_WARMUP,
@@ -250,6 +256,19 @@ def _names(env: dict[str, str] | os._Environ[str], name: str) -> tuple[str, ...]
     return tuple(dict.fromkeys(p.strip() for p in (env.get(name) or "").split(",") if p.strip()))
 
 
+MIN_MANIFEST_KEY_BYTES = 16
+
+
+def _secret(env: dict[str, str] | os._Environ[str], name: str) -> bytes | None:
+    raw = env.get(name)
+    if not raw:
+        return None
+    data = raw.encode("utf-8", "surrogateescape")
+    if len(data) < MIN_MANIFEST_KEY_BYTES:
+        raise ConfigError(f"{name} is {len(data)} bytes long: use at least {MIN_MANIFEST_KEY_BYTES} random bytes")
+    return data
+
+
 def parse_backends(raw: str | None) -> tuple[str, ...] | None:
     """``JITWATCH_BACKENDS`` → backend names, ``None`` for ``all`` (or unset), ``()`` for ``none``.
 
@@ -301,6 +320,8 @@ class Settings:
     dp_rank: int | None = None
     manifest: Path | None = None
     manifest_allow: tuple[str, ...] = ()
+    manifest_key: bytes | None = None
+    """``JITWATCH_MANIFEST_KEY`` as UTF-8 bytes."""
     replay_parallel: str = "auto"
     replay_workers: int | None = None
     slot_mapping_warmup: str = "auto"
@@ -333,6 +354,7 @@ class Settings:
             dp_rank=_optional_int(env, JITWATCH_DP_RANK),
             manifest=Path(manifest).expanduser() if manifest else None,
             manifest_allow=_names(env, JITWATCH_MANIFEST_ALLOW),
+            manifest_key=_secret(env, JITWATCH_MANIFEST_KEY),
             replay_parallel=_choice(env, JITWATCH_REPLAY_PARALLEL, REPLAY_PARALLEL_CHOICES, "auto"),
             replay_workers=_optional_int(env, JITWATCH_REPLAY_WORKERS, minimum=1),
             slot_mapping_warmup=_choice(env, JITWATCH_SLOT_MAPPING_WARMUP, SLOT_MAPPING_WARMUP_CHOICES, "auto"),

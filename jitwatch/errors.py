@@ -71,6 +71,11 @@ class ManifestVersionError(ManifestError):
     """The manifest was written by a newer jitwatch (format version above this one's)."""
 
 
+class ManifestEntryRefused(ManifestError):
+    """One manifest entry may not be replayed: a refused compile option (named in the message) or a
+    key that its ``specialization_data`` does not reproduce with the current kernel."""
+
+
 class KernelNotResolved(JitwatchError, LookupError):
     """A manifest entry's kernel could not (or may not) be imported; ``str()`` is the reason."""
 
@@ -116,6 +121,7 @@ __all__ = [
     "JournalCorruptError",
     "JournalVersionError",
     "KernelNotResolved",
+    "ManifestEntryRefused",
     "ManifestError",
     "ManifestVersionError",
     "PluginError",

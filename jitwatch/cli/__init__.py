@@ -297,7 +297,9 @@ def manifest_export(
     jdir = journal_dir or _settings().journal_dir
     try:
         manifest, problems = build(jdir, all_phases=all_phases, allow=_allow(allow), rank=rank)
-        where = write_manifest(output, manifest, name=name or socket.gethostname().split(".")[0])
+        where = write_manifest(
+            output, manifest, name=name or socket.gethostname().split(".")[0], key=_settings().manifest_key
+        )
     except (FileNotFoundError, JournalCorruptError, JournalVersionError, StoreError) as exc:
         typer.echo(f"jitwatch: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -306,7 +308,7 @@ def manifest_export(
         f"({', '.join(manifest.phases)})"
     )
     for kernel, why in problems.items():
-        typer.echo(f"  no source hash for {kernel}: {why}", err=True)
+        typer.echo(f"  {kernel}: {why}", err=True)
 
 
 @warmup_app.command("merge")
@@ -329,14 +331,14 @@ def warmup_merge(
     pairs: list[tuple[str, Manifest]] = []
     for loc in inputs:
         try:
-            found = read_manifests(loc)
+            found = read_manifests(loc, key=_settings().manifest_key)
         except (ManifestError, StoreError) as exc:
             raise _fail(str(exc)) from None
         many = len(found) > 1 or not found[0][0].endswith(".json")
         pairs.extend((f"{safe_location(loc)}:{src}" if many else src, m) for src, m in found)
     manifest, report = merge(pairs)
     try:
-        where = write_manifest(output, manifest, name=name)
+        where = write_manifest(output, manifest, name=name, key=_settings().manifest_key)
     except StoreError as exc:
         raise _fail(str(exc), 1) from None
     if as_json:
@@ -388,7 +390,8 @@ def warmup_replay(
 ) -> None:
     """Precompile every manifest entry (nothing is launched).
 
-    Exit 1 if any entry failed, or if entries were skipped and none compiled (or was cached):
+    Exit 1 if any entry failed or was refused (a compile option that changes code or reads files,
+    or a key its specialization does not reproduce), or if entries were skipped and none compiled (or was cached):
     usually a missing --allow / JITWATCH_MANIFEST_ALLOW.
     """
     from rich.console import Console
@@ -406,7 +409,7 @@ def warmup_replay(
         typer.echo("jitwatch: --parallel must be auto, serial, threads or processes", err=True)
         raise typer.Exit(2)
     try:
-        manifest = read_one(file)
+        manifest = read_one(file, key=settings.manifest_key)
     except (ManifestError, StoreError) as exc:
         typer.echo(f"jitwatch: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -428,9 +431,9 @@ def warmup_replay(
     else:
         typer.echo(report.summary())
         for r in report.results:
-            if r.status in ("skipped", "failed"):
+            if r.status in ("skipped", "refused", "failed"):
                 typer.echo(f"  {r.status}: {r.kernel} {_short(r.key)}: {r.reason}")
-    if report.failed:
+    if report.failed or report.refused:
         raise typer.Exit(1)
     if report.skipped and not (report.compiled or report.cached):
         raise _fail(

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from jitwatch.errors import ManifestError, StoreError
-from jitwatch.warmup.manifest import MAX_MANIFEST_BYTES, Manifest, dumps, loads, save
+from jitwatch.warmup.manifest import MAX_MANIFEST_BYTES, Manifest, dumps, loads, save, seal
 
 REDIS_PREFIX = "jitwatch:manifest:"
 """Default key prefix of manifests in Redis."""
@@ -66,9 +66,9 @@ class ManifestStore(Protocol):
 
     def names(self) -> list[str]: ...
 
-    def get(self, name: str) -> Manifest: ...
+    def get(self, name: str, *, key: bytes | None = None) -> Manifest: ...
 
-    def put(self, name: str, manifest: Manifest) -> str: ...
+    def put(self, name: str, manifest: Manifest, *, key: bytes | None = None) -> str: ...
 
 
 @dataclass
@@ -88,15 +88,15 @@ class DirectoryStore:
             raise StoreError(f"{self.path}: cannot list manifests: {exc.strerror or exc}") from None
         return found[:MAX_NAMES]
 
-    def get(self, name: str) -> Manifest:
+    def get(self, name: str, *, key: bytes | None = None) -> Manifest:
         from jitwatch.warmup.manifest import load
 
-        return load(self.path / f"{check_name(name)}.json")
+        return load(self.path / f"{check_name(name)}.json", key=key)
 
-    def put(self, name: str, manifest: Manifest) -> str:
+    def put(self, name: str, manifest: Manifest, *, key: bytes | None = None) -> str:
         target = self.path / f"{check_name(name)}.json"
         try:
-            save(manifest, target)
+            save(manifest, target, key=key)
         except OSError as exc:
             raise StoreError(f"{target}: cannot write manifest: {exc.strerror or exc}") from None
         return str(target)
@@ -145,8 +145,8 @@ class RedisStore:
                 out.append(name)
         return sorted(out)[:MAX_NAMES]
 
-    def get(self, name: str) -> Manifest:
-        key = self.prefix + check_name(name)
+    def get(self, name: str, *, key: bytes | None = None) -> Manifest:
+        secret, key = key, self.prefix + check_name(name)
         size = self._call(f"read {key}", self.client.strlen, key)
         if not size:
             raise ManifestError(f"{self.description}: no manifest {name!r} (key {key!r} is missing or empty)")
@@ -155,12 +155,13 @@ class RedisStore:
         data = self._call(f"read {key}", self.client.get, key)
         if data is None:
             raise ManifestError(f"{self.description}: manifest {name!r} vanished while being read")
-        return loads(data, source=f"redis {key}")
+        return loads(data, source=f"redis {key}", key=secret)
 
-    def put(self, name: str, manifest: Manifest) -> str:
-        key = self.prefix + check_name(name)
-        self._call(f"write {key}", self.client.set, key, dumps(manifest).encode("utf-8"))
-        return f"{safe_location(self.url)} {key}"
+    def put(self, name: str, manifest: Manifest, *, key: bytes | None = None) -> str:
+        seal(manifest, key)
+        key_name = self.prefix + check_name(name)
+        self._call(f"write {key_name}", self.client.set, key_name, dumps(manifest).encode("utf-8"))
+        return f"{safe_location(self.url)} {key_name}"
 
 
 @dataclass
@@ -198,7 +199,9 @@ def parse_location(location: str, *, client: Any | None = None) -> Location:
     return Location(DirectoryStore(path))
 
 
-def read_manifests(location: str, *, client: Any | None = None) -> list[tuple[str, Manifest]]:
+def read_manifests(
+    location: str, *, client: Any | None = None, key: bytes | None = None
+) -> list[tuple[str, Manifest]]:
     """Every manifest at ``location`` as ``(source, manifest)`` pairs (source: file path or store name).
 
     Raises:
@@ -209,34 +212,42 @@ def read_manifests(location: str, *, client: Any | None = None) -> list[tuple[st
     if loc.file is not None:
         from jitwatch.warmup.manifest import load
 
-        return [(str(loc.file), load(loc.file))]
+        return [(str(loc.file), load(loc.file, key=key))]
     assert loc.store is not None
     if loc.name is not None:
-        return [(loc.name, loc.store.get(loc.name))]
+        return [(loc.name, loc.store.get(loc.name, key=key))]
     if isinstance(loc.store, DirectoryStore) and not loc.store.path.is_dir():
         raise StoreError(f"{loc.store.path}: no such manifest file or directory")
     names = loc.store.names()
     if not names:
         raise StoreError(f"{loc.store.description}: holds no manifest")
-    return [(n, loc.store.get(n)) for n in names]
+    return [(n, loc.store.get(n, key=key)) for n in names]
 
 
-def read_one(location: str, *, client: Any | None = None) -> Manifest:
-    """The single manifest at ``location`` (a file, or a store location with a ``NAME``)."""
+def read_one(location: str, *, client: Any | None = None, key: bytes | None = None) -> Manifest:
+    """The single manifest at ``location`` (a file, or a store location with a ``NAME``); with
+    ``key`` (``JITWATCH_MANIFEST_KEY``) a valid HMAC is required."""
     loc = parse_location(location, client=client)
     if loc.file is not None:
         from jitwatch.warmup.manifest import load
 
-        return load(loc.file)
+        return load(loc.file, key=key)
     if loc.name is None:
         raise StoreError(f"{safe_location(location)} is a store, not one manifest: add /NAME")
     assert loc.store is not None
-    return loc.store.get(loc.name)
+    return loc.store.get(loc.name, key=key)
 
 
-def write_manifest(location: str, manifest: Manifest, *, client: Any | None = None, name: str | None = None) -> str:
+def write_manifest(
+    location: str,
+    manifest: Manifest,
+    *,
+    client: Any | None = None,
+    name: str | None = None,
+    key: bytes | None = None,
+) -> str:
     """Write ``manifest`` to ``location`` (a ``.json`` file, ``DIR`` + ``name``, or a Redis location
-    with a ``NAME`` or ``name``); returns where it went.
+    with a ``NAME`` or ``name``), sealed (digest, and HMAC with ``key``); returns where it went.
 
     Raises:
         StoreError: no name for a store location, or the storage refused the write.
@@ -244,7 +255,7 @@ def write_manifest(location: str, manifest: Manifest, *, client: Any | None = No
     loc = parse_location(location, client=client)
     if loc.file is not None:
         try:
-            return str(save(manifest, loc.file))
+            return str(save(manifest, loc.file, key=key))
         except OSError as exc:
             raise StoreError(f"{loc.file}: cannot write manifest: {exc.strerror or exc}") from None
     target = loc.name or name
@@ -256,7 +267,7 @@ def write_manifest(location: str, manifest: Manifest, *, client: Any | None = No
             os.makedirs(loc.store.path, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"{loc.store.path}: {exc.strerror or exc}") from None
-    return loc.store.put(target, manifest)
+    return loc.store.put(target, manifest, key=key)
 
 
 __all__ = [

@@ -30,6 +30,8 @@ identifiers (a path, ``..``, spaces, ``<locals>``) — and imports nothing.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -45,8 +47,10 @@ from jitwatch._version import __version__
 from jitwatch.backends.triton.backend import jsonable
 from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import DOTTED_NAME, resolve_kernel
+from jitwatch.backends.triton.specialization import check_options, split_key
+from jitwatch.config import JITWATCH_MANIFEST_KEY
 from jitwatch.core.events import EventKind, Phase
-from jitwatch.errors import KernelNotResolved, ManifestError, ManifestVersionError
+from jitwatch.errors import KernelNotResolved, ManifestEntryRefused, ManifestError, ManifestVersionError
 from jitwatch.store.journal import Journal
 
 FORMAT: Literal["jitwatch.manifest"] = "jitwatch.manifest"
@@ -141,6 +145,18 @@ class ManifestEntry(BaseModel):
         return (self.backend, self.module, self.qualname, self.key, json.dumps(self.target, sort_keys=True))
 
 
+class Integrity(BaseModel):
+    """What the exporter vouches for: digests of the manifest's canonical bytes (see :func:`canonical_bytes`)."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the canonical bytes (detects damage).")
+    hmac_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="HMAC-SHA256 of the canonical bytes with JITWATCH_MANIFEST_KEY (detects edits by anyone "
+        "without the key); absent when the exporter had no key.",
+    )
+
+
 class Manifest(BaseModel):
     """A warmup manifest (format :data:`FORMAT`, version :data:`VERSION`)."""
 
@@ -151,6 +167,9 @@ class Manifest(BaseModel):
     triton_version: str | None = None
     phases: list[str] = Field(default_factory=lambda: [Phase.SERVING.value])
     entries: list[ManifestEntry] = Field(default_factory=list, max_length=MAX_ENTRIES)
+    integrity: Integrity | None = Field(
+        default=None, description="Digest (and HMAC) written by the exporter; checked by load (see docs/security.md)."
+    )
 
     def kernels(self) -> list[str]:
         """Distinct ``module.qualname`` values, in entry order."""
@@ -317,14 +336,93 @@ def resolve_sources(manifest: Manifest, allow: Sequence[str]) -> dict[str, str]:
     return problems
 
 
+def screen(manifest: Manifest) -> dict[str, str]:
+    """Remove the entries replay would refuse or could never resolve; return ``{"kernel key": why}``.
+
+    Left out: an entry whose recorded options or key options are refused
+    (:func:`jitwatch.backends.triton.specialization.check_options`: ``ir_override``, ``ptx_options``,
+    non-libdevice ``extern_libs``, unknown names) and an entry of a kernel defined in ``__main__``
+    (a script run as ``python script.py``: no import name another process can resolve).
+    """
+    kept: list[ManifestEntry] = []
+    problems: dict[str, str] = {}
+    mains: dict[str, int] = {}
+    for e in manifest.entries:
+        if e.module == "__main__" or e.module.startswith("__main__."):
+            mains[e.kernel] = mains.get(e.kernel, 0) + 1
+            continue
+        try:
+            data = json.loads(e.specialization_data)
+            opts = data.get("options")
+            check_options(opts if isinstance(opts, dict) else {})
+            check_options(split_key(e.key)[1])
+        except ManifestEntryRefused as exc:
+            problems[f"{e.kernel} {e.key[:60]}"] = f"left out: {exc}"
+            continue
+        kept.append(e)
+    for kernel, n in mains.items():
+        problems[kernel] = (
+            f"left out ({n} specializations): defined in __main__, which no other process can import; "
+            "move the kernel into an importable module"
+        )
+    manifest.entries = kept
+    return problems
+
+
 # ---------------------------------------------------------------------------------------- files
+def canonical_bytes(manifest: Manifest) -> bytes:
+    """The bytes a manifest's digest and HMAC cover: every field but ``integrity``, as JSON with sorted
+    keys, no whitespace, ASCII escapes (``json.dumps(..., sort_keys=True, separators=(",", ":"))``)."""
+    body = manifest.model_dump(mode="json", exclude={"integrity"})
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def seal(manifest: Manifest, key: bytes | None = None) -> Manifest:
+    """Set ``manifest.integrity``: the SHA-256 of :func:`canonical_bytes`, plus its HMAC-SHA256
+    (:mod:`hmac`, stdlib) when ``key`` is given. Returns ``manifest``."""
+    data = canonical_bytes(manifest)
+    manifest.integrity = Integrity(
+        sha256=hashlib.sha256(data).hexdigest(),
+        hmac_sha256=hmac.new(key, data, hashlib.sha256).hexdigest() if key else None,
+    )
+    return manifest
+
+
+def verify(manifest: Manifest, key: bytes | None = None, *, source: str = "<manifest>") -> None:
+    """Check ``manifest.integrity``.
+
+    Without ``key``: a recorded digest must match (damage or a careless edit is caught; a writer who
+    recomputes the digest is not). With ``key`` (``JITWATCH_MANIFEST_KEY``): a valid HMAC is required.
+
+    Raises:
+        ManifestError: digest or HMAC mismatch, or ``key`` given and the manifest is not signed.
+    """
+    data = canonical_bytes(manifest)
+    seal_ = manifest.integrity
+    if seal_ is not None and not hmac.compare_digest(seal_.sha256, hashlib.sha256(data).hexdigest()):
+        raise ManifestError(f"{source}: SHA-256 digest mismatch: the manifest was changed after export")
+    if key is None:
+        return
+    if seal_ is None or seal_.hmac_sha256 is None:
+        raise ManifestError(
+            f"{source}: not signed, and {JITWATCH_MANIFEST_KEY} is set: export it with the same key "
+            f"({JITWATCH_MANIFEST_KEY}=... jitwatch manifest export)"
+        )
+    if not hmac.compare_digest(seal_.hmac_sha256, hmac.new(key, data, hashlib.sha256).hexdigest()):
+        raise ManifestError(
+            f"{source}: HMAC mismatch: edited after export, or signed with another {JITWATCH_MANIFEST_KEY}"
+        )
+
+
 def dumps(manifest: Manifest) -> str:
     """The manifest as JSON text (sorted entries are not guaranteed: order is first-seen)."""
     return manifest.model_dump_json(indent=1)
 
 
-def save(manifest: Manifest, path: str | os.PathLike[str]) -> Path:
-    """Write atomically (temporary file in the same directory, then ``os.replace``); mode 0644."""
+def save(manifest: Manifest, path: str | os.PathLike[str], *, key: bytes | None = None) -> Path:
+    """Seal (:func:`seal`: digest, and HMAC with ``key``) and write atomically (temporary file in
+    the same directory, then ``os.replace``); mode 0644."""
+    seal(manifest, key)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=target.parent)
@@ -339,8 +437,8 @@ def save(manifest: Manifest, path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def loads(text: str | bytes, *, source: str = "<manifest>") -> Manifest:
-    """Parse and validate manifest text.
+def loads(text: str | bytes, *, source: str = "<manifest>", key: bytes | None = None) -> Manifest:
+    """Parse and validate manifest text, then check its integrity (:func:`verify`, with ``key``).
 
     Raises:
         ManifestVersionError: ``version`` is newer than :data:`VERSION`.
@@ -371,16 +469,18 @@ def loads(text: str | bytes, *, source: str = "<manifest>") -> Manifest:
             f"this jitwatch reads versions up to {VERSION} (upgrade jitwatch or re-export the manifest)"
         )
     try:
-        return Manifest.model_validate(raw)
+        manifest = Manifest.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors(include_url=False)[:10]
         )
         more = f" (+{exc.error_count() - 10} more)" if exc.error_count() > 10 else ""
         raise ManifestError(f"{source}: invalid manifest: {problems}{more}") from None
+    verify(manifest, key, source=source)
+    return manifest
 
 
-def load(path: str | os.PathLike[str]) -> Manifest:
+def load(path: str | os.PathLike[str], *, key: bytes | None = None) -> Manifest:
     """Read and validate a manifest file (see :func:`loads` for the errors; ``OSError`` → ManifestError)."""
     p = Path(path)
     try:
@@ -390,7 +490,7 @@ def load(path: str | os.PathLike[str]) -> Manifest:
         data = p.read_bytes()
     except OSError as exc:
         raise ManifestError(f"{p}: cannot read manifest: {exc.strerror or exc}") from None
-    return loads(data, source=str(p))
+    return loads(data, source=str(p), key=key)
 
 
 def export(
@@ -400,19 +500,22 @@ def export(
     all_phases: bool = False,
     allow: Sequence[str] = (),
     rank: int | None = None,
+    key: bytes | None = None,
 ) -> tuple[Manifest, dict[str, str]]:
     """``jitwatch manifest export``: journal → manifest file.
 
-    Records serving-phase compiles (every phase with ``all_phases``), fills missing source hashes
-    by importing kernels under ``allow`` (:func:`resolve_sources`), writes ``output`` atomically.
-    Returns the manifest and ``{kernel: why it has no source hash}``.
+    Records serving-phase compiles (every phase with ``all_phases``), leaves out what replay would
+    refuse (:func:`screen`: refused compile options, ``__main__`` kernels), fills missing source
+    hashes by importing kernels under ``allow`` (:func:`resolve_sources`), seals it (digest, and
+    HMAC with ``key``) and writes ``output`` atomically. Returns the manifest and
+    ``{kernel (and key, for a left-out entry): why}``.
 
     Raises:
         FileNotFoundError: no journal in ``journal_dir``.
         jitwatch.store.journal.JournalCorruptError: the journal is unreadable.
     """
     manifest, problems = build(journal_dir, all_phases=all_phases, allow=allow, rank=rank)
-    save(manifest, output)
+    save(manifest, output, key=key)
     return manifest, problems
 
 
@@ -423,9 +526,12 @@ def build(
     allow: Sequence[str] = (),
     rank: int | None = None,
 ) -> tuple[Manifest, dict[str, str]]:
-    """:func:`export` without the file: the manifest and ``{kernel: why it has no source hash}``
-    (what ``jitwatch manifest export`` writes to a directory or Redis store). Same errors."""
+    """:func:`export` without the file: the manifest (screened, see :func:`screen`) and
+    ``{kernel (and key, for a left-out entry): why}`` (what ``jitwatch manifest export`` writes to a
+    directory or Redis store). Same errors."""
     with Journal(journal_dir, readonly=True) as journal:
         manifest = record_from_journal(journal, phases=None if all_phases else (Phase.SERVING,), rank=rank)
-    problems = resolve_sources(manifest, allow) if allow else {}
+    problems = screen(manifest)
+    for kernel, why in (resolve_sources(manifest, allow) if allow else {}).items():
+        problems[kernel] = f"no source hash: {why}"
     return manifest, problems

@@ -31,7 +31,6 @@ measured slower than serial on a 2-core VM (child start-up), and is kept for hos
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -44,8 +43,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from jitwatch.backends.triton.resolve import resolve_kernel
+from jitwatch.backends.triton.specialization import verified_preload_data
 from jitwatch.config import JITWATCH_MANIFEST, Settings
-from jitwatch.errors import KernelNotResolved, ManifestError
+from jitwatch.errors import KernelNotResolved, ManifestEntryRefused, ManifestError
 from jitwatch.warmup.manifest import Manifest, ManifestEntry, load
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Parallel = Literal["auto", "serial", "threads", "processes"]
-Status = Literal["compiled", "cached", "skipped", "failed"]
+Status = Literal["compiled", "cached", "skipped", "refused", "failed"]
 
 
 @dataclass
@@ -96,13 +96,19 @@ class ReplayReport:
         return self.count("failed")
 
     @property
+    def refused(self) -> int:
+        """Entries refused as unsafe: a refused compile option, or a key its data does not reproduce."""
+        return self.count("refused")
+
+    @property
     def cached(self) -> int:
         return self.count("cached")
 
     def summary(self) -> str:
         return (
             f"{len(self.results)} entries: {self.compiled} compiled, {self.cached} already cached, "
-            f"{self.skipped} skipped, {self.failed} failed in {self.wall_s:.2f} s ({self.mode}, {self.workers} workers)"
+            f"{self.skipped} skipped, {self.refused} refused, {self.failed} failed "
+            f"in {self.wall_s:.2f} s ({self.mode}, {self.workers} workers)"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -116,6 +122,7 @@ class ReplayReport:
             "cached": self.cached,
             "skipped": self.skipped,
             "failed": self.failed,
+            "refused": self.refused,
             "results": [r.__dict__ for r in self.results],
         }
 
@@ -125,16 +132,6 @@ def _current_target() -> dict[str, Any]:
     from triton.runtime import driver
 
     return dict(driver.active.get_current_target().__dict__)
-
-
-def _preload_data(entry: ManifestEntry) -> str:
-    """Triton's JSON, minus ``extern_libs``: the recorded libdevice path may be redacted (``~/…``)
-    or another machine's; without it ``parse_options`` uses this Triton's own libdevice."""
-    data = json.loads(entry.specialization_data)
-    opts = data.get("options")
-    if isinstance(opts, dict):
-        opts.pop("extern_libs", None)
-    return json.dumps(data)
 
 
 def _in_memory(fn: Any, key: str) -> bool:
@@ -258,6 +255,7 @@ def replay(
     console: Any = None,
     verify_source: bool = True,
     load_kernels: bool | None = None,
+    key: bytes | None = None,
 ) -> ReplayReport:
     """Precompile every entry of ``manifest`` without launching anything.
 
@@ -276,10 +274,17 @@ def replay(
             builds Triton's C launcher and loads the module, which a first launch otherwise pays
             for — measured 0.28 s for 3 kernels on an H200 with Triton 3.6). Default: on when the
             active driver is a real one, off under the compile-only driver. Still never launches.
+        key: ``JITWATCH_MANIFEST_KEY`` bytes when ``manifest`` is a path: a valid HMAC is then required.
+
+    Every entry is checked before it compiles
+    (:func:`jitwatch.backends.triton.specialization.verified_preload_data`): only allow-listed
+    compile options, and a key that the current kernel recomputes from the entry's
+    ``specialization_data``; ``preload`` gets the key's own options. Anything else is ``refused``.
 
     Returns:
         A :class:`ReplayReport`; entries are ``compiled``, ``cached`` (already in this process's
-        in-memory cache), ``skipped`` (with a reason) or ``failed`` (compile error).
+        in-memory cache), ``skipped`` (with a reason), ``refused`` (unsafe: the reason names the
+        option or the key mismatch) or ``failed`` (compile error).
 
     Raises:
         ManifestError: only when ``manifest`` is a path that does not load (see
@@ -287,7 +292,7 @@ def replay(
     """
     t_start = time.perf_counter()
     if not isinstance(manifest, Manifest):
-        manifest = load(manifest)
+        manifest = load(manifest, key=key)
     workers = workers or _default_workers()
     report = ReplayReport(workers=workers)
     try:
@@ -336,10 +341,15 @@ def replay(
                     )
                 )
                 continue
+        try:
+            data = verified_preload_data(fn, entry.specialization_data, entry.key)
+        except ManifestEntryRefused as exc:
+            report.results.append(EntryResult(entry.kernel, entry.key, "refused", str(exc)))
+            continue
         if _in_memory(fn, entry.key):
             report.results.append(EntryResult(entry.kernel, entry.key, "cached"))
             continue
-        plans.append(_Plan(entry, fn, _preload_data(entry)))
+        plans.append(_Plan(entry, fn, data))
 
     mode = _choose(parallel, len(plans), workers)
     report.mode = mode
@@ -547,7 +557,7 @@ def replay_from_env(
         log.warning("jitwatch: %s set but the monitor is already serving; replay it during warmup", JITWATCH_MANIFEST)
         return None
     try:
-        manifest = load(path)
+        manifest = load(path, key=settings.manifest_key)
     except ManifestError as exc:
         log.error("jitwatch: not replaying warmup manifest: %s", exc)
         return None
@@ -564,7 +574,7 @@ def replay_from_env(
         return None
     log.info("jitwatch: warmup manifest %s: %s", Path(path).name, report.summary())
     for r in report.results:
-        if r.status in ("skipped", "failed"):
+        if r.status in ("skipped", "refused", "failed"):
             log.info("jitwatch: manifest entry %s %s: %s", r.kernel, r.status, r.reason)
     return report
 

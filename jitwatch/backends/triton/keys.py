@@ -16,8 +16,28 @@ def parse_key(key: str) -> list[tuple[Any, ...]] | None:
     ``'constexpr'``, the value (an int equal to 1 becomes ``('constexpr', 1)``). Parsed with
     :func:`ast.literal_eval` (never ``eval``); returns ``None`` if the key has another shape.
     """
-    if not key.startswith("["):
+    end = _list_end(key)
+    if end < 0:
         return None
+    try:
+        value = ast.literal_eval(key[: end + 1])
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, tuple) for v in value):
+        return None
+    return value
+
+
+def key_options_text(key: str) -> str | None:
+    """The ``str(options)`` part of a key (after the specialization list), ``None`` if no list."""
+    end = _list_end(key)
+    return None if end < 0 else key[end + 1 :]
+
+
+def _list_end(key: str) -> int:
+    """Index of the ``]`` closing the key's leading specialization list (quote-aware), else -1."""
+    if not key.startswith("["):
+        return -1
     depth = 0
     in_str: str | None = None
     esc = False
@@ -40,15 +60,7 @@ def parse_key(key: str) -> list[tuple[Any, ...]] | None:
             if depth == 0:
                 end = i
                 break
-    if end < 0:
-        return None
-    try:
-        value = ast.literal_eval(key[: end + 1])
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, tuple) for v in value):
-        return None
-    return value
+    return end
 
 
-__all__ = ["parse_key"]
+__all__ = ["key_options_text", "parse_key"]
