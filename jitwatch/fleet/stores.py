@@ -146,16 +146,16 @@ class RedisStore:
         return sorted(out)[:MAX_NAMES]
 
     def get(self, name: str, *, key: bytes | None = None) -> Manifest:
-        secret, key = key, self.prefix + check_name(name)
-        size = self._call(f"read {key}", self.client.strlen, key)
+        secret, rkey = key, self.prefix + check_name(name)
+        size = self._call(f"read {rkey}", self.client.strlen, rkey)
         if not size:
-            raise ManifestError(f"{self.description}: no manifest {name!r} (key {key!r} is missing or empty)")
+            raise ManifestError(f"{self.description}: no manifest {name!r} (key {rkey!r} is missing or empty)")
         if size > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"{key}: {size} bytes is over the {MAX_MANIFEST_BYTES}-byte limit")
-        data = self._call(f"read {key}", self.client.get, key)
+            raise ManifestError(f"{rkey}: {size} bytes is over the {MAX_MANIFEST_BYTES}-byte limit")
+        data = self._call(f"read {rkey}", self.client.get, rkey)
         if data is None:
             raise ManifestError(f"{self.description}: manifest {name!r} vanished while being read")
-        return loads(data, source=f"redis {key}", key=secret)
+        return loads(data, source=f"redis {rkey}", key=secret)
 
     def put(self, name: str, manifest: Manifest, *, key: bytes | None = None) -> str:
         seal(manifest, key)
@@ -199,9 +199,7 @@ def parse_location(location: str, *, client: Any | None = None) -> Location:
     return Location(DirectoryStore(path))
 
 
-def read_manifests(
-    location: str, *, client: Any | None = None, key: bytes | None = None
-) -> list[tuple[str, Manifest]]:
+def read_manifests(location: str, *, client: Any | None = None, key: bytes | None = None) -> list[tuple[str, Manifest]]:
     """Every manifest at ``location`` as ``(source, manifest)`` pairs (source: file path or store name).
 
     Raises:
