@@ -444,6 +444,45 @@ def warmup_replay(
 
 
 @app.command()
+def why(
+    journal_dir: JournalDirOpt = None,
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel (Triton: fn.name).")] = None,
+    backend: Annotated[str | None, typer.Option(help="Only this JIT backend (e.g. triton).")] = None,
+    rank: Annotated[int | None, typer.Option(help="Only this rank's compiles.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Newest N serving compiles.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the reasons as JSON.", **FLAG)] = False,
+) -> None:
+    """Why each serving compile happened (which argument, option or combination) and the fix."""
+    import time as _time
+
+    from jitwatch.errors import JournalCorruptError, JournalVersionError
+    from jitwatch.store.journal import Journal
+    from jitwatch.views.diagnosis import serving_reasons
+
+    jdir = journal_dir or _settings().journal_dir
+    try:
+        with Journal(jdir, readonly=True) as journal:
+            reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
+    except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
+        typer.echo(f"jitwatch: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in reasons], indent=2))
+        return
+    if not reasons:
+        typer.echo("no serving-phase compiles" + (f" of {kernel}" if kernel else "") + " in the journal")
+        return
+    for r in reversed(reasons):  # oldest first, like a log
+        when = _time.strftime("%H:%M:%S", _time.localtime(r.ts))
+        took = f"{r.duration_s:.3f} s" if r.duration_s is not None else "?"
+        req = f", request {r.request_id}" if r.request_id is not None else ""
+        typer.echo(f"{when} rank {r.rank} {r.backend} {r.kernel} compiled in serving ({took}{req})")
+        typer.echo(f"  why: {r.reason}")
+        for fix in r.fixes:
+            typer.echo(f"  fix: {fix}")
+
+
+@app.command()
 def coverage(
     journal_dir: JournalDirOpt = None,
     allow: AllowOpt = None,

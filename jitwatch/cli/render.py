@@ -95,7 +95,7 @@ def render_status(status: JitStatus, console: Console) -> None:
 
     if status.recent_serving_compiles:
         recent = Table(title="Recent serving-phase compiles")
-        for col in ("time", "rank", "backend", "kernel", "duration", "request", "key"):
+        for col in ("time", "rank", "backend", "kernel", "duration", "request", "why"):
             recent.add_column(col, overflow="fold")
         for c in status.recent_serving_compiles:
             recent.add_row(
@@ -105,7 +105,7 @@ def render_status(status: JitStatus, console: Console) -> None:
                 c.kernel or "-",
                 _secs(c.duration_s),
                 "-" if c.request_id is None else str(c.request_id),
-                (c.key or "-")[:80],
+                (c.reason or c.key or "-")[:120],
             )
         console.print(recent)
     t = status.totals

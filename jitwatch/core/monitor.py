@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind, current_parent
 from jitwatch.config import Mode, Settings, parse_mode
+from jitwatch.core.diagnosis import Diagnoser, explainers_of
 from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase
 from jitwatch.core.identity import WorkerIdentity
 from jitwatch.core.tracing import (
@@ -109,7 +110,18 @@ class Started:
 class _CompileEvent:
     """A capture waiting for the journal writer, which calls :meth:`to_event` on its thread."""
 
-    __slots__ = ("capture", "duration", "ident", "parent", "phase", "request_id", "request_name", "start")
+    __slots__ = (
+        "capture",
+        "diagnoser",
+        "duration",
+        "ident",
+        "parent",
+        "phase",
+        "request_id",
+        "request_name",
+        "start",
+        "warn",
+    )
 
     def __init__(
         self,
@@ -121,9 +133,13 @@ class _CompileEvent:
         duration: float,
         ident: WorkerIdentity,
         parent: str | None = None,
+        diagnoser: Diagnoser | None = None,
+        warn: str | None = None,
     ) -> None:
         self.capture = capture
         self.parent = parent
+        self.diagnoser = diagnoser
+        self.warn = warn  # the warn-mode line's subject, when this compile's line is due
         self.phase = phase
         self.request_id = request_id
         self.request_name = request_name
@@ -144,7 +160,7 @@ class _CompileEvent:
             attrs["request_id"] = self.request_id
             if self.request_name:
                 attrs["request"] = self.request_name  # e.g. the vLLM request ids of the engine step
-        return Event(
+        event = Event(
             kind=_EVENT_KIND.get(c.kind, EventKind.COMPILE),
             ts=self.start + self.duration,
             start_ts=self.start,
@@ -159,6 +175,19 @@ class _CompileEvent:
             cache_hit=c.cache_hit,
             attrs={k: v for k, v in attrs.items() if v is not None},
         )
+        reason = self.diagnoser.observe(event) if self.diagnoser is not None else None
+        if self.warn is not None:  # here, on the writer thread: the line carries the reason
+            why = f": {reason.text}" if reason is not None else ""
+            fix = f" (fix: {reason.fixes[0]})" if reason is not None and reason.fixes else ""
+            log.warning(
+                "jitwatch: post-warmup compile of %s on rank %d%s%s; key %s",
+                self.warn,
+                self.ident.rank,
+                why,
+                fix,
+                redact(c.key or "")[:2000],
+            )
+        return event
 
 
 class Monitor:
@@ -200,6 +229,8 @@ class Monitor:
         self.backends: list[Backend] = list(backends)
         self.backend_statuses: dict[str, BackendStatus] = {}
         self._labels = {b.name: b.label for b in self.backends}
+        self.diagnoser = Diagnoser(explainers_of(self.backends))
+        """Writes the reason of each serving compile (on the journal writer's thread)."""
         self.phase = Phase.STARTUP
         self._lock = threading.Lock()
         self._inflight: dict[int, Started] = {}
@@ -427,14 +458,28 @@ class Monitor:
         duration: float,
         parent: str | None = None,
     ) -> None:
+        serving = phase is Phase.SERVING and capture.kind is CompileKind.COMPILE
         if capture.kind is CompileKind.COMPILE:
             with self._lock:
                 self.compiles_by_phase[phase] += 1
                 self.compile_seconds_by_phase[phase] += duration
+        warn = self._first_warning(capture) if serving and self.mode is Mode.WARN else None
+        queued = False
         if self._state == "installed":
             name = self._request_names.get(request_id) if request_id is not None else None
-            self.sink.submit(_CompileEvent(capture, phase, request_id, name, start, duration, self.identity, parent))
-        if phase is Phase.SERVING and capture.kind is CompileKind.COMPILE:
+            queued = self.sink.submit(
+                _CompileEvent(
+                    capture, phase, request_id, name, start, duration, self.identity, parent, self.diagnoser, warn
+                )
+            )
+        if warn is not None and not queued:  # the event was dropped: say it here, without a reason
+            log.warning(
+                "jitwatch: post-warmup compile of %s on rank %d; key %s",
+                warn,
+                self.identity.rank,
+                redact(capture.key or "")[:2000],
+            )
+        if serving and self.mode is Mode.ERROR:
             self._serving_compile(capture)
 
     def _describe(self, capture: Capture) -> str:
@@ -442,31 +487,30 @@ class Monitor:
         return f"{label} {capture.name!r}"
 
     def _serving_compile(self, capture: Capture) -> None:
-        key = capture.key or ""
-        if self.mode is Mode.ERROR:
-            shown = redact(key)[:500]
-            raise ServingCompileError(
-                f"jitwatch: {self._describe(capture)} compiled during serving on rank {self.identity.rank} "
-                f"(key {shown}); warmup should cover this specialization (JITWATCH_MODE=error)",
-                backend=capture.backend,
-                kernel=capture.name,
-                key=shown,
-            )
-        ident = (capture.backend, capture.name, key)
+        """``error`` mode: raise for a serving compile (its event is already queued)."""
+        shown = redact(capture.key or "")[:500]
+        raise ServingCompileError(
+            f"jitwatch: {self._describe(capture)} compiled during serving on rank {self.identity.rank} "
+            f"(key {shown}); warmup should cover this specialization (JITWATCH_MODE=error; "
+            "`jitwatch why` says which argument)",
+            backend=capture.backend,
+            kernel=capture.name,
+            key=shown,
+        )
+
+    def _first_warning(self, capture: Capture) -> str | None:
+        """``warn`` mode: the line's subject (``Triton kernel 'k'``) the first time this (backend,
+        name, key) compiles in serving, else ``None``. The line itself is logged by the writer
+        thread, once the event (and its reason) is built."""
+        ident = (capture.backend, capture.name, capture.key or "")
         if ident in self._warned:  # warned already: a dict lookup, no lock (the usual case)
-            return
+            return None
         with self._lock:
             first = ident not in self._warned
             self._warned[ident] = None
             if len(self._warned) > _WARNED_MAX:
                 self._warned.popitem(last=False)
-        if first:
-            log.warning(
-                "jitwatch: post-warmup compile of %s on rank %d, key %s; warmup should cover this specialization",
-                self._describe(capture),
-                self.identity.rank,
-                redact(key)[:2000],
-            )
+        return self._describe(capture) if first else None
 
 
 class _RequestMarker(ContextDecorator):

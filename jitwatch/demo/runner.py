@@ -438,7 +438,12 @@ def print_summary(report: DemoReport, console: Any) -> None:
     for c in jit.get("recent_serving_compiles", []):
         lines.append(
             f"serving compile: {c.get('backend', 'triton')} {c.get('kernel')} in request {c.get('request_id')} "
-            f"({(c.get('duration_s') or 0) * 1000:.0f} ms), key {_short_key(c.get('key'), 100)}"
+            f"({(c.get('duration_s') or 0) * 1000:.0f} ms): "
+            + (
+                f"{c['reason']} (`jitwatch why` has the fix)"
+                if c.get("reason")
+                else f"key {_short_key(c.get('key'), 100)}"
+            )
         )
     if source == "reference":
         lines.append(

@@ -117,6 +117,13 @@ class ServingCompile(BaseModel):
     duration_s: float | None
     cache_hit: bool | None = None
     request_id: int | None = Field(default=None, description="Request marked with Monitor.request(), if any.")
+    reason: str | None = Field(
+        default=None, description="Why it compiled: 'n_cols: i32 %16 → ==1 (value 1)', 'never warmed (…)', …"
+    )
+    reason_kind: str | None = Field(
+        default=None, description="argument / option / never_warmed / new_combination / compiler / unknown."
+    )
+    fixes: list[str] = Field(default_factory=list, description="What removes this compile (see `jitwatch why`).")
 
 
 class BackendTotals(BaseModel):
@@ -449,6 +456,9 @@ def build_status(
             duration_s=e.duration_s,
             cache_hit=e.cache_hit,
             request_id=_opt_int(e.attrs.get("request_id")),
+            reason=_opt_str(e.attrs.get("reason")),
+            reason_kind=_opt_str(e.attrs.get("reason_kind")),
+            fixes=[f for f in e.attrs.get("fixes") or [] if isinstance(f, str)],
         )
         for e in journal.events(
             kind=EventKind.COMPILE, phase=Phase.SERVING, backend=backend, limit=RECENT_SERVING_COMPILES

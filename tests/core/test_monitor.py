@@ -133,7 +133,32 @@ def test_warn_once_per_backend_name_and_key(caplog: pytest.LogCaptureFixture) ->
             toy.compile("a", key)
     lines = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
     assert len(lines) == 2
-    assert lines[0].startswith("jitwatch: post-warmup compile of toy kernel 'a' on rank 3, key k1")
+    assert lines[0] == (
+        "jitwatch: post-warmup compile of toy kernel 'a' on rank 3: never warmed (no compile of this kernel "
+        "before serving) (fix: call a in warmup with serving's arguments, or record a manifest "
+        "(`jitwatch manifest export`) and replay it at startup (`jitwatch warmup replay`)); key k1"
+    )
+
+
+def test_reason_on_every_serving_compile_of_a_backend_without_explain() -> None:
+    """Backend-neutral reasons: never warmed; a new key of a warmed name (kind ``unknown`` for a
+    backend without ``explain``); a reason the compiler gave itself kept verbatim (``compiler``)."""
+    mon, toy, sink = make()
+    with mon.warmup():
+        toy.compile("a", "k1")
+    toy.compile("a", "k2")
+    toy.compile("b", "k1")
+    toy.compile("a", "k3", detail={"reason": "tensor 'x' size mismatch at index 0. expected 4, actual 8"})
+    serving = [e for e in sink.of_kind(EventKind.COMPILE) if e.phase is Phase.SERVING]
+    assert [(e.kernel, e.attrs["reason_kind"]) for e in serving] == [
+        ("a", "unknown"),
+        ("b", "never_warmed"),
+        ("a", "compiler"),
+    ]
+    assert serving[0].attrs["reason"] == "new key; 1 other key(s) of this toy compile were warmed"
+    assert serving[2].attrs["reason"] == "tensor 'x' size mismatch at index 0. expected 4, actual 8"
+    warm = [e for e in sink.of_kind(EventKind.COMPILE) if e.phase is not Phase.SERVING]
+    assert all("reason" not in e.attrs for e in warm)
 
 
 def test_error_mode_raises_after_recording() -> None:

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, CompileKind, LibraryBackend
+from jitwatch.backends.explain import Reason, Seen
+from jitwatch.backends.triton import explain as _explain
 from jitwatch.backends.triton.hooks import HookSet, TritonSupport
 
 OPTION_NAMES = ("num_warps", "num_ctas", "num_stages", "enable_fp_fusion", "launch_cooperative_grid")
@@ -197,6 +200,10 @@ class TritonBackend(LibraryBackend):
         """Compiles whose ``jit_cache_hook`` fired and whose post-compile hook has not yet."""
         with self._lock:
             return len(self._pending)
+
+    def explain(self, new: Seen, baseline: Sequence[Seen]) -> Reason | None:
+        """Why a serving compile happened: :func:`jitwatch.backends.triton.explain.explain`."""
+        return _explain.explain(new, baseline)
 
     def hook_in(self, module: ModuleType) -> BackendStatus:
         hooks = self._hooks = HookSet(self)

@@ -63,4 +63,18 @@ def _list_end(key: str) -> int:
     return end
 
 
-__all__ = ["key_options_text", "parse_key"]
+def parse_key_options(key: str) -> dict[str, Any] | None:
+    """The options dict that follows the specialization list in Triton's key (``{'debug': False,
+    'num_warps': 2, …}``; launch options appear there when the caller or an autotune config set
+    them). Parsed with :func:`ast.literal_eval`; ``None`` if there is none or it does not parse."""
+    tail = (key_options_text(key) or "").strip()
+    if not tail.startswith("{"):
+        return None
+    try:
+        value = ast.literal_eval(tail)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+__all__ = ["key_options_text", "parse_key", "parse_key_options"]

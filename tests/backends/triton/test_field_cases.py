@@ -63,6 +63,11 @@ def assert_same_as_triton(rec: TritonHookRecorder, h: MonitorHarness) -> list[An
     return h.compiles(Phase.SERVING)
 
 
+def reasons(serving: list[Any]) -> list[tuple[str, str]]:
+    """(reason_kind, reason) of each serving compile, as journaled (computed on the writer thread)."""
+    return [(e.attrs["reason_kind"], e.attrs["reason"]) for e in serving]
+
+
 def i32(n: int) -> torch.Tensor:
     return torch.empty(n, dtype=torch.int32)
 
@@ -94,6 +99,22 @@ def test_case1_slot_mapping_specialized(tmp_path, triton_cache) -> None:
     assert len(serving) == 3
     assert serving[0].attrs["constexprs"].get("num_tokens") == 1
     assert serving[2].attrs["constexprs"].get("block_table_stride") == 1
+    assert reasons(serving) == [
+        ("argument", "num_tokens: i32 %16 → ==1 (value 1)"),
+        ("argument", "num_tokens: i32 %16 → other"),
+        ("argument", "block_table_stride: i32 %16 → ==1 (value 1)"),
+    ]
+    assert serving[0].attrs["fixes"][0].startswith('do_not_specialize=["num_tokens"]')
+    assert serving[0].attrs["reason_changes"] == [
+        {
+            "name": "num_tokens",
+            "kind": "argument",
+            "before": "i32 %16",
+            "after": "==1 (value 1)",
+            "fix": serving[0].attrs["fixes"][0],
+            "warmed_elsewhere": False,
+        }
+    ]
 
 
 def test_case1_slot_mapping_num_tokens_unspecialized(tmp_path, triton_cache) -> None:
@@ -107,6 +128,7 @@ def test_case1_slot_mapping_num_tokens_unspecialized(tmp_path, triton_cache) -> 
         serving = assert_same_as_triton(rec, h)
     assert len(serving) == 1
     assert serving[0].attrs["constexprs"] == {"BLOCK": 128, "block_table_stride": 1}
+    assert reasons(serving) == [("argument", "block_table_stride: i32 %16 → ==1 (value 1)")]
 
 
 # ------------------------------------------------------------------------------ 2. KV-block zeroing
@@ -131,6 +153,8 @@ def test_case2_kv_zeroing_never_warmed_and_which_rank(tmp_path, triton_cache) ->
     assert {e.rank for e in per_rank[1]} == {1}
     assert all(e.start_ts is not None and e.duration_s and e.duration_s > 0 for e in per_rank[1])
     assert [e.attrs["request_id"] for e in per_rank[1]] == [1, 2, 3]
+    assert reasons(per_rank[1]) == [("never_warmed", "never warmed (no compile of this kernel before serving)")] * 3
+    assert "zero_kv_blocks in warmup" in per_rank[1][0].attrs["fixes"][0]
 
 
 # ------------------------------------------------------------------------------ 3. flag combinations
@@ -154,6 +178,31 @@ def test_case3_flag_combinations(tmp_path, triton_cache) -> None:
         (False, True),
         (True, True),
     ]
+    assert reasons(serving) == [
+        ("argument", "TOP_P: constexpr True → False"),
+        ("argument", "TOP_K: constexpr True → False"),
+        ("argument", "batch_size: i32 %16 → other"),
+    ]
+
+
+def test_case3_new_combination(tmp_path, triton_cache) -> None:
+    """Warmed top-k only and top-p only; serving turns both on: each flag value was warmed, never
+    together — coverage per argument shows nothing missing, the reason says "new combination"."""
+    with watched(tmp_path, triton_cache) as (rec, h):
+        with h.monitor.warmup():
+            _sample(16, True, False)
+            _sample(16, False, True)
+        _sample(16, True, True)
+        serving = assert_same_as_triton(rec, h)
+    assert reasons(serving) == [
+        (
+            "new_combination",
+            "new combination (each class was warmed, not together): TOP_P: constexpr False → True",
+        )
+    ]
+    assert serving[0].attrs["fixes"] == [
+        "warm this combination (TOP_P=True): add the call to warmup or replay a manifest"
+    ]
 
 
 # ------------------------------------------------------------------------------ 4. offset view
@@ -172,6 +221,8 @@ def test_case4_offset_view_pointer_alignment(tmp_path, triton_cache) -> None:
         serving = assert_same_as_triton(rec, h)
     assert len(serving) == 1
     assert "('*fp32', '')" in (serving[0].key or "")
+    assert reasons(serving) == [("argument", "dst_ptr: *fp32 aligned → unaligned")]
+    assert serving[0].attrs["fixes"][0].startswith('do_not_specialize_on_alignment=["dst_ptr"]')
 
 
 # ------------------------------------------------------------------------------ 5. tile size
@@ -189,6 +240,7 @@ def test_case5_tile_from_request(tmp_path, triton_cache) -> None:
         serving = assert_same_as_triton(rec, h)
     assert len(serving) == 1
     assert serving[0].attrs["constexprs"]["TILE"] == 512
+    assert reasons(serving) == [("argument", "tokens: ==1 (value 1) → i32 other; TILE: constexpr 16 → 512")]
 
 
 # ------------------------------------------------------------------------------ 6. autotune
@@ -206,6 +258,56 @@ def test_case6_autotune_per_config_compiles(tmp_path, triton_cache) -> None:
     assert len(warm) == len(serving) == len(AUTOTUNE_BLOCKS)
     assert sorted(e.attrs["constexprs"]["BLOCK"] for e in serving) == AUTOTUNE_BLOCKS
     assert all(e.attrs["signature"]["x_ptr"] == "*bf16" and e.attrs["constexprs"]["FLAG"] is True for e in serving)
+    # Each config's nearest warm key is the same config in fp32, flag off (same BLOCK, same num_warps).
+    assert reasons(serving) == [
+        ("argument", "x_ptr: *fp32 → *bf16; out_ptr: *fp32 → *bf16; FLAG: constexpr False → True")
+    ] * len(AUTOTUNE_BLOCKS)
+
+
+def test_launch_option_reason(tmp_path, triton_cache) -> None:
+    """A launch option is part of the key: warmed with num_warps=4, served with 8 → the reason
+    names the option and nothing else."""
+    with watched(tmp_path, triton_cache) as (rec, h):
+        with h.monitor.warmup():
+            kf.scale_copy.warmup(f32(1024), f32(1024), 512, BLOCK=64, num_warps=4, grid=(1,))
+        kf.scale_copy.warmup(f32(1024), f32(1024), 512, BLOCK=64, num_warps=8, grid=(1,))
+        serving = assert_same_as_triton(rec, h)
+    assert reasons(serving) == [("option", "num_warps: 4 → 8")]
+    assert serving[0].attrs["fixes"] == [
+        "warm with num_warps=8 (launch options and autotune configs are part of the key)"
+    ]
+
+
+def test_every_case_reason_matches_its_key_difference(tmp_path, triton_cache) -> None:
+    """For every field case in ``CASES``: each serving compile carries a reason, and every argument
+    it names really differs between that key and some key compiled before serving (or the kernel
+    never compiled before serving)."""
+    from jitwatch.backends.triton.keys import parse_key
+
+    for case, spec in kf.CASES.items():
+        fresh_kernel_cache(*ALL)
+        with watched(tmp_path / case, triton_cache) as (rec, h):
+            with h.monitor.warmup():
+                for call in spec["warmup"]:
+                    call()
+            for call in spec["serving"]:
+                call()
+            serving = assert_same_as_triton(rec, h)
+            warm = [e for e in h.compiles() if e.phase is not Phase.SERVING]
+        assert len(serving) == spec["expected_serving"], case
+        for e in serving:
+            kind, changes = e.attrs["reason_kind"], e.attrs["reason_changes"]
+            peers = [w for w in warm if w.kernel == e.kernel]
+            if not peers:
+                assert kind == "never_warmed", case
+                continue
+            assert kind in ("argument", "option", "new_combination") and changes, case
+            names = list(e.attrs["signature"])
+            mine = dict(zip(names, parse_key(e.key or "") or [], strict=False))
+            near = [dict(zip(names, parse_key(w.key or "") or [], strict=False)) for w in peers]
+            named = {c["name"] for c in changes if c["kind"] == "argument"}
+            # the reason names exactly the arguments that differ from one warm key
+            assert any(named == {n for n in names if m.get(n) != mine.get(n)} for m in near), (case, e.attrs["reason"])
 
 
 @pytest.mark.gpu

@@ -1,0 +1,152 @@
+"""Why a compile happened: the backend-neutral shape of a *reason* and the optional explain seam.
+
+A serving-phase compile happened because its key differs from every key of the same kernel the
+process compiled before serving. jitwatch states that difference in the compiler's own terms:
+per argument (``n_cols: i32 %16 → ==1 (value 1)``), per launch option (``num_warps: 4 → 8``),
+``never warmed`` (nothing of this kernel compiled before serving) or ``new combination`` (each
+argument class was warmed, never together). The core computes it on the journal writer's thread
+(:class:`jitwatch.core.diagnosis.Diagnoser`), never on the compiling thread.
+
+A backend that can read its own keys offers ``explain(new, baseline)`` (see :class:`Explainer`):
+``new`` is the serving compile, ``baseline`` the compiles of the same kernel before serving, each
+as a :class:`Seen` (key + the event's ``attrs``). A backend whose compiler states the reason itself
+(torch.compile: Dynamo's guard failure) puts it in the event's ``attrs["reason"]`` and jitwatch keeps
+it as it is (kind ``compiler``).
+
+Event fields (``attrs``) written for every serving compile: ``reason`` (one line),
+``reason_kind`` (one of :data:`REASON_KINDS`), ``reason_changes`` (a list of
+:meth:`Change.as_attrs`) and ``fixes`` (lines of advice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+ReasonKind = Literal["argument", "option", "never_warmed", "new_combination", "compiler", "unknown"]
+REASON_KINDS: tuple[str, ...] = ("argument", "option", "never_warmed", "new_combination", "compiler", "unknown")
+"""Every ``reason_kind`` value (bounded: usable as a label)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One compile as the journal has it: the compiler's key and the event's ``attrs``."""
+
+    key: str | None
+    attrs: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One difference between a serving compile's key and the nearest key compiled before serving.
+
+    Attributes:
+        name: the argument (``n_cols``) or launch option (``num_warps``).
+        kind: ``argument`` or ``option``.
+        before: its class in the nearest earlier key, in the compiler's words (``i32 %16``).
+        after: its class now (``==1 (value 1)``).
+        fix: what removes this compile (``do_not_specialize=["n_cols"]``, warm this value, …).
+        warmed_elsewhere: the new class was compiled before serving, in another key.
+    """
+
+    name: str
+    kind: Literal["argument", "option"]
+    before: str
+    after: str
+    fix: str = ""
+    warmed_elsewhere: bool = False
+
+    @property
+    def text(self) -> str:
+        """``name: before → after``, with a shared prefix of the two sides said once
+        (``x_ptr: *fp32 aligned → unaligned``)."""
+        b, a = self.before, self.after
+        pb, _, rb = b.partition(" ")
+        pa, _, ra = a.partition(" ")
+        if pb == pa and rb and ra and rb != ra:
+            return f"{self.name}: {b} → {ra}"
+        return f"{self.name}: {b} → {a}"
+
+    def as_attrs(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "before": self.before,
+            "after": self.after,
+            "fix": self.fix,
+            "warmed_elsewhere": self.warmed_elsewhere,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why one compile happened. ``text`` is one line for logs and tables; ``changes`` the
+    per-argument/option differences (empty for ``never_warmed``); ``fixes`` one line each."""
+
+    kind: ReasonKind
+    text: str
+    changes: tuple[Change, ...] = ()
+    fixes: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_attrs(self) -> dict[str, Any]:
+        """The event ``attrs`` fields: ``reason``, ``reason_kind``, ``reason_changes``, ``fixes``."""
+        return {
+            "reason": self.text,
+            "reason_kind": self.kind,
+            "reason_changes": [c.as_attrs() for c in self.changes],
+            "fixes": list(self.fixes),
+        }
+
+
+def never_warmed(name: str, label: str = "kernel") -> Reason:
+    """The reason of a serving compile of something that never compiled before serving."""
+    return Reason(
+        "never_warmed",
+        f"never warmed (no compile of this {label} before serving)",
+        fixes=(
+            f"call {name} in warmup with serving's arguments, or record a manifest "
+            "(`jitwatch manifest export`) and replay it at startup (`jitwatch warmup replay`)",
+        ),
+    )
+
+
+def from_changes(changes: Sequence[Change], *, combination_fix: str) -> Reason:
+    """A :class:`Reason` from the nearest key's differences: ``new_combination`` when every new
+    class was warmed in some other key, else ``argument`` (or ``option`` when only options moved).
+    """
+    if not changes:
+        return Reason("unknown", "key differs from every key compiled before serving in no field jitwatch reads")
+    body = "; ".join(c.text for c in changes)
+    if all(c.warmed_elsewhere for c in changes):
+        return Reason(
+            "new_combination",
+            f"new combination (each class was warmed, not together): {body}",
+            tuple(changes),
+            (combination_fix,),
+        )
+    kind: ReasonKind = "option" if all(c.kind == "option" for c in changes) else "argument"
+    fixes = tuple(dict.fromkeys(c.fix for c in changes if c.fix and not c.warmed_elsewhere))
+    return Reason(kind, body, tuple(changes), fixes)
+
+
+class Explainer(Protocol):
+    """What a backend offers (as a method ``explain``) to say why a serving compile happened.
+
+    Runs on the journal writer's thread (or in a reader), never on a compiling thread. Must not
+    raise for any key/attrs shape (return ``None`` when it cannot read them).
+    """
+
+    def __call__(self, new: Seen, baseline: Sequence[Seen]) -> Reason | None: ...
+
+
+__all__ = [
+    "REASON_KINDS",
+    "Change",
+    "Explainer",
+    "Reason",
+    "ReasonKind",
+    "Seen",
+    "from_changes",
+    "never_warmed",
+]

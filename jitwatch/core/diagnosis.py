@@ -1,0 +1,106 @@
+"""A reason on every serving compile: the nearest key compiled before serving, and how it differs.
+
+:class:`Diagnoser` is fed a worker's compile events in the order they happened. Compiles outside
+the ``serving`` phase (startup, warmup, replayed manifests) become the *baseline* of their
+``(backend, kernel)``; a ``serving`` compile gets a :class:`~jitwatch.backends.explain.Reason`
+written into its ``attrs`` (``reason``, ``reason_kind``, ``reason_changes``, ``fixes``):
+
+* the backend's compiler said why (torch.compile: Dynamo's guard failure in ``attrs.reason``):
+  kept verbatim, kind ``compiler``;
+* nothing of that kernel compiled before serving: ``never warmed``;
+* else the backend's ``explain`` (Triton: :func:`jitwatch.backends.triton.explain.explain`) diffs
+  the key against the nearest baseline key; a backend without one gets kind ``unknown``.
+
+In a worker it runs on the journal writer's thread (the monitor's deferred events call it while
+being built), never on the compiling thread. Readers use the same class over a journal's events
+(:mod:`jitwatch.views.diagnosis`) for events written without a reason. Memory is bounded:
+:data:`MAX_BASELINE_KEYS` keys per kernel, :data:`MAX_KERNELS` kernels.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from jitwatch.backends.explain import Reason, Seen, never_warmed
+from jitwatch.core.events import Event, EventKind, Phase
+
+log = logging.getLogger(__name__)
+
+MAX_BASELINE_KEYS = 64
+"""Distinct keys remembered per ``(backend, kernel)`` compiled before serving (the first ones)."""
+MAX_KERNELS = 4096
+"""``(backend, kernel)`` pairs remembered; later ones are explained as ``unknown``."""
+_KEEP = ("signature", "options", "constexprs")
+
+ExplainFn = Callable[[Seen, Sequence[Seen]], Reason | None]
+
+
+def explainers_of(backends: Sequence[Any]) -> dict[str, ExplainFn]:
+    """``{backend name: explain}`` for the backends that have an ``explain`` method."""
+    out: dict[str, ExplainFn] = {}
+    for b in backends:
+        fn = getattr(b, "explain", None)
+        if callable(fn):
+            out[str(b.name)] = fn
+    return out
+
+
+class Diagnoser:
+    """Writes a reason into every serving-phase ``compile`` event it is shown (not thread-safe:
+    one thread, the journal writer's, calls :meth:`observe`)."""
+
+    def __init__(self, explainers: Mapping[str, ExplainFn] | None = None) -> None:
+        self.explainers = dict(explainers or {})
+        self._baseline: dict[tuple[str, str], dict[str, Seen]] = {}
+        self.errors = 0
+
+    def observe(self, event: Event) -> Reason | None:
+        """Remember ``event`` as baseline, or (serving) set its reason fields in place and return
+        the reason. Other kinds and events without a kernel are ignored. Never raises."""
+        if event.kind is not EventKind.COMPILE or not event.kernel:
+            return None
+        ident = (event.backend, event.kernel)
+        if event.phase is not Phase.SERVING:
+            keys = self._baseline.get(ident)
+            if keys is None:
+                if len(self._baseline) >= MAX_KERNELS:
+                    return None
+                keys = self._baseline[ident] = {}
+            k = event.key or ""
+            if k not in keys and len(keys) < MAX_BASELINE_KEYS:
+                keys[k] = Seen(event.key, {n: event.attrs[n] for n in _KEEP if n in event.attrs})
+            return None
+        try:
+            reason = self.explain(event)
+        except Exception as exc:  # noqa: BLE001 - a diagnosis bug must not cost the event
+            self.errors += 1
+            if self.errors <= 3:
+                log.error("jitwatch: could not explain a compile of %s: %s: %s", event.kernel, type(exc).__name__, exc)
+            reason = Reason("unknown", f"not explained ({type(exc).__name__})")
+        event.attrs.update(reason.as_attrs())
+        return reason
+
+    def explain(self, event: Event) -> Reason:
+        """The reason of a serving compile ``event`` (does not modify it)."""
+        given = event.attrs.get("reason")
+        if isinstance(given, str) and given:
+            fixes = event.attrs.get("fixes")
+            return Reason("compiler", given, fixes=tuple(str(f) for f in fixes) if isinstance(fixes, list) else ())
+        base = self._baseline.get((event.backend, event.kernel or ""))
+        if not base:
+            return never_warmed(event.kernel or "this kernel")
+        fn = self.explainers.get(event.backend)
+        if fn is not None:
+            reason = fn(Seen(event.key, event.attrs), list(base.values()))
+            if reason is not None:
+                return reason
+        return Reason(
+            "unknown",
+            f"new key; {len(base)} other key(s) of this {event.backend or 'JIT'} compile were warmed",
+            fixes=("record a manifest of serving's keys and replay it in warmup",),
+        )
+
+
+__all__ = ["MAX_BASELINE_KEYS", "MAX_KERNELS", "Diagnoser", "ExplainFn", "explainers_of"]

@@ -1,0 +1,125 @@
+"""``jitwatch why``: the reason of each serving compile, read from the journal (backend-neutral).
+
+A worker writes the reason into each serving compile's ``attrs`` on its journal writer's thread
+(:class:`jitwatch.core.diagnosis.Diagnoser`). For an event written without one (a journal from
+jitwatch ≤ 0.2, or a worker whose events were built elsewhere), the reason is computed here the
+same way: the compiles of that worker process (``host``, ``pid``) before serving are the baseline,
+and the backend's own ``explain`` (found through the registry) diffs the keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from jitwatch.core.diagnosis import Diagnoser, ExplainFn, explainers_of
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.store.journal import Journal
+
+BASELINE_EVENTS = 20_000
+"""Compile events read to rebuild reasons for events journaled without one."""
+
+
+class ReasonChange(BaseModel):
+    """One argument or launch option that differs from the nearest key compiled before serving."""
+
+    name: str = Field(description="Argument (n_cols) or launch option (num_warps).")
+    kind: str = Field(description="argument / option.")
+    before: str = Field(description="Its class in the nearest earlier key, e.g. 'i32 %16'.")
+    after: str = Field(description="Its class in this compile's key, e.g. '==1 (value 1)'.")
+    fix: str = ""
+    warmed_elsewhere: bool = Field(default=False, description="The new class was warmed in another key.")
+
+
+class CompileReason(BaseModel):
+    """Why one serving-phase compile happened."""
+
+    backend: str
+    kernel: str | None
+    rank: int
+    pid: int
+    host: str
+    ts: float = Field(description="Unix time the compile ended, seconds.")
+    duration_s: float | None = Field(default=None, description="Compile wall time, seconds.")
+    request_id: int | None = None
+    key: str | None = None
+    reason: str = Field(description="One line: 'n_cols: i32 %16 → ==1 (value 1)', 'never warmed (…)', …")
+    reason_kind: str = Field(description="argument / option / never_warmed / new_combination / compiler / unknown.")
+    changes: list[ReasonChange] = Field(default_factory=list)
+    fixes: list[str] = Field(default_factory=list, description="What removes this compile, one line each.")
+
+
+def registry_explainers() -> dict[str, ExplainFn]:
+    """``explain`` of every known backend that has one (built-in and entry points)."""
+    from jitwatch.backends import create
+
+    try:
+        return explainers_of(create(None))
+    except Exception:  # noqa: BLE001 - a broken third-party backend must not stop the reader
+        return {}
+
+
+def _reasoned(events: list[Event], explainers: Mapping[str, ExplainFn]) -> dict[int, Event]:
+    """Serving compiles of ``events`` with reasons computed per worker process, by id."""
+    out: dict[int, Event] = {}
+    by_worker: dict[tuple[str, int], list[Event]] = {}
+    for e in events:
+        by_worker.setdefault((e.host, e.pid), []).append(e)
+    for evs in by_worker.values():
+        diag = Diagnoser(explainers)
+        for e in sorted(evs, key=lambda x: (x.start_ts if x.start_ts is not None else x.ts, x.id or 0)):
+            if e.phase is Phase.SERVING and "reason_kind" not in e.attrs:
+                e = e.model_copy(deep=True)
+                diag.observe(e)
+                if e.id is not None:
+                    out[e.id] = e
+            else:
+                diag.observe(e)
+    return out
+
+
+def _as_reason(e: Event) -> CompileReason:
+    a: dict[str, Any] = e.attrs
+    rid = a.get("request_id")
+    changes = a.get("reason_changes") if isinstance(a.get("reason_changes"), list) else []
+    return CompileReason(
+        backend=e.backend or "triton",
+        kernel=e.kernel,
+        rank=e.rank,
+        pid=e.pid,
+        host=e.host,
+        ts=e.ts,
+        duration_s=e.duration_s,
+        request_id=rid if isinstance(rid, int) and not isinstance(rid, bool) else None,
+        key=e.key,
+        reason=str(a.get("reason") or "not explained"),
+        reason_kind=str(a.get("reason_kind") or "unknown"),
+        changes=[ReasonChange.model_validate(c) for c in changes or [] if isinstance(c, dict)],
+        fixes=[str(f) for f in a.get("fixes") or [] if isinstance(f, str)],
+    )
+
+
+def serving_reasons(
+    journal: Journal,
+    *,
+    kernel: str | None = None,
+    backend: str | None = None,
+    rank: int | None = None,
+    limit: int = 50,
+    explainers: Mapping[str, ExplainFn] | None = None,
+) -> list[CompileReason]:
+    """The newest ``limit`` serving compiles (newest first) with their reasons. Read-only; raises
+    ``sqlite3.Error`` only."""
+    serving = journal.events(
+        kind=EventKind.COMPILE, phase=Phase.SERVING, kernel=kernel, backend=backend, rank=rank, limit=limit
+    )
+    if any("reason_kind" not in e.attrs for e in serving):
+        every = journal.events(kind=EventKind.COMPILE, kernel=kernel, backend=backend, rank=rank, limit=BASELINE_EVENTS)
+        fixed = _reasoned(every, registry_explainers() if explainers is None else explainers)
+        serving = [fixed.get(e.id or -1, e) if "reason_kind" not in e.attrs else e for e in serving]
+    return [_as_reason(e) for e in serving]
+
+
+__all__ = ["BASELINE_EVENTS", "CompileReason", "ReasonChange", "registry_explainers", "serving_reasons"]

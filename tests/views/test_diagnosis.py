@@ -1,0 +1,118 @@
+"""``jitwatch why`` and :mod:`jitwatch.views.diagnosis` over real compiles (compile-only driver):
+reasons written by the worker, the same reasons rebuilt at read time for a journal written without
+them, ``/jit``'s recent serving compiles carrying them, and the CLI's output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from jitwatch.cli import app
+from jitwatch.core.events import Phase
+from jitwatch.store.journal import Journal
+from jitwatch.testing import fresh_kernel_cache, monitored, read_events
+from jitwatch.views.diagnosis import serving_reasons
+from jitwatch.views.status import build_status
+from tests._paths import TRITON_TESTS
+
+sys.path.insert(0, str(TRITON_TESTS))
+import kernels_fieldcases as kf
+
+REASON_FIELDS = ("reason", "reason_kind", "reason_changes", "fixes")
+
+
+@pytest.fixture(scope="module")
+def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One worker: the slot-mapping and offset-view cases, warmed then served."""
+    jdir = tmp_path_factory.mktemp("why") / "journal"
+    fresh_kernel_cache(kf.slot_mapping, kf.scale_copy)
+    with monitored(journal_dir=jdir) as h:
+        with h.monitor.warmup():
+            for call in (*kf.CASES["slot_mapping"]["warmup"], *kf.CASES["offset_view"]["warmup"]):
+                call()
+        with h.monitor.request("req-1"):
+            for call in (*kf.CASES["slot_mapping"]["serving"], *kf.CASES["offset_view"]["serving"]):
+                call()
+        h.monitor.flush()
+    return jdir
+
+
+EXPECTED = [  # newest first
+    "dst_ptr: *fp32 aligned → unaligned",
+    "block_table_stride: i32 %16 → ==1 (value 1)",
+    "num_tokens: i32 %16 → other",
+    "num_tokens: i32 %16 → ==1 (value 1)",
+]
+
+
+def test_serving_reasons_newest_first(journal: Path) -> None:
+    with Journal(journal, readonly=True) as j:
+        reasons = serving_reasons(j)
+    assert [r.reason for r in reasons] == EXPECTED
+    assert all(r.reason_kind == "argument" and r.request_id == 1 for r in reasons)
+    assert reasons[0].changes[0].model_dump() == {
+        "name": "dst_ptr",
+        "kind": "argument",
+        "before": "*fp32 aligned",
+        "after": "*fp32 unaligned",
+        "fix": reasons[0].fixes[0],
+        "warmed_elsewhere": False,
+    }
+    with Journal(journal, readonly=True) as j:
+        only = serving_reasons(j, kernel="scale_copy")
+    assert [r.kernel for r in only] == ["scale_copy"]
+
+
+def test_reasons_rebuilt_at_read_time_for_a_journal_without_them(journal: Path, tmp_path: Path) -> None:
+    """An older worker wrote no reasons: the reader computes the same ones from the journal."""
+    events = read_events(journal)
+    for e in events:
+        for f in REASON_FIELDS:
+            e.attrs.pop(f, None)
+        e.id = None
+    with Journal(tmp_path / "old") as j:
+        j.write(events)
+    with Journal(tmp_path / "old", readonly=True) as j:
+        reasons = serving_reasons(j)
+    assert [r.reason for r in reasons] == EXPECTED
+
+
+def test_jit_recent_serving_compiles_carry_the_reason(journal: Path) -> None:
+    with Journal(journal, readonly=True) as j:
+        status = build_status(j)
+    assert [c.reason for c in status.recent_serving_compiles] == EXPECTED
+    assert all(c.reason_kind == "argument" and c.fixes for c in status.recent_serving_compiles)
+
+
+def test_cli_why(journal: Path) -> None:
+    out = CliRunner().invoke(app, ["why", "--journal-dir", str(journal), "--kernel", "slot_mapping"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert [ln for ln in lines if ln.startswith("  why: ")] == [f"  why: {r}" for r in reversed(EXPECTED[1:])]
+    assert (
+        '  fix: do_not_specialize=["num_tokens"] in @triton.jit (one binary for every value), or warm num_tokens=1'
+        in lines
+    )
+    assert " rank 0 triton slot_mapping compiled in serving (" in lines[0] and "request 1)" in lines[0]
+    as_json = CliRunner().invoke(app, ["why", "--journal-dir", str(journal), "--json", "--limit", "1"])
+    assert [r["reason"] for r in json.loads(as_json.output)] == EXPECTED[:1]
+
+
+def test_cli_why_empty_and_missing(tmp_path: Path) -> None:
+    with monitored(journal_dir=tmp_path / "j") as h:
+        h.monitor.flush()
+    out = CliRunner().invoke(app, ["why", "--journal-dir", str(tmp_path / "j")])
+    assert out.exit_code == 0 and "no serving-phase compiles" in out.output
+    missing = CliRunner().invoke(app, ["why", "--journal-dir", str(tmp_path / "nope")])
+    assert missing.exit_code == 1
+
+
+def test_phase_of_reasons(journal: Path) -> None:
+    """Warmup compiles carry no reason; every serving compile does."""
+    for e in read_events(journal):
+        if e.kind.value == "compile":
+            assert ("reason" in e.attrs) == (e.phase is Phase.SERVING)
