@@ -87,6 +87,13 @@ def _may_need_redaction(text: str) -> bool:
     return any(n in text for n in _needles())
 
 
+def may_need_redaction(text: str) -> bool:
+    """Whether :func:`redact` could change ``text`` or any part of it: ``False`` means no home
+    directory, ``/home/``, ``/Users/`` or ``/<user>`` substring occurs in it at all (a cheap
+    substring test; ``True`` may be a false alarm)."""
+    return _may_need_redaction(text)
+
+
 def redact(text: str) -> str:
     """Replace home directories with ``~`` and the current user name with ``<user>``.
 

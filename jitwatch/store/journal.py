@@ -42,7 +42,7 @@ from urllib.parse import quote
 from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAULT_RETENTION_SECONDS
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
-from jitwatch.redact import redact
+from jitwatch.redact import may_need_redaction, redact
 from jitwatch.store import migrations, safety
 
 log = logging.getLogger(__name__)
@@ -180,34 +180,78 @@ def _finite(value: float | None) -> float | None:
     return value if value is None or math.isfinite(value) else None
 
 
-def _sanitize(ev: Event) -> tuple[Event, str]:
-    """What is stored for ``ev``: kernel, key and attrs passed through :func:`~jitwatch.redact.redact`
-    (defence in depth: every producer should redact, the journal makes sure), non-finite times
-    and durations dropped, and ``attrs`` as strict JSON (NaN/inf become strings), so one odd
-    event can neither fail its whole batch nor make the sidecar's JSON responses fail."""
+def _text(value: str) -> str:
+    """``value`` redacted, with lone surrogates (not encodable as UTF-8, so not storable) replaced by ``?``."""
     try:
-        text = json.dumps(ev.attrs, default=str, allow_nan=False)
-    except ValueError:
-        text = json.dumps(_finite_json(ev.attrs), default=str, allow_nan=False)
-    attrs_json = redact(text)
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "replace").decode("utf-8")
+    return redact(value)
+
+
+def _clean(value: Any) -> Any:
+    """``value`` made storable, structurally: every string (dict keys too) redacted and UTF-8-safe
+    (:func:`_text`), NaN/±inf floats as their string names, tuples as lists, anything else as its
+    ``str``. Redaction works on *values*, never on JSON text, so no value can break the encoding
+    of another (a backslash before a quote stays escaped)."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {_text(str(k)): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return _text(str(value))
+
+
+def _sanitize(ev: Event) -> tuple[Event, str]:
+    """What is stored for ``ev``: its strings (kernel, key, host, backend, attrs, structurally)
+    redacted and UTF-8-safe (:func:`_clean`), non-finite times and durations dropped, and
+    ``attrs`` as strict JSON. Raises (``RecursionError``, ``ValueError``) only for an event that
+    cannot be stored at all; :meth:`Journal.write` then drops that event alone."""
     update: dict[str, Any] = {}
-    if ev.kernel is not None:
-        kernel = redact(ev.kernel)
-        if kernel != ev.kernel:
-            update["kernel"] = kernel
-    if ev.key is not None:
-        key = redact(ev.key)
-        if key != ev.key:
-            update["key"] = key
+    try:  # fast path: plain JSON, valid UTF-8, and not one redactable substring anywhere in it
+        attrs_json = json.dumps(ev.attrs, allow_nan=False, ensure_ascii=False)
+        attrs_json.encode("utf-8")
+        fast = not may_need_redaction(attrs_json)
+    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
+        fast = False
+    if not fast:
+        attrs = _clean(ev.attrs)
+        attrs_json = json.dumps(attrs, allow_nan=False, ensure_ascii=False)
+        if attrs != ev.attrs:
+            update["attrs"] = attrs
+    for name in ("kernel", "key", "host", "backend"):
+        value = getattr(ev, name)
+        if isinstance(value, str):
+            clean = _text(value)
+            if clean != value:
+                update[name] = clean
     if not math.isfinite(ev.ts):
         update["ts"] = time.time()
     for name in ("start_ts", "duration_s"):
         value = getattr(ev, name)
         if value is not None and _finite(value) is None:
             update[name] = None
-    if attrs_json != text:
-        update["attrs"] = json.loads(attrs_json)
     return (ev.model_copy(update=update) if update else ev), attrs_json
+
+
+_EVENT_ERRORS = (
+    ValueError,
+    TypeError,
+    OverflowError,
+    RecursionError,
+    sqlite3.IntegrityError,
+    sqlite3.DataError,
+    sqlite3.InterfaceError,
+    sqlite3.ProgrammingError,
+)
+"""What one event's own values can raise while it is stored (unstorable text or numbers, an int
+beyond SQLite's 64 bits): that event is dropped alone. Storage faults (``OperationalError``) and
+corruption still fail the whole batch, which the writer retries or counts."""
 
 
 def _on_readonly_fs_without_wal(path: Path) -> bool:
@@ -277,6 +321,7 @@ class Journal:
         self.max_kernels = max_kernels
         self.readonly = readonly
         self._writes_since_prune = 0
+        self._warned_bad_event = False
         self._cap_reached = False
         if readonly:
             safety.check_reader_files(self.path)
@@ -358,7 +403,10 @@ class Journal:
 
     # ------------------------------------------------------------------ writing
     def write(self, events: Sequence[Event]) -> list[int]:
-        """Append ``events`` and update the aggregates in one transaction; returns their ids.
+        """Append ``events`` and update the aggregates in one transaction; returns the ids of those written.
+
+        An event whose own values cannot be stored (see :data:`_EVENT_ERRORS`) is dropped alone,
+        counted in the ``dropped_events`` counter (its rank's), logged once; the others are written.
 
         Raises ``sqlite3.Error`` (including ``OperationalError`` for a full disk or a read-only
         file) with nothing written. The journal writer thread catches and counts those.
@@ -366,9 +414,28 @@ class Journal:
         if self.readonly:
             raise PermissionError("journal opened read-only")
         ids: list[int] = []
+        bad: dict[int, int] = {}
         with self._transaction() as conn:
             for ev in events:
-                ids.append(self._insert(conn, ev))
+                # One event that cannot be stored (its own values) is dropped alone and counted,
+                # inside a savepoint so none of its rows or aggregates stay half-written.
+                conn.execute("SAVEPOINT jitwatch_event")
+                try:
+                    ids.append(self._insert(conn, ev))
+                except _EVENT_ERRORS as exc:
+                    conn.execute("ROLLBACK TO jitwatch_event")
+                    rank = ev.rank if isinstance(ev.rank, int) and 0 <= ev.rank <= 2**31 - 1 else 0
+                    bad[rank] = bad.get(rank, 0) + 1
+                    if not self._warned_bad_event:
+                        self._warned_bad_event = True
+                        log.warning(
+                            "jitwatch journal: dropped an event that cannot be stored: %s: %s",
+                            type(exc).__name__,
+                            str(exc)[:200],
+                        )
+                conn.execute("RELEASE jitwatch_event")
+            for rank, n in bad.items():
+                self._add_counter(conn, rank, "dropped_events", float(n))
         self._writes_since_prune += len(events)
         if self._writes_since_prune >= 1000:
             # The events are committed: a failing prune (lock timeout, full disk) must not make
