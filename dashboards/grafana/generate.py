@@ -547,6 +547,35 @@ def graph_captures() -> timeseries.Panel:
     )
 
 
+def recompiles_by_reason() -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .title("Recompiles by reason class")
+        .description(
+            "Recompiles per $__rate_interval by backend, function, reason class and phase "
+            "(jitwatch_recompiles_total; torch.compile: Dynamo guard failures such as 'size mismatch', "
+            "'dtype mismatch', 'value change'). A serving-phase recompile stalls its request; the verbatim "
+            "reason, compile id and duration are in the sidecar's /jit (recent_serving_compiles, "
+            "recompile_reasons)."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"sum by (backend, kernel, reason_class, phase) "
+                f"(increase(jitwatch_recompiles_total{{{BSEL}}}[$__rate_interval]))",
+                "{{kernel}}: {{reason_class}} ({{backend}}, {{phase}})",
+            )
+        )
+        .unit("short")
+        .min(0)
+        .draw_style(common.GraphDrawStyle.BARS)
+        .fill_opacity(60)
+        .span(24)
+        .height(8)
+    )
+
+
 _BACKEND_STATES = {
     "active": "green",
     "waiting": "blue",
@@ -671,6 +700,7 @@ def build() -> dict[str, Any]:
         .with_panel(compile_duration_heatmap())
         .with_panel(compile_duration_quantiles())
         .with_panel(disk_cache_hit_ratio())
+        .with_panel(recompiles_by_reason())
         .with_row(dashboard.Row("Autotuning and CUDA graphs"))
         .with_panel(autotune_runs())
         .with_panel(graph_captures())

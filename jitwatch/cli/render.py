@@ -95,7 +95,7 @@ def render_status(status: JitStatus, console: Console) -> None:
 
     if status.recent_serving_compiles:
         recent = Table(title="Recent serving-phase compiles")
-        for col in ("time", "rank", "backend", "kernel", "duration", "request", "why"):
+        for col in ("time", "rank", "backend", "kernel", "duration", "request", "id", "why", "parent"):
             recent.add_column(col, overflow="fold")
         for c in status.recent_serving_compiles:
             recent.add_row(
@@ -103,11 +103,29 @@ def render_status(status: JitStatus, console: Console) -> None:
                 str(c.rank),
                 c.backend,
                 c.kernel or "-",
-                _secs(c.duration_s),
+                _secs(c.duration_s) + (" (load)" if c.cache_hit else ""),
                 "-" if c.request_id is None else str(c.request_id),
+                c.compile_id or "-",
                 (c.reason or c.key or "-")[:120],
+                c.parent or "-",
             )
         console.print(recent)
+    if status.recompile_reasons:
+        reasons = Table(title="Recompiles by reason")
+        for col in ("backend", "function", "phase", "reason class", "count", "seconds", "ranks", "latest reason"):
+            reasons.add_column(col, overflow="fold")
+        for rr in status.recompile_reasons:
+            reasons.add_row(
+                rr.backend,
+                rr.kernel,
+                rr.phase.value,
+                rr.reason_class,
+                str(rr.count),
+                f"{rr.seconds:.3f}",
+                ",".join(str(x) for x in rr.ranks),
+                (rr.last_reason or "-")[:120],
+            )
+        console.print(reasons)
     t = status.totals
     console.print(
         f"totals: {t.ranks_ready}/{t.ranks} ranks ready, {t.kernels} kernels, {t.compiles} compiles "

@@ -120,6 +120,42 @@ LEGACY_BACKEND = "triton"
 the ``hook_errors`` counter): 0.1 watched Triton only."""
 
 STAT_KINDS = (EventKind.COMPILE, EventKind.AUTOTUNE, EventKind.GRAPH_CAPTURE)
+
+FIRST_COMPILE_CLASS = "first compile"
+"""``attrs.reason_class`` of a compile that is not a recompile (not counted in ``recompile_stats``)."""
+
+_REASON_CLASS_MAX = 40
+
+
+def reason_class_label(value: Any) -> str | None:
+    """The ``reason_class`` label of a compile event's ``attrs.reason_class``: ``None`` when absent
+    or a first compile; a value that is not a short plain phrase (a third-party backend putting
+    free text there) becomes ``other``, so the label stays bounded."""
+    if not isinstance(value, str) or not value or value == FIRST_COMPILE_CLASS:
+        return None
+    if len(value) > _REASON_CLASS_MAX or not all(c.isalnum() or c in " _-" for c in value):
+        return "other"
+    return value
+
+
+@dataclass(frozen=True)
+class RecompileRow:
+    """Aggregate of one (backend, kernel, reason class, phase, rank): recompiles and their seconds;
+    ``label`` is the kernel's metric label (``_other`` past the cap); ``last_reason`` the newest
+    verbatim reason (redacted)."""
+
+    backend: str
+    kernel: str
+    label: str
+    reason_class: str
+    phase: Phase
+    rank: int
+    count: int
+    seconds: float
+    last_reason: str | None
+    last_ts: float | None
+
+
 """Event kinds aggregated into :class:`StatRow` rows."""
 
 
@@ -543,6 +579,26 @@ class Journal:
                     " ON CONFLICT(backend, rank, phase, bucket) DO UPDATE SET count=count+1",
                     (ev.backend, ev.rank, ev.phase.value, bucket_index(duration)),
                 )
+                reason_class = reason_class_label(ev.attrs.get("reason_class"))
+                if reason_class is not None:
+                    reason = ev.attrs.get("reason")
+                    conn.execute(
+                        "INSERT INTO recompile_stats(backend, kernel, reason_class, phase, rank, count, seconds,"
+                        " last_reason, last_ts) VALUES (?,?,?,?,?,1,?,?,?)"
+                        " ON CONFLICT(backend, kernel, reason_class, phase, rank) DO UPDATE SET count=count+1,"
+                        " seconds=seconds+excluded.seconds,"
+                        " last_reason=COALESCE(excluded.last_reason, last_reason), last_ts=excluded.last_ts",
+                        (
+                            ev.backend,
+                            kernel,
+                            reason_class,
+                            ev.phase.value,
+                            ev.rank,
+                            duration,
+                            str(reason)[:2000] if reason is not None else None,
+                            ev.ts,
+                        ),
+                    )
         elif kind is EventKind.BACKEND_READY:
             self._ensure_worker(conn, ev)
             row = conn.execute(
@@ -766,6 +822,30 @@ class Journal:
             for (b, k, ph, rank, kind), v in acc.items()
         ]
         out.sort(key=lambda s: (s.backend, s.kernel, s.rank, s.phase.value, s.kind))
+        return out
+
+    def recompile_stats(self) -> list[RecompileRow]:
+        """Every (backend, kernel, reason class, phase, rank) recompile aggregate (schema revision
+        3; empty for an older journal), sorted by backend, kernel, rank, phase, reason class."""
+        if "recompile_stats" not in self._tables:
+            return []
+        labels = {r[0]: r[1] for r in self._conn.execute("SELECT name, label FROM kernels")}
+        out = [
+            RecompileRow(
+                backend=r["backend"],
+                kernel=r["kernel"],
+                label=labels.get(r["kernel"], r["kernel"]),
+                reason_class=r["reason_class"],
+                phase=Phase(r["phase"]),
+                rank=int(r["rank"]),
+                count=int(r["count"]),
+                seconds=float(r["seconds"]),
+                last_reason=r["last_reason"],
+                last_ts=r["last_ts"],
+            )
+            for r in self._conn.execute("SELECT * FROM recompile_stats")
+        ]
+        out.sort(key=lambda s: (s.backend, s.kernel, s.rank, s.phase.value, s.reason_class))
         return out
 
     def histogram(self) -> dict[tuple[str, int, Phase], list[int]]:

@@ -32,6 +32,12 @@ History:
    and ``compile_hist``, which 0.2 readers add in as backend ``triton`` — nothing is copied, so
    a 0.1 sidecar's counters never go backwards either. ``min_writer`` 1, ``min_reader`` 2 (a 0.1
    reader sees only the 0.1 workers' aggregates; upgrade sidecars first).
+3. jitwatch 0.2 (recompile reasons): ``recompile_stats`` (per backend, kernel, reason class, phase
+   and rank: count, seconds, the latest verbatim reason). Written for every compile event whose
+   ``attrs.reason_class`` is set and is not ``first compile`` (torch.compile's Dynamo
+   recompiles), so ``jitwatch_recompiles_total`` survives retention like every aggregate.
+   Additive: ``min_writer`` stays 1 (older workers simply do not fill it), ``min_reader`` 2 (a
+   revision-2 reader ignores the table).
 """
 
 from __future__ import annotations
@@ -119,6 +125,21 @@ CREATE TABLE IF NOT EXISTS duration_hist (
     PRIMARY KEY (backend, rank, phase, bucket)
 );
 CREATE INDEX IF NOT EXISTS events_backend ON events(backend);
+""",
+        min_reader=2,
+        min_writer=1,
+    ),
+    Migration(
+        revision=3,
+        description="recompile reasons: recompile_stats",
+        sql="""
+CREATE TABLE IF NOT EXISTS recompile_stats (
+    backend TEXT NOT NULL, kernel TEXT NOT NULL, reason_class TEXT NOT NULL, phase TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    count INTEGER NOT NULL DEFAULT 0, seconds REAL NOT NULL DEFAULT 0,
+    last_reason TEXT, last_ts REAL,
+    PRIMARY KEY (backend, kernel, reason_class, phase, rank)
+);
 """,
         min_reader=2,
         min_writer=1,

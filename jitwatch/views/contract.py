@@ -96,6 +96,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "Time spent recording CUDA graphs.",
     ),
     MetricSpec(
+        "jitwatch_recompiles_total",
+        "counter",
+        ("backend", "kernel", "reason_class", "phase", "rank"),
+        "",
+        "Recompiles by normalized reason (torch.compile: Dynamo guard failures; reason_class is one of a "
+        "fixed set such as 'size mismatch', 'dtype mismatch', 'value change', 'other'; the verbatim "
+        "reason is in /jit and the events).",
+    ),
+    MetricSpec(
+        "jitwatch_recompile_seconds_total",
+        "counter",
+        ("backend", "kernel", "reason_class", "phase", "rank"),
+        "seconds",
+        "Wall time of those recompiles (torch.compile: Dynamo start callback to its compilation-metrics record).",
+    ),
+    MetricSpec(
         "jitwatch_warmup_complete",
         "gauge",
         ("rank",),

@@ -196,6 +196,20 @@ def journal_families(journal: Journal) -> list[Metric]:
     out.append(_per_kernel_counter("jitwatch_graph_captures_total", captures, present=captures))
     out.append(_per_kernel_counter("jitwatch_graph_capture_seconds_total", sums["graph_capture_s"], present=captures))
 
+    # ---- recompiles by reason class (journal revision 3): "_other" kernels summed.
+    recompiles: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
+    recompile_s: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
+    for rrow in journal.recompile_stats():
+        rkey = (rrow.backend, rrow.label or OTHER_KERNEL, rrow.reason_class, rrow.phase.value, str(rrow.rank))
+        recompiles[rkey] += rrow.count
+        recompile_s[rkey] += rrow.seconds
+    fam = _counter("jitwatch_recompiles_total")
+    fam_s = _counter("jitwatch_recompile_seconds_total")
+    for rkey in sorted(recompiles):
+        fam.add_metric(list(rkey), recompiles[rkey])
+        fam_s.add_metric(list(rkey), recompile_s[rkey])
+    out += [fam, fam_s]
+
     # ---- per rank: the latest worker of each rank.
     complete = _gauge("jitwatch_warmup_complete")
     w_start = _gauge("jitwatch_warmup_start_timestamp_seconds")

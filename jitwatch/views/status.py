@@ -117,13 +117,40 @@ class ServingCompile(BaseModel):
     duration_s: float | None
     cache_hit: bool | None = None
     request_id: int | None = Field(default=None, description="Request marked with Monitor.request(), if any.")
+    request: str | None = Field(default=None, description="That request's name (e.g. vLLM request ids), if any.")
     reason: str | None = Field(
-        default=None, description="Why it compiled: 'n_cols: i32 %16 → ==1 (value 1)', 'never warmed (…)', …"
+        default=None,
+        description="Why it compiled: 'n_cols: i32 %16 → ==1 (value 1)', 'never warmed (…)', …; for torch.compile "
+        "Dynamo's guard failure verbatim (\"0/0: tensor 'x' size mismatch at index 0. expected 8, actual 1\").",
     )
     reason_kind: str | None = Field(
         default=None, description="argument / option / never_warmed / new_combination / compiler / unknown."
     )
     fixes: list[str] = Field(default_factory=list, description="What removes this compile (see `jitwatch why`).")
+    reason_class: str | None = Field(
+        default=None, description="torch.compile: the reason's class (the metrics' reason_class label)."
+    )
+    compile_id: str | None = Field(default=None, description="The compiler's id for it (Dynamo: frame/attempt, '0/1').")
+    location: str | None = Field(default=None, description="file:line of the compiled function (redacted).")
+    parent: str | None = Field(
+        default=None,
+        description="The compile it happened inside ('torch_compile:0/1' for a Triton kernel Inductor compiled).",
+    )
+
+
+class RecompileReason(BaseModel):
+    """Recompiles of one function for one reason class in one phase, summed over ranks (kept
+    exact by the journal's aggregates, whatever retention removed)."""
+
+    backend: str
+    kernel: str
+    reason_class: str
+    phase: Phase
+    ranks: list[int]
+    count: int
+    seconds: float = Field(default=0.0, description="Summed wall time, seconds.")
+    last_reason: str | None = Field(default=None, description="The newest verbatim reason of this class.")
+    last_ts: float | None = None
 
 
 class BackendTotals(BaseModel):
@@ -177,6 +204,11 @@ class JitStatus(BaseModel):
     )
     recent_serving_compiles: list[ServingCompile] = Field(
         default_factory=list, description=f"Newest first, at most {RECENT_SERVING_COMPILES}."
+    )
+    recompile_reasons: list[RecompileReason] = Field(
+        default_factory=list,
+        description="Recompiles by (backend, function, reason class, phase): serving first, then by count; "
+        "at most `kernels` entries.",
     )
     totals: Totals = Field(default_factory=Totals)
     backends: list[BackendTotals] = Field(default_factory=list, description="Per-backend totals, by name.")
@@ -456,14 +488,38 @@ def build_status(
             duration_s=e.duration_s,
             cache_hit=e.cache_hit,
             request_id=_opt_int(e.attrs.get("request_id")),
+            request=_opt_str(e.attrs.get("request")),
             reason=_opt_str(e.attrs.get("reason")),
             reason_kind=_opt_str(e.attrs.get("reason_kind")),
             fixes=[f for f in e.attrs.get("fixes") or [] if isinstance(f, str)],
+            reason_class=_opt_str(e.attrs.get("reason_class")),
+            compile_id=_opt_str(e.attrs.get("compile_id")),
+            location=_opt_str(e.attrs.get("location")),
+            parent=_opt_str(e.attrs.get("parent")),
         )
         for e in journal.events(
             kind=EventKind.COMPILE, phase=Phase.SERVING, backend=backend, limit=RECENT_SERVING_COMPILES
         )
     ]
+
+    reasons: dict[tuple[str, str, str, Phase], RecompileReason] = {}
+    for rr in journal.recompile_stats():
+        if backend is not None and rr.backend != backend:
+            continue
+        item = reasons.get((rr.backend, rr.kernel, rr.reason_class, rr.phase))
+        if item is None:
+            item = reasons[(rr.backend, rr.kernel, rr.reason_class, rr.phase)] = RecompileReason(
+                backend=rr.backend, kernel=rr.kernel, reason_class=rr.reason_class, phase=rr.phase, ranks=[], count=0
+            )
+        if rr.rank not in item.ranks:
+            item.ranks.append(rr.rank)
+        item.count += rr.count
+        item.seconds += rr.seconds
+        if rr.last_ts is not None and (item.last_ts is None or rr.last_ts > item.last_ts):
+            item.last_ts, item.last_reason = rr.last_ts, rr.last_reason
+    recompile_reasons = sorted(
+        reasons.values(), key=lambda r: (r.phase is not Phase.SERVING, -r.count, r.backend, r.kernel, r.reason_class)
+    )[:kernels_limit]
 
     ready = readiness(workers, now=now, stale_after=stale_after)
     return JitStatus(
@@ -477,6 +533,7 @@ def build_status(
             kernels.values(), key=lambda k: (-k.compiles_serving, -(k.compiles_warmup + k.compiles_startup), k.name)
         )[:kernels_limit],
         recent_serving_compiles=recent,
+        recompile_reasons=recompile_reasons,
         totals=totals,
         backends=[per_backend[name] for name in sorted(per_backend)],
         coverage=_coverage(journal)[:kernels_limit] if backend in (None, "triton") else [],

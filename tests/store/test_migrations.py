@@ -272,3 +272,44 @@ def test_events_written_by_0_1_keep_their_backend(tmp_path: Path) -> None:
         starts = j.events(kind=EventKind.WORKER_START, limit=100)
     assert compiles and all(isinstance(e, Event) and e.backend == "triton" for e in compiles)
     assert json.loads(json.dumps(starts[0].attrs))["triton_version"] == "3.6.0"
+
+
+# ----------------------------------------------------------------------- revision 3: recompile_stats
+def _rev2_journal(directory: Path) -> None:
+    """A journal as revision-2 code left it: revision 3's table dropped, meta set back."""
+    with Journal(directory) as j:
+        j.write([make_event(EventKind.WORKER_START, ts=T0)])
+    conn = sqlite3.connect(directory / JOURNAL_FILE)
+    conn.execute("DROP TABLE recompile_stats")
+    conn.execute("UPDATE meta SET v='2' WHERE k='revision'")
+    conn.commit()
+    conn.close()
+
+
+def test_revision_2_journal_gets_recompile_stats_and_counts_reasons(tmp_path: Path) -> None:
+    _rev2_journal(tmp_path)
+    with Journal(tmp_path, readonly=True) as old:
+        assert old.recompile_stats() == []  # a reader never migrates; no table → nothing
+    reason = "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 1"
+
+    def compile_event(ts: float, cls: str | None, phase: Phase = Phase.SERVING) -> Event:
+        attrs = {"reason": reason, "reason_class": cls} if cls else {}
+        return make_event(
+            EventKind.COMPILE, ts=ts, phase=phase, backend="torch_compile", kernel="f", duration_s=0.5, attrs=attrs
+        )
+
+    with Journal(tmp_path) as j:
+        assert j.schema.revision == migrations.REVISION >= 3
+        j.write(
+            [
+                compile_event(T0 + 1, "first compile", Phase.WARMUP),  # not a recompile
+                compile_event(T0 + 2, "size mismatch"),
+                compile_event(T0 + 3, "size mismatch"),
+                compile_event(T0 + 4, "free text that is no class: 0/0 ~ /home/alice/x.py"),  # bounded
+                compile_event(T0 + 5, None),  # Triton-like: no reason_class
+            ]
+        )
+        rows = {(r.reason_class, r.phase): r for r in j.recompile_stats()}
+    assert set(rows) == {("size mismatch", Phase.SERVING), ("other", Phase.SERVING)}
+    size = rows[("size mismatch", Phase.SERVING)]
+    assert (size.count, size.seconds, size.last_reason, size.label) == (2, 1.0, reason, "f")

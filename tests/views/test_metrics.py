@@ -112,6 +112,20 @@ def full_journal(directory: Path) -> None:
                     key="0/1",
                     duration_s=0.002,
                 ),
+                ev(
+                    EventKind.COMPILE,
+                    T0 + 7.6,
+                    phase=Phase.SERVING,
+                    backend="torch_compile",
+                    kernel="forward",
+                    key="0/0: tensor 'x' size mismatch at index 0. expected 8, actual 1",
+                    duration_s=0.25,
+                    attrs={
+                        "compile_id": "0/1",
+                        "reason": "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 1",
+                        "reason_class": "size mismatch",
+                    },
+                ),
                 ev(EventKind.HOOK_ERROR, T0 + 8, phase=Phase.SERVING, attrs={"hook": "x"}),
                 ev(EventKind.DROPPED, T0 + 9, phase=Phase.SERVING, attrs={"count": 3}),
             ]
@@ -147,6 +161,20 @@ def test_doc_lists_every_metric() -> None:
 
 
 # ------------------------------------------------------------------------------------- contract
+def test_recompiles_by_reason_class(tmp_path: Path) -> None:
+    full_journal(tmp_path)
+    text = render(tmp_path)[0].decode()
+    want = (
+        'jitwatch_recompiles_total{backend="torch_compile",kernel="forward",phase="serving",'
+        'rank="0",reason_class="size mismatch"} 1.0'
+    )
+    assert want in text
+    assert (
+        'jitwatch_recompile_seconds_total{backend="torch_compile",kernel="forward",phase="serving",'
+        'rank="0",reason_class="size mismatch"} 0.25'
+    ) in text
+
+
 def test_scrape_exposes_exactly_the_contract(tmp_path: Path) -> None:
     full_journal(tmp_path)
     body, content_type = render(tmp_path)
@@ -221,7 +249,7 @@ def test_values_follow_the_journal(tmp_path: Path) -> None:
     assert v("jitwatch_hook_errors_total", backend="triton", rank="0") == 1
     assert v("jitwatch_hook_errors_total", backend="torch_compile", rank="0") == 0
     assert v("jitwatch_dropped_events_total", rank="0") == 3
-    assert v("jitwatch_journal_events") == 13
+    assert v("jitwatch_journal_events") == 14
     assert v("jitwatch_journal_retired_events_total") == 0
     assert v("jitwatch_kernel_labels", state="named") == 4
     assert v("jitwatch_kernel_labels", state="folded") == 0
@@ -362,9 +390,15 @@ def test_real_scrape_after_real_compiles(harness: MonitorHarness) -> None:
     assert all(n.startswith("jitwatch_") for n in names)
     type_lines = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
     assert type_lines == {m.name for m in METRICS}
-    # hook_errors/dropped exist with 0 (they are counters per known rank); no graph capture happened
+    # hook_errors/dropped exist with 0 (they are counters per known rank); no graph capture and no
+    # recompile with a reason (Triton kernels have none) happened
     missing = exposed_series_names() - names
-    assert missing == {"jitwatch_graph_captures_total", "jitwatch_graph_capture_seconds_total"}, missing
+    assert missing == {
+        "jitwatch_graph_captures_total",
+        "jitwatch_graph_capture_seconds_total",
+        "jitwatch_recompiles_total",
+        "jitwatch_recompile_seconds_total",
+    }, missing
     compiles = {
         (s.labels["kernel"].rsplit(".", 1)[-1], s.labels["phase"]): s.value  # nested: qualified name
         for s in families(text)["jitwatch_compiles"].samples

@@ -235,3 +235,58 @@ def test_compiled_module_is_named_by_its_class(tc: MonitorHarness) -> None:
 )
 def test_reason_class(reason: str | None, cls: str) -> None:
     assert reason_class(reason) == cls
+
+
+def test_jit_metrics_and_events_show_serving_recompiles(tc: MonitorHarness) -> None:
+    """Real compiles → real journal → the sidecar's /jit, /jit/events?backend= and /metrics."""
+    import asyncio
+
+    import httpx
+
+    from jitwatch.config import Settings
+    from jitwatch.sidecar import create_app
+
+    f = torch.compile(scale, backend="eager")
+    with tc.monitor.warmup():
+        f(torch.randn(8, 4), True)
+    with tc.monitor.request(name="req-7"):
+        f(torch.randn(1, 4), True)
+    tc.monitor.flush()
+    app = create_app(tc.journal_dir, settings=Settings.from_env({}))
+
+    async def go() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sidecar") as client:
+            return (
+                await client.get("/jit"),
+                await client.get("/jit/events", params={"backend": "torch_compile"}),
+                await client.get("/metrics"),
+            )
+
+    jit, events, metrics = asyncio.run(go())
+    doc = jit.json()
+    (recent,) = doc["recent_serving_compiles"]
+    assert recent["backend"] == "torch_compile" and recent["kernel"] == "scale"
+    assert recent["reason"].startswith("0/0: tensor 'x' size mismatch at index 0. expected 8, actual 1")
+    assert recent["reason_class"] == "size mismatch" and recent["compile_id"] == "0/1"
+    assert recent["request"] == "req-7" and recent["duration_s"] > 0
+    assert recent["location"].endswith(f":{scale.__code__.co_firstlineno}")
+    (reason,) = doc["recompile_reasons"]
+    assert (reason["kernel"], reason["reason_class"], reason["phase"], reason["count"]) == (
+        "scale",
+        "size mismatch",
+        "serving",
+        1,
+    )
+    (tc_backend,) = [b for b in doc["ranks"][0]["backends"] if b["name"] == "torch_compile"]
+    assert tc_backend["state"] == "active" and tc_backend["degraded"] is None
+    body = events.json()
+    evs = body["events"] if isinstance(body, dict) else body
+    assert {e["backend"] for e in evs if e["kind"] == "compile"} == {"torch_compile"}
+    assert [e["attrs"]["compile_id"] for e in evs if e["kind"] == "compile"][-2:] in (["0/0", "0/1"], ["0/1", "0/0"])
+    assert (
+        'jitwatch_recompiles_total{backend="torch_compile",kernel="scale",phase="serving",rank="0",'
+        'reason_class="size mismatch"} 1.0'
+    ) in metrics.text
+    assert (
+        'jitwatch_compiles_total{backend="torch_compile",kernel="scale",phase="serving",rank="0"} 1.0' in metrics.text
+    )
