@@ -41,7 +41,7 @@ from types import CodeType, ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, CompileKind, LibraryBackend, enter_parent, exit_parent
-from jitwatch.backends.torch_compile.reasons import reason_class
+from jitwatch.backends.torch_compile.reasons import FIXES, reason_class
 from jitwatch.errors import ServingCompileError
 
 log = logging.getLogger(__name__)
@@ -439,6 +439,9 @@ class TorchCompileBackend(LibraryBackend):
             base["location"] = opened.location
         stages = None
         cache_hit = None
+        fix = FIXES.get(base.get("reason_class", ""))
+        if fix:
+            base["fixes"] = [fix]
         if metrics is not None:
             detail = metrics_detail(metrics)
             stages = _stages(detail)

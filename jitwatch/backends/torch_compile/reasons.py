@@ -55,6 +55,22 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
 )
 
+FIXES: dict[str, str] = {
+    "size mismatch": "warm this size, or mark the dimension dynamic (torch._dynamo.mark_dynamic / "
+    "torch.compile(dynamic=True)); sizes 0 and 1 are always specialized",
+    "stride mismatch": "pass contiguous inputs (or warm this layout)",
+    "dtype mismatch": "warm this dtype, or cast inputs to the warmed dtype before the compiled call",
+    "device mismatch": "warm on this device",
+    "requires_grad mismatch": "serve under torch.no_grad()/inference_mode() as in warmup",
+    "rank mismatch": "warm this number of dimensions",
+    "value change": "warm this value, or make it a tensor / drop the Python branch on it "
+    "(torch._dynamo.config.specialize_int=False for ints)",
+    "type change": "warm this argument type",
+    "identity change": "keep the guarded object alive and the same between calls (or warm the new one)",
+    "global state": "serve under the global state warmup used (grad mode, autocast, deterministic algorithms)",
+}
+"""One line of advice per reason class (``attrs.fixes`` of a recompile; shown by ``jitwatch why``)."""
+
 _PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
 
 
@@ -72,4 +88,4 @@ def reason_class(reason: str | None) -> str:
     return "other"
 
 
-__all__ = ["FIRST_COMPILE", "REASON_CLASSES", "reason_class"]
+__all__ = ["FIRST_COMPILE", "FIXES", "REASON_CLASSES", "reason_class"]
