@@ -486,29 +486,100 @@ def why(
 def coverage(
     journal_dir: JournalDirOpt = None,
     allow: AllowOpt = None,
+    manifest: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--manifest",
+            help="Manifest (file, directory store or redis:// URL) whose keys are expected (repeatable).",
+        ),
+    ] = None,
+    expect_journal: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--expect-journal", help="A previous run's journal: its serving compiles are expected (repeatable)."
+        ),
+    ] = None,
+    module: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--module",
+            help="Module (under --allow) whose @triton.jit kernels must be compiled before serving (repeatable).",
+        ),
+    ] = None,
+    require_complete: Annotated[
+        bool,
+        typer.Option(
+            "--require-complete",
+            help="Exit 1, listing them, when expected keys or kernels were not compiled before serving (for CI).",
+            **FLAG,
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the coverage report as JSON.", **FLAG)] = False,
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Also list every argument's classes.", **FLAG)
     ] = False,
 ) -> None:
-    """Specialization coverage per kernel: classes Triton distinguishes, covered by warmup or not."""
+    """Specialization coverage per kernel and per exact key: what warmup compiled, what it missed."""
+    import importlib
+    import sys
+
     from rich.console import Console
 
+    from jitwatch.backends.triton.resolve import module_allowed
     from jitwatch.cli.render import render_coverage
-    from jitwatch.errors import JournalCorruptError, JournalVersionError
+    from jitwatch.errors import JournalCorruptError, JournalVersionError, ManifestError, StoreError
+    from jitwatch.fleet.stores import read_one
     from jitwatch.store.journal import Journal
-    from jitwatch.views.coverage import coverage_for_journal, kernels_for_report
+    from jitwatch.views.coverage import (
+        Expected,
+        coverage_for_journal,
+        expected_from_journal,
+        kernels_for_report,
+        known_kernels,
+    )
 
-    jdir = journal_dir or _settings().journal_dir
+    settings = _settings()
+    jdir = journal_dir or settings.journal_dir
+    expected: list[Expected] = []
     try:
+        for source in manifest or []:
+            for e in read_one(source, key=settings.manifest_key).entries:
+                if e.backend == "triton":
+                    attrs = {"signature": e.signature, "constexprs": e.constexprs, "options": e.options}
+                    expected.append(Expected(e.qualname, e.key, attrs, "manifest", e.module))
+    except (ManifestError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    modules = []
+    for name in module or []:
+        if not module_allowed(name, _allow(allow)):
+            raise _fail(f"--module {name}: not under an allowed prefix (pass --allow {name.split('.')[0]})")
+        try:
+            modules.append(sys.modules.get(name) or importlib.import_module(name))
+        except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+            raise _fail(f"--module {name}: import failed: {type(exc).__name__}: {exc}") from None
+    try:
+        for prev in expect_journal or []:
+            with Journal(prev, readonly=True) as old:
+                expected += expected_from_journal(old, source="journal")
         with Journal(jdir, readonly=True) as journal:
-            report = coverage_for_journal(journal)
+            known = known_kernels(modules)
+            report = coverage_for_journal(journal, expected=expected, known=known)
             if _allow(allow):
-                report = coverage_for_journal(journal, kernels=kernels_for_report(report, _allow(allow)))
+                report = coverage_for_journal(
+                    journal, kernels=kernels_for_report(report, _allow(allow)), expected=expected, known=known
+                )
     except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
         typer.echo(f"jitwatch: {exc}", err=True)
         raise typer.Exit(1) from None
     if as_json:
-        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
-        return
-    render_coverage(report, Console(), verbose=verbose)
+        typer.echo(json.dumps({**report.model_dump(mode="json"), "complete": report.complete}, indent=2))
+    else:
+        render_coverage(report, Console(), verbose=verbose)
+    if require_complete and not report.complete:
+        missing = report.incomplete()
+        typer.echo(
+            f"jitwatch: coverage incomplete: {len(missing)} expected key(s) not compiled before serving", err=True
+        )
+        for line in missing:
+            typer.echo(f"  {line}", err=True)
+        raise typer.Exit(1)

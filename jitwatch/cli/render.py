@@ -147,6 +147,16 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
             k.kernel, f"{k.covered}/{k.total}", f"{k.ratio:.0%}", str(k.warmup_keys), str(k.serving_keys), unc
         )
     console.print(table)
+    missing = [(k, m) for k in report.kernels for m in k.missing]
+    if missing:
+        t = Table(title="Expected keys not compiled before serving (what --require-complete fails on)")
+        for col in ("kernel", "source", "why it would compile"):
+            t.add_column(col, overflow="fold")
+        for k, m in missing:
+            t.add_row(k.kernel, m.source, m.reason)
+        console.print(t)
+    else:
+        console.print("complete: every expected key was compiled before serving")
     if not verbose:
         return
     for k in report.kernels:

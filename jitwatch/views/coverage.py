@@ -31,6 +31,19 @@ From the journal alone, an argument's flags are inferred: ``(type, None)`` in a 
 ``do_not_specialize``; ``do_not_specialize_on_alignment`` cannot be told from a single key, so
 give the kernels (``kernels=`` / ``--allow``) for exact flags. An int that was only ever 1 looks like a
 constexpr from the journal.
+
+**Coverage by combination (predictive).** Per-argument coverage misses a key whose classes were
+each warmed but never together. So coverage also lists, per kernel, the exact keys that are
+*expected* and were not compiled before serving (``missing``), each with its reason (the same
+diff as ``jitwatch why``: argument, launch option, ``new combination``, ``never warmed``):
+expected keys are the serving compiles in the journal, the entries of the manifests given
+(``--manifest``), and the serving compiles of a previous run's journal (``--expect-journal``).
+Kernels known to exist but never compiled before serving — manifest entries, a previous journal's
+kernels, ``@triton.jit`` functions of the modules allowed with ``--allow`` — are listed too.
+:attr:`CoverageReport.complete` is false while anything is missing:
+``jitwatch coverage --require-complete`` exits 1 with the list (for CI, as Triton's own test
+suite does for its warmup), and passes once warmup (or a replayed manifest) compiles every
+expected key. Launch options (``num_warps``, ``num_stages``, …) are classes like arguments.
 """
 
 from __future__ import annotations
@@ -42,6 +55,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from jitwatch.backends.explain import Seen, never_warmed
+from jitwatch.backends.triton.explain import explain as explain_key
 from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import resolve_kernel
 from jitwatch.core.events import EventKind, Phase
@@ -262,6 +277,29 @@ class ArgumentCoverage(BaseModel):
     serving_only: list[str] = Field(default_factory=list, description="Uncovered classes serving compiles met.")
 
 
+@dataclass(frozen=True)
+class Expected:
+    """A key expected to compile in serving: a manifest entry or a previous run's serving compile.
+
+    ``attrs`` has the compile event's ``signature``, ``constexprs`` and ``options``."""
+
+    kernel: str
+    key: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "manifest"
+    module: str | None = None
+
+
+class MissingKey(BaseModel):
+    """An expected key of a kernel that nothing compiled before serving."""
+
+    key: str | None = Field(description="The specialization key (None: the kernel as a whole).")
+    source: str = Field(description="serving (compiled in serving), manifest, journal, or module (imported).")
+    reason: str = Field(description="Why it would compile: same wording as `jitwatch why`.")
+    reason_kind: str
+    fixes: list[str] = Field(default_factory=list)
+
+
 class KernelCoverage(BaseModel):
     """Specialization coverage of one kernel (by Triton's ``fn.name``, its qualified name)."""
 
@@ -276,6 +314,14 @@ class KernelCoverage(BaseModel):
     flags_known: bool = Field(description="do_not_specialize flags read from the kernel, not inferred.")
     arguments: list[ArgumentCoverage] = Field(default_factory=list)
     uncovered: list[str] = Field(default_factory=list, description="'argument:class' labels not covered.")
+    missing: list[MissingKey] = Field(
+        default_factory=list, description="Expected keys (exact combinations) not compiled before serving."
+    )
+
+    @property
+    def complete(self) -> bool:
+        """Every expected key of this kernel was compiled before serving."""
+        return not self.missing
 
 
 class CoverageReport(BaseModel):
@@ -288,6 +334,15 @@ class CoverageReport(BaseModel):
     def by_kernel(self) -> dict[str, KernelCoverage]:
         return {k.kernel: k for k in self.kernels}
 
+    @property
+    def complete(self) -> bool:
+        """No kernel misses an expected key (see the module docstring)."""
+        return all(k.complete for k in self.kernels)
+
+    def incomplete(self) -> list[str]:
+        """One line per missing key: ``kernel [source]: reason``."""
+        return [f"{k.kernel} [{m.source}]: {m.reason}" for k in self.kernels for m in k.missing]
+
 
 @dataclass
 class _Obs:
@@ -297,6 +352,39 @@ class _Obs:
     options: dict[str, list[tuple[Any, bool]]] = field(default_factory=dict)
     warm_keys: set[str] = field(default_factory=set)
     serving_keys: set[str] = field(default_factory=set)
+    warm_seen: dict[str, Seen] = field(default_factory=dict)
+    expected: dict[str, tuple[str, Seen]] = field(default_factory=dict)
+    """Expected key → (source, what is known of it), first source wins (serving before others)."""
+
+
+def _observe(o: _Obs, key: str, attrs: Mapping[str, Any], warm: bool) -> bool:
+    parsed = parse_key(key)
+    sig = attrs.get("signature")
+    if parsed is None or not isinstance(sig, Mapping):
+        return False
+    names = [str(n) for n in sig]
+    o.names = o.names or names
+    for name, entry in zip(names, parsed, strict=False):
+        o.per_arg.setdefault(name, []).append((entry, warm))
+    opts = attrs.get("options")
+    if isinstance(opts, Mapping):
+        for opt in OPTION_ARGS:
+            if opt in opts and opts[opt] is not None:
+                o.options.setdefault(opt, []).append((opts[opt], warm))
+    return True
+
+
+def _missing(o: _Obs) -> list[MissingKey]:
+    out: list[MissingKey] = []
+    baseline = list(o.warm_seen.values())
+    for key, (source, seen) in o.expected.items():
+        if key in o.warm_keys:
+            continue
+        reason = (explain_key(seen, baseline) if baseline else None) or never_warmed("this kernel")
+        out.append(
+            MissingKey(key=key, source=source, reason=reason.text, reason_kind=reason.kind, fixes=list(reason.fixes))
+        )
+    return out
 
 
 def coverage_from_events(
@@ -304,36 +392,71 @@ def coverage_from_events(
     *,
     kernels: Mapping[str, Any] | None = None,
     widths: Sequence[str] = DEFAULT_INT_WIDTHS,
+    expected: Iterable[Expected] = (),
+    known: Mapping[str, str | None] | None = None,
 ) -> CoverageReport:
     """Coverage from ``compile`` :class:`~jitwatch.core.events.Event` objects (any order).
 
     Args:
         kernels: optional ``{kernel name: JITFunction}`` for exact argument flags.
         widths: int types enumerated for every int argument.
+        expected: keys expected in serving besides the journal's serving compiles (manifest
+            entries, a previous run's serving compiles); their classes count as serving's.
+        known: ``{kernel name: module}`` of kernels known to exist (imported ``@triton.jit``
+            functions); one that never compiled before serving is listed as missing.
     """
     obs: dict[str, _Obs] = {}
-    for ev in events:
+    in_order = sorted(events, key=lambda e: (e.start_ts if e.start_ts is not None else e.ts, e.id or 0))
+    for ev in in_order:  # oldest first: reasons break ties on the earliest warm key, as `jitwatch why`
         if ev.kind is not EventKind.COMPILE or not ev.kernel or not ev.key:
             continue
-        parsed = parse_key(ev.key)
-        sig = ev.attrs.get("signature")
-        if parsed is None or not isinstance(sig, dict):
-            continue
-        names = [str(n) for n in sig]
         o = obs.setdefault(ev.kernel, _Obs())
-        o.module = o.module or ev.attrs.get("module")
-        o.names = o.names or names
         warm = ev.phase is not Phase.SERVING
-        for name, entry in zip(names, parsed, strict=False):
-            o.per_arg.setdefault(name, []).append((entry, warm))
-        opts = ev.attrs.get("options")
-        if isinstance(opts, dict):
-            for opt in OPTION_ARGS:
-                if opt in opts and opts[opt] is not None:
-                    o.options.setdefault(opt, []).append((opts[opt], warm))
-        (o.warm_keys if warm else o.serving_keys).add(ev.key)
+        if not _observe(o, ev.key, ev.attrs, warm):
+            continue
+        o.module = o.module or ev.attrs.get("module")
+        compiled = Seen(ev.key, {k: ev.attrs[k] for k in ("signature", "constexprs", "options") if k in ev.attrs})
+        if warm:
+            o.warm_keys.add(ev.key)
+            o.warm_seen.setdefault(ev.key, compiled)
+        else:
+            o.serving_keys.add(ev.key)
+            o.expected.setdefault(ev.key, ("serving", compiled))
+    for ex in expected:
+        o = obs.setdefault(ex.kernel, _Obs())
+        o.module = o.module or ex.module
+        if ex.key not in o.expected and _observe(o, ex.key, ex.attrs, False):
+            o.expected[ex.key] = (ex.source, Seen(ex.key, dict(ex.attrs)))
 
     report = CoverageReport(int_widths=list(widths))
+    for name, module in (known or {}).items():
+        if name not in obs or not obs[name].warm_keys:
+            o = obs.setdefault(name, _Obs())
+            o.module = o.module or module
+            if not o.expected:
+                reason = never_warmed(name)
+                report.kernels.append(
+                    KernelCoverage(
+                        kernel=name,
+                        module=o.module,
+                        covered=0,
+                        total=0,
+                        ratio=0.0,
+                        warmup_keys=0,
+                        serving_keys=0,
+                        flags_known=False,
+                        missing=[
+                            MissingKey(
+                                key=None,
+                                source="module",
+                                reason=reason.text,
+                                reason_kind=reason.kind,
+                                fixes=list(reason.fixes),
+                            )
+                        ],
+                    )
+                )
+                del obs[name]
     for name in sorted(obs):
         o = obs[name]
         fn = (kernels or {}).get(name)
@@ -393,8 +516,10 @@ def coverage_from_events(
                 flags_known=fn is not None,
                 arguments=args,
                 uncovered=[f"{a.name}:{c}" for a in args for c in a.uncovered],
+                missing=_missing(o),
             )
         )
+    report.kernels.sort(key=lambda k: k.kernel)
     return report
 
 
@@ -405,12 +530,38 @@ def coverage_for_journal(
     widths: Sequence[str] = DEFAULT_INT_WIDTHS,
     rank: int | None = None,
     limit: int = 20_000,
+    expected: Iterable[Expected] = (),
+    known: Mapping[str, str | None] | None = None,
 ) -> CoverageReport:
     """Coverage of every kernel in the journal's newest ``limit`` ``compile`` events (the event log,
     so also bounded by retention; every rank unless ``rank`` is given). Read-only; raises
     ``sqlite3.Error`` only. Cost: one indexed query plus a ``literal_eval`` per event (~10k/s)."""
     events = journal.events(kind=EventKind.COMPILE, backend="triton", rank=rank, limit=limit, newest_first=True)
-    return coverage_from_events(events, kernels=kernels, widths=widths)
+    return coverage_from_events(events, kernels=kernels, widths=widths, expected=expected, known=known)
+
+
+def expected_from_journal(journal: Journal, *, source: str = "journal", limit: int = 20_000) -> list[Expected]:
+    """A previous run's serving compiles (Triton), as expected keys for :func:`coverage_from_events`."""
+    out: list[Expected] = []
+    for ev in journal.events(kind=EventKind.COMPILE, phase=Phase.SERVING, backend="triton", limit=limit):
+        if ev.kernel and ev.key:
+            attrs: dict[str, Any] = {k: ev.attrs[k] for k in ("signature", "constexprs", "options") if k in ev.attrs}
+            out.append(Expected(ev.kernel, ev.key, attrs, source, ev.attrs.get("module")))
+    return out
+
+
+def known_kernels(modules: Iterable[Any]) -> dict[str, str | None]:
+    """``{fn.name: module}`` of the ``@triton.jit`` functions (``@triton.autotune`` included)
+    defined in the given, already imported modules (attributes with ``params`` and a ``fn``)."""
+    out: dict[str, str | None] = {}
+    for mod in modules:
+        for value in vars(mod).values():
+            fn = value
+            while not hasattr(fn, "params") and hasattr(fn, "fn"):
+                fn = fn.fn
+            if hasattr(fn, "params") and hasattr(fn, "fn") and getattr(fn.fn, "__module__", None) == mod.__name__:
+                out[str(getattr(fn, "__name__", None) or fn.fn.__qualname__)] = mod.__name__
+    return out
 
 
 def coverage_ratio_samples(report: CoverageReport, labels: Mapping[str, str] | None = None) -> dict[str, float]:
@@ -456,7 +607,9 @@ __all__ = [
     "ArgInfo",
     "ArgumentCoverage",
     "CoverageReport",
+    "Expected",
     "KernelCoverage",
+    "MissingKey",
     "arg_infos_from_kernel",
     "classify",
     "classify_call",
@@ -464,6 +617,8 @@ __all__ = [
     "coverage_from_events",
     "coverage_ratio_samples",
     "enumerate_classes",
+    "expected_from_journal",
     "journal_coverage_ratios",
     "kernels_for_report",
+    "known_kernels",
 ]
