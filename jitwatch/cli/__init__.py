@@ -583,3 +583,60 @@ def coverage(
         for line in missing:
             typer.echo(f"  {line}", err=True)
         raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------------------------------- caches
+cache_app = typer.Typer(help="Compile caches: check a Triton cache against a manifest.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("check")
+def cache_check(
+    manifest: Annotated[str, typer.Argument(help="The keys production needs: a .json manifest or redis://…/NAME.")],
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", help="A local Triton cache directory (what TRITON_CACHE_DIR names).")
+    ] = None,
+    redis_url: Annotated[
+        str | None,
+        typer.Option("--redis", help="Triton's Redis remote cache: redis://HOST:PORT[/DB] (TRITON_REDIS_HOST/PORT)."),
+    ] = None,
+    key_format: Annotated[
+        str, typer.Option(help="Triton's TRITON_REDIS_KEY_FORMAT of that cache.")
+    ] = "triton:{key}:{filename}",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.", **FLAG)] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="List every key, not only problems.", **FLAG)
+    ] = False,
+) -> None:
+    """Which of a manifest's keys a Triton cache would load, which would compile, which are corrupt.
+
+    Exit 0 when every key would load; 1 when keys are missing or corrupt (or none could be
+    checked); 2 when the manifest or the cache cannot be read.
+    """
+    from jitwatch.errors import ManifestError, StoreError
+    from jitwatch.fleet.cache_check import LocalCache, RedisCache, TritonCache, check
+    from jitwatch.fleet.stores import read_one
+
+    if (cache_dir is None) == (redis_url is None):
+        raise _fail("give exactly one of --cache-dir DIR and --redis redis://HOST:PORT")
+    try:
+        wanted = read_one(manifest)
+        cache: TritonCache = (
+            LocalCache(cache_dir) if cache_dir is not None else RedisCache(str(redis_url), key_format=key_format)
+        )
+        report = check(wanted, cache)
+    except (ManifestError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        typer.echo(report.summary())
+        fs = report.filesystem
+        if fs is not None and fs.network:
+            typer.echo(f"  warning: {fs.mount_point} is {fs.fstype} ({fs.source}): {fs.note}")
+        for r in report.results:
+            if verbose or r.status != "ok":
+                reason = f": {r.reason}" if r.reason else ""
+                typer.echo(f"  {r.status}: {r.kernel} {_short(r.key)}{reason}")
+    if not report.complete:
+        raise typer.Exit(1)

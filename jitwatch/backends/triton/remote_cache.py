@@ -1,0 +1,134 @@
+"""A Redis backend for Triton's remote compile cache that works and never fails a compile.
+
+Triton's ``RemoteCacheManager`` (``TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager``)
+stores compiled kernels through the class that ``TRITON_REMOTE_CACHE_BACKEND`` names. Its own
+``triton.runtime.cache:RedisRemoteCacheBackend`` (Triton 3.4-3.9, read from the wheels here):
+
+* reads ``knobs.cache.redis.host``/``port``/``key_format``, but the Redis knobs are ``knobs.redis``
+  (``TRITON_REDIS_HOST``, ``TRITON_REDIS_PORT``, ``TRITON_REDIS_KEY_FORMAT``): ``knobs.cache`` has
+  no ``redis``, so **every compile raises** ``AttributeError: 'cache_knobs' object has no attribute
+  'redis'`` (``tests/fleet/test_remote_cache.py`` shows it);
+* and, with that attribute supplied by hand, lets any ``redis.RedisError`` escape ``triton.compile``:
+  **a Redis outage fails every compile in the host** (no timeouts either: a hung server hangs it).
+
+:class:`RedisRemoteCacheBackend` here is a subclass of Triton's with the same key layout
+(``key_format.format(key=<base32 hash>, filename=...)``), so workers using either share one cache,
+and:
+
+* reads ``knobs.redis`` (or ``knobs.cache.redis`` where a Triton has it);
+* uses one ``redis.Redis`` client (connection pool) per host/port for the process instead of one
+  per compile, with 2 s connect / 5 s socket timeouts;
+* turns a Redis error into a cache miss on ``get`` (Triton compiles locally) and a skipped upload
+  on ``put``, counted in :data:`stats` and logged once per outage (again when it recovers).
+
+Use it with::
+
+    TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager
+    TRITON_REMOTE_CACHE_BACKEND=jitwatch.backends.triton.remote_cache:RedisRemoteCacheBackend
+    TRITON_REDIS_HOST=redis.internal TRITON_REDIS_PORT=6379
+
+This module is imported by Triton (``knobs.cache.remote_manager_class``), never by jitwatch's
+hooks; it imports Triton and redis-py.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from triton import knobs
+from triton.runtime.cache import RedisRemoteCacheBackend as _TritonRedisBackend
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 2.0
+SOCKET_TIMEOUT_S = 5.0
+
+stats: dict[str, int] = {"get_hits": 0, "get_misses": 0, "get_errors": 0, "put_errors": 0, "puts": 0}
+"""Process-wide counters: files found/not found, Redis errors on get/put, uploads."""
+
+_lock = threading.Lock()
+_clients: dict[tuple[str, int], Any] = {}
+_failing = False
+
+
+def _settings() -> Any:
+    legacy = getattr(knobs.cache, "redis", None)
+    return legacy if legacy is not None else knobs.redis
+
+
+def _client(host: str, port: int) -> Any:
+    import redis
+
+    with _lock:
+        client = _clients.get((host, port))
+        if client is None:
+            client = redis.Redis(
+                host=host, port=port, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
+            )
+            _clients[(host, port)] = client
+        return client
+
+
+def _outage(what: str, exc: Exception) -> None:
+    global _failing
+    with _lock:
+        stats[f"{what}_errors"] += 1
+        first = not _failing
+        _failing = True
+    if first:
+        log.warning(
+            "jitwatch: Triton's Redis remote cache failed (%s: %s: %s); compiling locally until it answers again",
+            what,
+            type(exc).__name__,
+            exc,
+        )
+
+
+def _ok() -> None:
+    global _failing
+    if _failing:
+        with _lock:
+            _failing = False
+        log.warning("jitwatch: Triton's Redis remote cache answers again")
+
+
+class RedisRemoteCacheBackend(_TritonRedisBackend):
+    """Triton's ``RedisRemoteCacheBackend`` with working knobs, shared clients, timeouts, and
+    Redis errors degraded to cache misses (see the module docstring)."""
+
+    def __init__(self, key: str) -> None:  # Triton's __init__ reads the missing knobs: not called
+        settings = _settings()
+        self._key = key
+        self._key_fmt = settings.key_format
+        self._redis = _client(str(settings.host), int(settings.port))
+
+    def get(self, filenames: list[str]) -> dict[str, bytes]:
+        import redis
+
+        try:
+            found: dict[str, bytes] = super().get(filenames)
+        except redis.RedisError as exc:
+            _outage("get", exc)
+            return {}
+        _ok()
+        with _lock:
+            stats["get_hits"] += len(found)
+            stats["get_misses"] += len(filenames) - len(found)
+        return found
+
+    def put(self, filename: str, data: bytes) -> None:
+        import redis
+
+        try:
+            super().put(filename, data)
+        except redis.RedisError as exc:
+            _outage("put", exc)
+            return
+        _ok()
+        with _lock:
+            stats["puts"] += 1
+
+
+__all__ = ["RedisRemoteCacheBackend", "stats"]
