@@ -620,7 +620,7 @@ def cache_check(
     if (cache_dir is None) == (redis_url is None):
         raise _fail("give exactly one of --cache-dir DIR and --redis redis://HOST:PORT")
     try:
-        wanted = read_one(manifest)
+        wanted = read_one(manifest, key=_settings().manifest_key)
         cache: TritonCache = (
             LocalCache(cache_dir) if cache_dir is not None else RedisCache(str(redis_url), key_format=key_format)
         )
