@@ -55,3 +55,25 @@ def run_worker(script: Path, *args: str, env: dict[str, str], timeout: float = 3
     )
     assert out.returncode == 0, f"worker failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+def jit_status(journal_dir: Path, backend: str | None = None) -> dict[str, Any]:
+    """The ``/jit`` document the sidecar would serve for ``journal_dir`` (built the same way:
+    :func:`jitwatch.views.status.build_status` over a read-only journal), as JSON data."""
+    from jitwatch.store.journal import Journal
+    from jitwatch.views.status import build_status
+
+    journal = Journal(journal_dir, readonly=True)
+    try:
+        doc: dict[str, Any] = json.loads(build_status(journal, backend=backend).model_dump_json())
+    finally:
+        journal.close()
+    return doc
+
+
+def save(name: str, data: Any) -> None:
+    """Write ``data`` as JSON to ``$JITWATCH_GPU_OUT/<name>.json`` when that is set (GPU scripts)."""
+    out = os.environ.get("JITWATCH_GPU_OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{name}.json").write_text(json.dumps(data, indent=1, default=str))

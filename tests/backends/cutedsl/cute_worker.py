@@ -134,7 +134,7 @@ records = [
         "attrs": {k: e.attrs.get(k) for k in ("arch", "cache_enabled", "entry", "module_hash", "spec")},
     }
     for e in read_events(os.environ["JITWATCH_DIR"], EventKind.COMPILE)
-    if e.backend == "cutedsl"
+    if e.backend == "cutedsl" and e.pid == os.getpid()  # this process's: a journal may hold several
 ]
 status = mon.backend_statuses["cutedsl"]
 out = {
