@@ -4,8 +4,9 @@
 # deps), so the tier reuses .venv's torch instead of downloading another one.
 #
 # Usage: scripts/make-dsl-env.sh [TARGET_DIR] (default: <repo>/.venv-dsl/site)
-# Needs: .venv (make env), network. ~0.9 GB installed (CuTeDSL's CUDA-13 libraries are most of it).
-# No GPU and no CUDA toolkit needed for CuTeDSL (it compiles to a cubin for CUTE_DSL_ARCH itself).
+# Needs: .venv (make env), network. ~1.1 GB installed (CuTeDSL's CUDA-13 libraries are most of it).
+# No GPU and no CUDA toolkit needed: CuTeDSL compiles to a cubin for CUTE_DSL_ARCH itself; TileLang gets
+# nvcc, headers and cudart from NVIDIA's wheels (nvidia/cu13 under the target; tests put it on PATH/CUDA_HOME).
 # Versions: those checked in docs/backends/<name>.md; --no-deps because their torch/numpy pins would
 # replace .venv's, so every runtime dependency is named here.
 set -euo pipefail
@@ -16,6 +17,7 @@ mkdir -p "$TARGET"
 PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install -q --no-deps --upgrade --target "$TARGET" \
   nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1 \
   nvidia-cutlass-dsl-libs-cu13==4.8.1 "cuda-bindings>=13,<14" cuda-pathfinder \
-  tilelang==0.1.15 apache-tvm-ffi==0.1.12 torch-c-dlpack-ext cloudpickle ml-dtypes psutil tqdm z3-solver==4.15.4.0
+  tilelang==0.1.15 apache-tvm-ffi==0.1.12 torch-c-dlpack-ext cloudpickle ml-dtypes psutil tqdm z3-solver==4.15.4.0 \
+  "nvidia-cuda-nvcc>=13,<14" "nvidia-cuda-cccl>=13,<14" "nvidia-cuda-runtime>=13,<14" "nvidia-cuda-crt>=13,<14" "nvidia-nvvm>=13,<14"
 PYTHONPATH="$TARGET:$TARGET/nvidia_cutlass_dsl/dsl_packages" "$PY" -c \
   "import cutlass, importlib.metadata as m; print('cutlass-dsl', m.version('nvidia-cutlass-dsl'), 'tilelang', m.version('tilelang'))"

@@ -29,6 +29,7 @@ BUILTIN: dict[str, str] = {
     "triton": "jitwatch.backends.triton:TritonBackend",
     "torch_compile": "jitwatch.backends.torch_compile:TorchCompileBackend",
     "cutedsl": "jitwatch.backends.cutedsl:CuteDSLBackend",
+    "tilelang": "jitwatch.backends.tilelang:TileLangBackend",
 }
 """Backends shipped with jitwatch: name → ``"module:Class"``."""
 

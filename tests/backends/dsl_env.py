@@ -31,6 +31,13 @@ def pythonpath(*extra: Path) -> str:
     return os.pathsep.join(parts)
 
 
+def cuda_toolkit() -> Path | None:
+    """NVIDIA's nvcc wheel under the DSL site (``nvidia/cu13``: nvcc, headers, cudart), if
+    installed there; else ``None`` (the machine's own CUDA_HOME/PATH apply)."""
+    toolkit = site() / "nvidia" / "cu13"
+    return toolkit if (toolkit / "bin" / "nvcc").exists() else None
+
+
 def require(module: str) -> None:
     """Skip (or fail, when required) unless ``module`` is importable with :func:`pythonpath`."""
     probe = subprocess.run(
@@ -50,6 +57,10 @@ def run_worker(script: Path, *args: str, env: dict[str, str], timeout: float = 3
     """Run ``script args`` with the DSL path; return (its last stdout line as JSON, stderr)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("JITWATCH_", "OTEL_"))}
     full.update(PYTHONPATH=pythonpath(script.parent), OTEL_SDK_DISABLED="true", PYTHONUNBUFFERED="1", **env)
+    toolkit = cuda_toolkit()
+    if toolkit is not None:
+        full["CUDA_HOME"] = str(toolkit)
+        full["PATH"] = os.pathsep.join([str(toolkit / "bin"), full.get("PATH", "")])
     out = subprocess.run(
         [sys.executable, str(script), *args], env=full, capture_output=True, text=True, timeout=timeout
     )
