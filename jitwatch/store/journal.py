@@ -32,6 +32,7 @@ import math
 import os
 import sqlite3
 import time
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAU
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.redact import may_need_redaction, redact
-from jitwatch.store import migrations, safety
+from jitwatch.store import migrations, safety, specs
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +291,19 @@ beyond SQLite's 64 bits): that event is dropped alone. Storage faults (``Operati
 corruption still fail the whole batch, which the writer retries or counts."""
 
 
+def _store_json(value: Any) -> str:
+    """Compact strict JSON of ``value`` as stored: the fast path when it is plain JSON, valid
+    UTF-8 and holds no redactable substring; otherwise structurally cleaned first (:func:`_clean`)."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text.encode("utf-8")
+        if not may_need_redaction(text):
+            return text
+    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
+        pass
+    return json.dumps(_clean(value), allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 def _on_readonly_fs_without_wal(path: Path) -> bool:
     try:
         readonly_fs = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
@@ -299,15 +313,36 @@ def _on_readonly_fs_without_wal(path: Path) -> bool:
 
 
 def _row_to_event(row: sqlite3.Row) -> Event:
+    fields = dict(row)
+    spec_data = fields.pop("spec_data", None)
+    fields.pop("spec_id", None)
+    attrs = json.loads(fields["attrs"])
+    if spec_data is not None:
+        try:
+            spec = specs.decode(spec_data)
+        except (ValueError, KeyError, IndexError, zlib.error):
+            attrs["spec_unreadable"] = True  # a damaged record costs that detail, not the event
+        else:
+            fields["key"] = spec.pop("key", None)
+            attrs = {**spec, **attrs}
     return Event(
         **{
-            **dict(row),
+            **fields,
             "kind": EventKind(row["kind"]),
             "phase": Phase(row["phase"]),
             "cache_hit": None if row["cache_hit"] is None else bool(row["cache_hit"]),
-            "attrs": json.loads(row["attrs"]),
+            "attrs": attrs,
         }
     )
+
+
+_SPEC_CACHE_MAX = 4096
+"""Specialization texts whose row id a writer remembers (per connection)."""
+_SPEC_GC_EVERY = 16
+"""Prunes that removed events between two sweeps of unreferenced specializations."""
+_EVENT_COLUMNS = (
+    "ts, start_ts, duration_s, kind, rank, pid, host, phase, backend, kernel, key, cache_hit, attrs, spec_id"
+)
 
 
 class Journal:
@@ -359,6 +394,11 @@ class Journal:
         self._writes_since_prune = 0
         self._warned_bad_event = False
         self._cap_reached = False
+        self._labels: dict[str, str] = {}  # kernel name → label (immutable once assigned)
+        self._spec_ids: dict[Any, int] = {}  # specialization identity (text or tuple) → row id
+        self._spec_generation: str | None = None
+        self._redacted: dict[str, str] = {}  # kernel names and keys → redacted (bounded)
+        self._prunes_since_gc = 0
         if readonly:
             safety.check_reader_files(self.path)
             if not self.path.exists():
@@ -444,34 +484,32 @@ class Journal:
         An event whose own values cannot be stored (see :data:`_EVENT_ERRORS`) is dropped alone,
         counted in the ``dropped_events`` counter (its rank's), logged once; the others are written.
 
+        One ``executemany`` for the event rows; the per-(backend, kernel, phase, rank, kind)
+        aggregates and the duration histogram are folded in memory over the batch and written
+        once per distinct key; kernel labels and specialization ids are cached per connection.
+        A compile's specialization fields (:data:`jitwatch.store.specs.SPEC_FIELDS` and the key)
+        are stored once per distinct specialization (schema revision 3).
+
         Raises ``sqlite3.Error`` (including ``OperationalError`` for a full disk or a read-only
         file) with nothing written. The journal writer thread catches and counts those.
         """
         if self.readonly:
             raise PermissionError("journal opened read-only")
-        ids: list[int] = []
-        bad: dict[int, int] = {}
-        with self._transaction() as conn:
-            for ev in events:
-                # One event that cannot be stored (its own values) is dropped alone and counted,
-                # inside a savepoint so none of its rows or aggregates stay half-written.
-                conn.execute("SAVEPOINT jitwatch_event")
-                try:
-                    ids.append(self._insert(conn, ev))
-                except _EVENT_ERRORS as exc:
-                    conn.execute("ROLLBACK TO jitwatch_event")
-                    rank = ev.rank if isinstance(ev.rank, int) and 0 <= ev.rank <= 2**31 - 1 else 0
-                    bad[rank] = bad.get(rank, 0) + 1
-                    if not self._warned_bad_event:
-                        self._warned_bad_event = True
-                        log.warning(
-                            "jitwatch journal: dropped an event that cannot be stored: %s: %s",
-                            type(exc).__name__,
-                            str(exc)[:200],
-                        )
-                conn.execute("RELEASE jitwatch_event")
-            for rank, n in bad.items():
-                self._add_counter(conn, rank, "dropped_events", float(n))
+        if not events:
+            with self._transaction():
+                pass
+            return []
+        new_specs: list[Any] = []
+        new_labels: list[str] = []
+        try:
+            with self._transaction() as conn:
+                ids = self._write_batch(conn, events, new_specs, new_labels)
+        except BaseException:
+            for text in new_specs:  # rolled back: those rows do not exist
+                self._spec_ids.pop(text, None)
+            for name in new_labels:
+                self._labels.pop(name, None)
+            raise
         self._writes_since_prune += len(events)
         if self._writes_since_prune >= 1000:
             # The events are committed: a failing prune (lock timeout, full disk) must not make
@@ -483,28 +521,263 @@ class Journal:
                 log.debug("jitwatch journal prune failed, will retry: %s", exc)
         return ids
 
-    def _insert(self, conn: sqlite3.Connection, ev: Event) -> int:
-        ev, attrs_json = _sanitize(ev)
-        cur = conn.execute(
-            "INSERT INTO events(ts, start_ts, duration_s, kind, rank, pid, host, phase, backend,"
-            " kernel, key, cache_hit, attrs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                ev.ts,
-                ev.start_ts,
-                ev.duration_s,
-                ev.kind.value,
-                ev.rank,
-                ev.pid,
-                ev.host,
-                ev.phase.value,
-                ev.backend,
-                ev.kernel,
-                ev.key,
-                None if ev.cache_hit is None else int(ev.cache_hit),
-                attrs_json,
-            ),
+    def _write_batch(
+        self, conn: sqlite3.Connection, events: Sequence[Event], new_specs: list[Any], new_labels: list[str]
+    ) -> list[int]:
+        dedup = "specializations" in self._tables
+        if dedup:
+            row = conn.execute("SELECT v FROM meta WHERE k='spec_generation'").fetchone()
+            generation = row[0] if row is not None else None
+            if generation != self._spec_generation:  # another connection swept specializations
+                self._spec_ids.clear()
+                self._spec_generation = generation
+        insert = (
+            f"INSERT INTO events({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            if dedup
+            else f"INSERT INTO events({_EVENT_COLUMNS.rsplit(',', 1)[0]}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
         )
-        row_id = int(cur.lastrowid or 0)
+        ids: list[int] = []
+        bad: dict[int, int] = {}
+        stats: dict[tuple[str, str, str, int, str], list[Any]] = {}
+        hist: dict[tuple[str, int, str, int], int] = {}
+        run: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []  # consecutive compile-like events
+
+        recompiles: dict[tuple[str, str, str, str, int], list[Any]] = {}
+
+        def fold(f: tuple[Any, ...]) -> None:
+            sk, seconds, hit, key, ts, reason_class, reason = f
+            if reason_class is not None:
+                rk = (sk[0], sk[1], reason_class, sk[2], sk[3])
+                racc = recompiles.get(rk)
+                if racc is None:
+                    racc = recompiles[rk] = [0, 0.0, None, None]
+                racc[0] += 1
+                racc[1] += seconds
+                if reason is not None:
+                    racc[2] = reason
+                racc[3] = ts
+            acc = stats.get(sk)
+            if acc is None:
+                acc = stats[sk] = [0, 0.0, 0, None, None]
+            acc[0] += 1
+            acc[1] += seconds
+            acc[2] += hit
+            if key is not None:
+                acc[3] = key
+            acc[4] = ts
+            if sk[4] == "compile":
+                hk = (sk[0], sk[3], sk[2], bucket_index(seconds))
+                hist[hk] = hist.get(hk, 0) + 1
+
+        def flush_run() -> None:
+            if not run:
+                return
+            rows = [r if dedup else r[:-1] for r, _ in run]
+            conn.execute("SAVEPOINT jitwatch_batch")
+            try:
+                conn.executemany(insert, rows)
+            except _EVENT_ERRORS:
+                conn.execute("ROLLBACK TO jitwatch_batch")
+                conn.execute("RELEASE jitwatch_batch")
+                for r, (_, f) in zip(rows, run, strict=True):  # one at a time: only the bad one goes
+                    conn.execute("SAVEPOINT jitwatch_event")
+                    try:
+                        ids.append(int(conn.execute(insert, r).lastrowid or 0))
+                    except _EVENT_ERRORS as exc:
+                        conn.execute("ROLLBACK TO jitwatch_event")
+                        self._count_bad(bad, f[0][3], exc)
+                    else:
+                        fold(f)
+                    conn.execute("RELEASE jitwatch_event")
+            else:
+                conn.execute("RELEASE jitwatch_batch")
+                last = int(conn.execute("SELECT MAX(id) FROM events").fetchone()[0])
+                ids.extend(range(last - len(rows) + 1, last + 1))
+                for _, f in run:
+                    fold(f)
+            run.clear()
+
+        for ev in events:
+            if ev.kind not in STAT_KINDS:
+                flush_run()
+                # One event that cannot be stored (its own values) is dropped alone and counted,
+                # inside a savepoint so none of its rows or side effects stay half-written.
+                conn.execute("SAVEPOINT jitwatch_event")
+                try:
+                    clean, attrs_json = _sanitize(ev)
+                    cur = conn.execute(insert, self._event_row(clean, attrs_json, None)[: 14 if dedup else 13])
+                    self._apply(conn, clean, attrs_json)
+                    ids.append(int(cur.lastrowid or 0))
+                except _EVENT_ERRORS as exc:
+                    conn.execute("ROLLBACK TO jitwatch_event")
+                    self._count_bad(bad, ev.rank, exc)
+                conn.execute("RELEASE jitwatch_event")
+                continue
+            try:
+                run.append(self._stat_row(conn, ev, dedup, new_specs, new_labels))
+            except _EVENT_ERRORS as exc:
+                self._count_bad(bad, ev.rank, exc)
+        flush_run()
+        if stats:
+            conn.executemany(
+                "INSERT INTO compile_stats(backend, kernel, phase, rank, kind, count, seconds, cache_hits,"
+                " last_key, last_ts) VALUES (?,?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT(backend, kernel, phase, rank, kind) DO UPDATE SET count=count+excluded.count,"
+                " seconds=seconds+excluded.seconds, cache_hits=cache_hits+excluded.cache_hits,"
+                " last_key=COALESCE(excluded.last_key, last_key), last_ts=excluded.last_ts",
+                [(*k, *v) for k, v in stats.items()],
+            )
+        if hist:
+            conn.executemany(
+                "INSERT INTO duration_hist(backend, rank, phase, bucket, count) VALUES (?,?,?,?,?)"
+                " ON CONFLICT(backend, rank, phase, bucket) DO UPDATE SET count=count+excluded.count",
+                [(*k, n) for k, n in hist.items()],
+            )
+        if recompiles and "recompile_stats" in self._tables:
+            conn.executemany(
+                "INSERT INTO recompile_stats(backend, kernel, reason_class, phase, rank, count, seconds,"
+                " last_reason, last_ts) VALUES (?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT(backend, kernel, reason_class, phase, rank) DO UPDATE SET count=count+excluded.count,"
+                " seconds=seconds+excluded.seconds,"
+                " last_reason=COALESCE(excluded.last_reason, last_reason), last_ts=excluded.last_ts",
+                [(*k, *v) for k, v in recompiles.items()],
+            )
+        for rank, n in bad.items():
+            self._add_counter(conn, rank, "dropped_events", float(n))
+        return ids
+
+    def _count_bad(self, bad: dict[int, int], rank: Any, exc: BaseException) -> None:
+        rank = rank if isinstance(rank, int) and 0 <= rank <= 2**31 - 1 else 0
+        bad[rank] = bad.get(rank, 0) + 1
+        if not self._warned_bad_event:
+            self._warned_bad_event = True
+            log.warning(
+                "jitwatch journal: dropped an event that cannot be stored: %s: %s", type(exc).__name__, str(exc)[:200]
+            )
+
+    def _stat_row(
+        self, conn: sqlite3.Connection, ev: Event, dedup: bool, new_specs: list[Any], new_labels: list[str]
+    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(event row, fold) of one compile-like event: strings redacted and UTF-8-safe (cached per
+        distinct value), non-finite times dropped, the specialization stored once."""
+        text = self._cached_text
+        kernel = None if ev.kernel is None else text(ev.kernel)
+        key = None if ev.key is None else text(ev.key)
+        host, backend = text(ev.host), text(ev.backend)
+        isfinite = math.isfinite
+        ts = ev.ts if isfinite(ev.ts) else time.time()
+        duration = ev.duration_s
+        if duration is not None and not isfinite(duration):
+            duration = None
+        start_ts = ev.start_ts
+        if start_ts is not None and not isfinite(start_ts):
+            start_ts = None
+        phase = ev.phase.value
+        kind = ev.kind.value
+        rest, spec = specs.split(ev.attrs, key) if dedup else (ev.attrs, None)
+        spec_id = self._spec_for(conn, spec, new_specs) if spec is not None else None
+        name = kernel or "<unknown>"
+        if name not in self._labels:
+            self._kernel_label(conn, name, ts)
+            new_labels.append(name)
+        row = (
+            ts,
+            start_ts,
+            duration,
+            kind,
+            ev.rank,
+            ev.pid,
+            host,
+            phase,
+            backend,
+            kernel,
+            None if spec_id is not None else key,  # else in the specialization record
+            None if ev.cache_hit is None else int(ev.cache_hit),
+            _store_json(rest),
+            spec_id,
+        )
+        reason_class = reason = None
+        if kind == "compile":
+            reason_class = reason_class_label(ev.attrs.get("reason_class"))
+            raw = ev.attrs.get("reason") if reason_class is not None else None
+            reason = _text(str(raw))[:2000] if raw is not None else None
+        fold = ((backend, name, phase, ev.rank, kind), duration or 0.0, 1 if ev.cache_hit else 0, key, ts)
+        return row, (*fold, reason_class, reason)
+
+    def _spec_for(self, conn: sqlite3.Connection, spec: dict[str, Any], new_specs: list[Any]) -> int:
+        """Row id for ``spec`` (see :func:`jitwatch.store.specs.split`). A Triton compile's
+        ``specialization_data`` is Triton's own full serialization of the specialization
+        (signature, constants, attributes, options, key), so with the kernel's source hash and key
+        it identifies the record without serializing it again; other captures are identified by
+        their canonical JSON."""
+        data, key = spec.get("specialization_data"), spec.get("key")
+        fast: Any = None
+        if isinstance(data, str) and isinstance(key, str):
+            fast = (key, data, spec.get("source_hash"), spec.get("module"))
+            spec_id = self._spec_ids.get(fast)
+            if spec_id is not None:
+                return spec_id
+        spec_id = self._spec_id(conn, _store_json(spec), new_specs)
+        if fast is not None:
+            self._remember(fast, spec_id)
+            new_specs.append(fast)
+        return spec_id
+
+    def _cached_text(self, text: str) -> str:
+        """:func:`_text` (redacted, UTF-8-safe) of a kernel name, key, host or backend, remembered
+        (they repeat; bounded)."""
+        out = self._redacted.get(text)
+        if out is not None:
+            return out
+        out = _text(text)
+        if len(self._redacted) >= _SPEC_CACHE_MAX:
+            self._redacted.clear()
+        self._redacted[text] = out
+        return out
+
+    def _remember(self, ident: Any, spec_id: int) -> None:
+        if len(self._spec_ids) >= _SPEC_CACHE_MAX:
+            self._spec_ids.pop(next(iter(self._spec_ids)))
+        self._spec_ids[ident] = spec_id
+
+    def _spec_id(self, conn: sqlite3.Connection, text: str, new_specs: list[Any]) -> int:
+        """Row id of the specialization whose canonical JSON is ``text``; inserted if new."""
+        spec_id = self._spec_ids.get(text)
+        if spec_id is not None:
+            return spec_id
+        digest, data = specs.encode(text)
+        row = conn.execute("SELECT id FROM specializations WHERE digest=?", (digest,)).fetchone()
+        if row is not None:
+            spec_id = int(row[0])
+        else:
+            spec_id = int(
+                conn.execute("INSERT INTO specializations(digest, data) VALUES (?,?)", (digest, data)).lastrowid or 0
+            )
+            new_specs.append(text)
+        self._remember(text, spec_id)
+        return spec_id
+
+    @staticmethod
+    def _event_row(ev: Event, attrs_json: str, spec_id: int | None) -> tuple[Any, ...]:
+        return (
+            ev.ts,
+            ev.start_ts,
+            ev.duration_s,
+            ev.kind.value,
+            ev.rank,
+            ev.pid,
+            ev.host,
+            ev.phase.value,
+            ev.backend,
+            ev.kernel,
+            ev.key,
+            None if ev.cache_hit is None else int(ev.cache_hit),
+            attrs_json,
+            spec_id,
+        )
+
+    def _apply(self, conn: sqlite3.Connection, ev: Event, attrs_json: str) -> None:
+        """The worker-row and counter side effects of one non-compile event (in batch order)."""
         kind = ev.kind
         if kind is EventKind.WORKER_START:
             conn.execute(
@@ -551,54 +824,6 @@ class Journal:
                 "UPDATE workers SET first_request_s=?, first_request_ts=?, last_ts=? WHERE host=? AND pid=? AND rank=?",
                 (ev.duration_s, ev.ts, ev.ts, ev.host, ev.pid, ev.rank),
             )
-        elif kind in STAT_KINDS:
-            kernel = ev.kernel or "<unknown>"
-            self._kernel_label(conn, kernel, ev.ts)
-            duration = ev.duration_s or 0.0
-            conn.execute(
-                "INSERT INTO compile_stats(backend, kernel, phase, rank, kind, count, seconds, cache_hits,"
-                " last_key, last_ts) VALUES (?,?,?,?,?,1,?,?,?,?)"
-                " ON CONFLICT(backend, kernel, phase, rank, kind) DO UPDATE SET count=count+1,"
-                " seconds=seconds+excluded.seconds, cache_hits=cache_hits+excluded.cache_hits,"
-                " last_key=COALESCE(excluded.last_key, last_key), last_ts=excluded.last_ts",
-                (
-                    ev.backend,
-                    kernel,
-                    ev.phase.value,
-                    ev.rank,
-                    kind.value,
-                    duration,
-                    int(bool(ev.cache_hit)),
-                    ev.key,
-                    ev.ts,
-                ),
-            )
-            if kind is EventKind.COMPILE:
-                conn.execute(
-                    "INSERT INTO duration_hist(backend, rank, phase, bucket, count) VALUES (?,?,?,?,1)"
-                    " ON CONFLICT(backend, rank, phase, bucket) DO UPDATE SET count=count+1",
-                    (ev.backend, ev.rank, ev.phase.value, bucket_index(duration)),
-                )
-                reason_class = reason_class_label(ev.attrs.get("reason_class"))
-                if reason_class is not None:
-                    reason = ev.attrs.get("reason")
-                    conn.execute(
-                        "INSERT INTO recompile_stats(backend, kernel, reason_class, phase, rank, count, seconds,"
-                        " last_reason, last_ts) VALUES (?,?,?,?,?,1,?,?,?)"
-                        " ON CONFLICT(backend, kernel, reason_class, phase, rank) DO UPDATE SET count=count+1,"
-                        " seconds=seconds+excluded.seconds,"
-                        " last_reason=COALESCE(excluded.last_reason, last_reason), last_ts=excluded.last_ts",
-                        (
-                            ev.backend,
-                            kernel,
-                            reason_class,
-                            ev.phase.value,
-                            ev.rank,
-                            duration,
-                            str(reason)[:2000] if reason is not None else None,
-                            ev.ts,
-                        ),
-                    )
         elif kind is EventKind.BACKEND_READY:
             self._ensure_worker(conn, ev)
             row = conn.execute(
@@ -623,7 +848,6 @@ class Journal:
             self._add_counter(conn, ev.rank, counter_name("hook_errors", ev.backend), 1)
         elif kind is EventKind.DROPPED:
             self._add_counter(conn, ev.rank, "dropped_events", float(ev.attrs.get("count", 1)))
-        return row_id
 
     def heartbeat(self, host: str, pid: int, rank: int, ts: float) -> bool:
         """Liveness: advance the worker row ``(host, pid, rank)``'s ``last_ts`` to ``ts`` (Unix
@@ -659,6 +883,7 @@ class Journal:
     def _kernel_label(self, conn: sqlite3.Connection, kernel: str, ts: float) -> str:
         row = conn.execute("SELECT label FROM kernels WHERE name=?", (kernel,)).fetchone()
         if row is not None:
+            self._labels[kernel] = str(row[0])
             return str(row[0])
         if self._cap_reached:  # the named count never shrinks: no need to count again
             label = OTHER_KERNEL
@@ -667,13 +892,15 @@ class Journal:
             self._cap_reached = named >= self.max_kernels
             label = OTHER_KERNEL if self._cap_reached else kernel
         conn.execute("INSERT INTO kernels(name, label, first_seen) VALUES (?,?,?)", (kernel, label, ts))
+        self._labels[kernel] = label
         return label
 
-    def prune(self, now: float | None = None) -> int:
+    def prune(self, now: float | None = None, *, force_gc: bool = False) -> int:
         """Retire events past the retention limits; returns how many were removed.
 
         Aggregates are untouched, so metrics do not move. The count is added to the
-        ``retired_events`` counter (rank -1, journal-wide).
+        ``retired_events`` counter (rank -1, journal-wide). Every 16th prune that retired events
+        (or with ``force_gc``) also deletes the specializations no event references any more.
         """
         now = time.time() if now is None else now
         with self._transaction() as conn:
@@ -684,6 +911,18 @@ class Journal:
             ).rowcount
             if removed:
                 self._add_counter(conn, -1, "retired_events", removed)
+                self._prunes_since_gc += 1
+            if "specializations" in self._tables and (self._prunes_since_gc >= _SPEC_GC_EVERY or force_gc):
+                self._prunes_since_gc = 0
+                swept = conn.execute(
+                    "DELETE FROM specializations WHERE id NOT IN"
+                    " (SELECT DISTINCT spec_id FROM events WHERE spec_id IS NOT NULL)"
+                ).rowcount
+                if swept:  # writers holding ids in their caches drop them (see _write_batch)
+                    conn.execute(
+                        "INSERT INTO meta(k, v) VALUES ('spec_generation', '1') ON CONFLICT(k) DO UPDATE"
+                        " SET v = CAST(CAST(v AS INTEGER) + 1 AS TEXT)"
+                    )
         self._writes_since_prune = 0
         return int(removed)
 
@@ -723,10 +962,16 @@ class Journal:
         if since is not None:
             where.append("ts > ?")
             args.append(since)
-        sql = "SELECT * FROM events"
+        if "specializations" in self._tables:
+            sql = (
+                "SELECT events.*, specializations.data AS spec_data FROM events"
+                " LEFT JOIN specializations ON specializations.id = events.spec_id"
+            )
+        else:
+            sql = "SELECT * FROM events"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY id {'DESC' if newest_first else 'ASC'} LIMIT ?"
+        sql += f" ORDER BY events.id {'DESC' if newest_first else 'ASC'} LIMIT ?"
         args.append(limit)
         return [_row_to_event(r) for r in self._conn.execute(sql, args)]
 

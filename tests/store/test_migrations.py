@@ -130,7 +130,7 @@ def test_upgrade_in_place_keeps_every_event_and_aggregate(tmp_path: Path) -> Non
     before = snapshot(tmp_path)
     with Journal(tmp_path) as j:  # a 0.2 writer opens it: upgraded, in one transaction
         assert j.schema.revision == migrations.REVISION
-        assert (j.schema.min_reader, j.schema.min_writer) == (2, 1)
+        assert (j.schema.min_reader, j.schema.min_writer) == (4, 1)
     after = snapshot(tmp_path)
     assert after == before  # every event, aggregate, counter, worker row and metric sample
     con = sqlite3.connect(tmp_path / JOURNAL_FILE)
