@@ -8,6 +8,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.store import migrations, specs
 from jitwatch.store.journal import JOURNAL_FILE, Journal
@@ -127,13 +129,11 @@ def test_retention_sweeps_unreferenced_records_and_other_writers_notice(tmp_path
 def test_a_rolled_back_batch_leaves_no_stale_cache(tmp_path: Path) -> None:
     with Journal(tmp_path) as j:
         bad = make_event(EventKind.COMPILE, float("nan"), kernel="k", attrs=spec_attrs(8))
-        j._conn.execute(
-            "CREATE TRIGGER boom BEFORE INSERT ON events WHEN NEW.rank = 99 BEGIN SELECT RAISE(ABORT, 'x'); END"
-        )
-        try:
-            j.write([compile_event(0, 8), compile_event(1, 8, rank=99)])  # type: ignore[list-item]
-        except sqlite3.IntegrityError:
-            pass
+        # the aggregates' write fails: the whole batch (specialization record included) rolls back
+        j._conn.execute("CREATE TRIGGER boom BEFORE INSERT ON compile_stats BEGIN SELECT RAISE(ABORT, 'x'); END")
+        with pytest.raises(sqlite3.IntegrityError):
+            j.write([compile_event(0, 8), compile_event(1, 8)])  # type: ignore[list-item]
+        assert rows(tmp_path, "SELECT COUNT(*) FROM specializations") == [(0,)]
         j._conn.execute("DROP TRIGGER boom")
         j.write([compile_event(2, 8), bad])  # type: ignore[list-item]
         evs = j.events(kind=EventKind.COMPILE, limit=10)
