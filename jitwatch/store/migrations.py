@@ -32,14 +32,12 @@ History:
    and ``compile_hist``, which 0.2 readers add in as backend ``triton`` — nothing is copied, so
    a 0.1 sidecar's counters never go backwards either. ``min_writer`` 1, ``min_reader`` 2 (a 0.1
    reader sees only the 0.1 workers' aggregates; upgrade sidecars first).
-<<<<<<< HEAD
 3. jitwatch 0.2 (recompile reasons): ``recompile_stats`` (per backend, kernel, reason class, phase
    and rank: count, seconds, the latest verbatim reason). Written for every compile event whose
    ``attrs.reason_class`` is set and is not ``first compile`` (torch.compile's Dynamo
    recompiles), so ``jitwatch_recompiles_total`` survives retention like every aggregate.
    Additive: ``min_writer`` stays 1 (older workers simply do not fill it), ``min_reader`` 2 (a
    revision-2 reader ignores the table).
-=======
 4. jitwatch 0.3 (cost): ``specializations`` (one row per distinct specialization: the key,
    ``module``, ``signature``, ``constexprs``, ``options``, ``specialization_data`` and
    ``source_hash`` of a compile, as zlib with a preset dictionary, see
@@ -49,7 +47,6 @@ History:
    4: an older sidecar would show the new compact events without their key and signature, so it is
    refused with a clear error instead (upgrade sidecars first). Drops ``events_backend`` (a
    handful of values: never selective, ~25 bytes and an index update per event).
->>>>>>> bdca800 (Journal schema revision 3: specializations stored once (zlib with a preset dictionary, events.spec_id), readers unchanged; executemany per batch, aggregates folded per batch, kernel labels/specialization ids/redacted names cached; retention sweeps unreferenced records (spec_generation tells other writers); events_backend index dropped; upgrade test from revision 2)
 """
 
 from __future__ import annotations
