@@ -276,11 +276,14 @@ def test_events_written_by_0_1_keep_their_backend(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------- revision 3: recompile_stats
 def _rev2_journal(directory: Path) -> None:
-    """A journal as revision-2 code left it: revision 3's table dropped, meta set back."""
+    """A journal as revision-2 code left it: revision 3's and 4's changes undone, meta set back."""
     with Journal(directory) as j:
         j.write([make_event(EventKind.WORKER_START, ts=T0)])
     conn = sqlite3.connect(directory / JOURNAL_FILE)
     conn.execute("DROP TABLE recompile_stats")
+    conn.execute("DROP TABLE specializations")
+    conn.execute("ALTER TABLE events DROP COLUMN spec_id")
+    conn.execute("CREATE INDEX events_backend ON events(backend)")
     conn.execute("UPDATE meta SET v='2' WHERE k='revision'")
     conn.commit()
     conn.close()
