@@ -96,6 +96,12 @@ JITWATCH_STALE_SECONDS = "JITWATCH_STALE_SECONDS"
 """Sidecar: a rank whose latest worker heartbeats but was last seen longer ago than this is
 ``stale`` and not ready. ``0`` turns the check off. Default 60 (6 times the default heartbeat)."""
 
+JITWATCH_EVENTS_EXPORTER = "JITWATCH_EVENTS_EXPORTER"
+"""``otlp`` / ``none``: export every journal event as an OpenTelemetry log record (OTLP/HTTP, from
+the journal writer thread; endpoint, headers and timeout from the standard ``OTEL_EXPORTER_OTLP_*``
+variables). Default ``none``: opt in, since a fleet's event stream is sized separately from its
+traces (docs/fleet.md)."""
+
 ALL_VARIABLES = (
     JITWATCH_DIR,
     JITWATCH_MODE,
@@ -120,6 +126,7 @@ ALL_VARIABLES = (
     JITWATCH_HEARTBEAT_SECONDS,
     JITWATCH_STALE_SECONDS,
     JITWATCH_BACKENDS,
+    JITWATCH_EVENTS_EXPORTER,
 )
 
 DEFAULT_HOST = "127.0.0.1"
@@ -148,6 +155,7 @@ class Mode(str, Enum):
 
 REPLAY_PARALLEL_CHOICES = ("auto", "serial", "threads", "processes")
 SLOT_MAPPING_WARMUP_CHOICES = ("auto", "on", "off")
+EVENTS_EXPORTER_CHOICES = ("none", "otlp")
 
 
 def _int(
@@ -325,6 +333,8 @@ class Settings:
     replay_parallel: str = "auto"
     replay_workers: int | None = None
     slot_mapping_warmup: str = "auto"
+    events_exporter: str = "none"
+    """``JITWATCH_EVENTS_EXPORTER``: ``none`` or ``otlp``."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ[str] | None = None) -> Settings:
@@ -358,6 +368,7 @@ class Settings:
             replay_parallel=_choice(env, JITWATCH_REPLAY_PARALLEL, REPLAY_PARALLEL_CHOICES, "auto"),
             replay_workers=_optional_int(env, JITWATCH_REPLAY_WORKERS, minimum=1),
             slot_mapping_warmup=_choice(env, JITWATCH_SLOT_MAPPING_WARMUP, SLOT_MAPPING_WARMUP_CHOICES, "auto"),
+            events_exporter=_choice(env, JITWATCH_EVENTS_EXPORTER, EVENTS_EXPORTER_CHOICES, "none"),
         )
 
     def rank(self, host_rank: int | None = None) -> int:

@@ -16,16 +16,36 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from jitwatch._version import __version__
 from jitwatch.backends.base import Backend
 from jitwatch.config import Mode, Settings, parse_mode
 from jitwatch.core.identity import WorkerIdentity
 from jitwatch.core.monitor import EventSink, Monitor, NullSink
+from jitwatch.export.otlp import build_event_exporters
 from jitwatch.store.writer import JournalWriter
+
+
+def export_resource(settings: Settings, identity: WorkerIdentity) -> dict[str, Any]:
+    """OpenTelemetry resource attributes of this worker's exported events: host, pid, ranks,
+    backends selected, jitwatch version (``service.name`` comes from ``OTEL_SERVICE_NAME``)."""
+    attrs: dict[str, Any] = {
+        "host.name": identity.host,
+        "process.pid": identity.pid,
+        "jitwatch.rank": identity.rank,
+        "jitwatch.version": __version__,
+        "jitwatch.backends": list(settings.backends) if settings.backends is not None else ["all"],
+    }
+    for name in ("tp_rank", "pp_rank", "dp_rank", "local_rank"):
+        value = getattr(identity, name)
+        if value is not None:
+            attrs[f"jitwatch.{name}"] = value
+    return attrs
 
 
 def journal_writer(settings: Settings, identity: WorkerIdentity) -> JournalWriter:
     """A :class:`JournalWriter` for ``settings`` (directory, retention, queue, heartbeat) that
-    heartbeats as ``identity``."""
+    heartbeats as ``identity`` and hands its events to the exporters ``JITWATCH_EVENTS_EXPORTER``
+    selects (:func:`jitwatch.export.otlp.build_event_exporters`)."""
     return JournalWriter(
         settings.journal_dir,
         queue_size=settings.queue_size,
@@ -37,6 +57,7 @@ def journal_writer(settings: Settings, identity: WorkerIdentity) -> JournalWrite
         },
         heartbeat=(identity.host, identity.pid, identity.rank),
         heartbeat_s=settings.heartbeat_seconds,
+        exporters=build_event_exporters(settings.events_exporter, export_resource(settings, identity)),
     )
 
 

@@ -53,6 +53,7 @@ def test_every_variable_is_read() -> None:
         "JITWATCH_REPLAY_PARALLEL": "Threads",
         "JITWATCH_REPLAY_WORKERS": "3",
         "JITWATCH_SLOT_MAPPING_WARMUP": "off",
+        "JITWATCH_EVENTS_EXPORTER": "OTLP",
     }
     assert set(env) == set(ALL_VARIABLES)
     s = Settings.from_env(env)
@@ -80,6 +81,7 @@ def test_every_variable_is_read() -> None:
         replay_parallel="threads",
         replay_workers=3,
         slot_mapping_warmup="off",
+        events_exporter="otlp",
     )
 
 

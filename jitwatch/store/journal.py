@@ -276,6 +276,13 @@ def _sanitize(ev: Event) -> tuple[Event, str]:
     return (ev.model_copy(update=update) if update else ev), attrs_json
 
 
+def sanitized(ev: Event) -> Event:
+    """``ev`` as the journal stores it (strings redacted and UTF-8-safe, non-finite times dropped):
+    what off-host exporters send (:mod:`jitwatch.export`). Raises like :meth:`Journal.write` for an
+    event that cannot be stored at all."""
+    return _sanitize(ev)[0]
+
+
 _EVENT_ERRORS = (
     ValueError,
     TypeError,
@@ -847,7 +854,9 @@ class Journal:
         elif kind is EventKind.HOOK_ERROR:
             self._add_counter(conn, ev.rank, counter_name("hook_errors", ev.backend), 1)
         elif kind is EventKind.DROPPED:
-            self._add_counter(conn, ev.rank, "dropped_events", float(ev.attrs.get("count", 1)))
+            exporter = ev.attrs.get("exporter")
+            name = counter_name("export_dropped", exporter) if isinstance(exporter, str) else "dropped_events"
+            self._add_counter(conn, ev.rank, name, float(ev.attrs.get("count", 1)))
 
     def heartbeat(self, host: str, pid: int, rank: int, ts: float) -> bool:
         """Liveness: advance the worker row ``(host, pid, rank)``'s ``last_ts`` to ``ts`` (Unix

@@ -28,8 +28,9 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from jitwatch.core.events import DeferredEvent, Event, EventKind
 from jitwatch.store.journal import Journal, open_or_recover
@@ -60,6 +61,27 @@ def _is_busy(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
+class EventExporter(Protocol):
+    """Something that sends journal events off-host (:mod:`jitwatch.export`), called by
+    :class:`JournalWriter` on its own thread — never on a compiling thread.
+
+    ``export`` receives each batch of materialized events before they are journaled; it must not
+    block (queue and return) and should not raise (the writer catches, counts and logs once).
+    ``dropped_total`` is monotonic: events the exporter could not deliver; the writer journals the
+    growth as ``dropped`` events with ``attrs.exporter`` (counter ``export_dropped:<name>``).
+    ``shutdown`` flushes within a bounded time when the writer closes.
+    """
+
+    name: str
+
+    @property
+    def dropped_total(self) -> int: ...
+
+    def export(self, events: Sequence[Event]) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
 class JournalWriter:
     """Owns a daemon thread that drains a bounded in-memory buffer into the journal.
 
@@ -78,6 +100,7 @@ class JournalWriter:
         heartbeat: ``(host, pid, rank)`` of the worker row to keep alive; ``None``: no heartbeat.
         heartbeat_s: seconds between heartbeats (``<= 0``: no heartbeat).
         interval_s: seconds between the writer's timed wake-ups (default :data:`WRITER_INTERVAL_S`).
+        exporters: :class:`EventExporter` objects handed every batch on the writer thread.
     """
 
     def __init__(
@@ -90,6 +113,7 @@ class JournalWriter:
         heartbeat: tuple[str, int, int] | None = None,
         heartbeat_s: float = 10.0,
         interval_s: float = WRITER_INTERVAL_S,
+        exporters: Sequence[EventExporter] = (),
     ) -> None:
         self.directory = Path(directory)
         self.rank = rank
@@ -116,6 +140,9 @@ class JournalWriter:
         self._closed = False
         self._stop = False
         self._next_retry = 0.0
+        self.exporters = tuple(exporters)
+        self._export_reported = {x.name: 0 for x in self.exporters}
+        self._export_errors = 0
         self._thread = threading.Thread(target=self._run, name="jitwatch-journal-writer", daemon=True)
         self._thread.start()
 
@@ -190,11 +217,20 @@ class JournalWriter:
                     break
                 self._write(batch)
                 wrote = True
+            if self.exporters:
+                self._report_export_drops()
             if retry and not wrote and time.monotonic() >= self._next_retry:
                 self._next_retry = time.monotonic() + RETRY_INTERVAL_S
                 self._write([])  # only the pending ``dropped`` record: has the fault cleared?
             if stop:
                 break
+        for exporter in self.exporters:
+            try:
+                exporter.shutdown()  # bounded by the exporter's own timeout
+            except Exception as exc:  # noqa: BLE001 - an exporter must never stop the writer
+                log.debug("jitwatch: %s exporter shutdown failed: %s", exporter.name, exc)
+        if self.exporters:
+            self._report_export_drops()
         with self._lock:
             unreported = self._dropped_unreported
         if unreported:
@@ -245,10 +281,51 @@ class JournalWriter:
                     self._count_dropped_locked(1)
         return out
 
+    def _export(self, events: list[Event]) -> None:
+        """Hand ``events`` to every exporter (writer thread); an exporter that raises is logged
+        once and counted, never propagated."""
+        for exporter in self.exporters:
+            try:
+                exporter.export(events)
+            except Exception as exc:  # noqa: BLE001 - an exporter must never stop the journal
+                self._export_errors += 1
+                if self._export_errors == 1:
+                    log.error("jitwatch: the %s event exporter failed: %s: %s", exporter.name, type(exc).__name__, exc)
+
+    def _report_export_drops(self) -> None:
+        """Journal what the exporters could not deliver since the last report, as ``dropped``
+        events with ``attrs.exporter`` (retried at the next wake-up if the journal fails)."""
+        drops: list[Event] = []
+        totals: dict[str, int] = {}
+        for exporter in self.exporters:
+            try:
+                total = int(exporter.dropped_total)
+            except Exception:  # noqa: BLE001
+                continue
+            new = total - self._export_reported.get(exporter.name, 0)
+            if new > 0:
+                totals[exporter.name] = total
+                drops.append(
+                    Event.now(EventKind.DROPPED, rank=self.rank, attrs={"count": new, "exporter": exporter.name})
+                )
+        if not drops:
+            return
+        try:
+            if self._journal is None:
+                self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+            self._journal.write(drops)
+        except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
+            log.debug("jitwatch: could not journal exporter drops yet: %s", exc)
+            self._drop_journal()
+            return
+        self._export_reported.update(totals)
+
     def _write(self, batch: list[Event | DeferredEvent]) -> None:
         events: list[Event] = []
         try:
             events = self._materialize(batch)
+            if self.exporters:
+                self._export(events)
             self._write_attempts(events)
         except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
             if self.fault is None:

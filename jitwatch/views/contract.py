@@ -206,6 +206,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "Events a worker could not journal (queue full or storage fault).",
     ),
     MetricSpec(
+        "jitwatch_export_dropped_events_total",
+        "counter",
+        ("exporter", "rank"),
+        "",
+        "Events an off-host exporter could not deliver (exporter: otlp; collector down, timed out or its queue "
+        "full), by worker rank. Absent until an exporter drops one.",
+    ),
+    MetricSpec(
         "jitwatch_journal_events",
         "gauge",
         (),

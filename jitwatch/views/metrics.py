@@ -272,6 +272,10 @@ def journal_families(journal: Journal) -> list[Metric]:
     for rank in sorted(ranks):
         dropped.add_metric([str(rank)], counters.get((rank, "dropped_events"), 0.0))
     out += [errors, dropped]
+    export_dropped = _counter("jitwatch_export_dropped_events_total")
+    for (exporter, rank), value in sorted(journal.backend_counter("export_dropped").items()):
+        export_dropped.add_metric([exporter, str(rank)], value)
+    out.append(export_dropped)
 
     ev = _gauge("jitwatch_journal_events")
     ev.add_metric([], float(n_events))

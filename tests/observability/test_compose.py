@@ -27,7 +27,10 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 COLLECTOR = ROOT / "dashboards" / "otel" / "collector.yml"
 
-NO_HEALTHCHECK = {"otel-collector": "the collector image has no shell or HTTP client; probe :13133 from outside"}
+NO_HEALTHCHECK = {
+    "otel-collector": "the collector image has no shell or HTTP client; probe :13133 from outside",
+    "otel-data-init": "a one-shot chown of the collector's volume (service_completed_successfully)",
+}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,14 @@ def test_schema_check_rejects_a_broken_file(tmp_path: Path) -> None:
 
 def test_no_version_key_and_expected_services(compose: dict[str, Any]) -> None:
     assert "version" not in compose
-    assert set(compose["services"]) == {"worker", "sidecar", "prometheus", "grafana", "otel-collector"}
+    assert set(compose["services"]) == {
+        "worker",
+        "sidecar",
+        "prometheus",
+        "grafana",
+        "otel-collector",
+        "otel-data-init",
+    }
 
 
 def test_images_are_pinned(compose: dict[str, Any]) -> None:
@@ -179,6 +189,31 @@ def test_worker_exports_spans_to_the_collector(compose: dict[str, Any]) -> None:
     collector = yaml.safe_load(COLLECTOR.read_text())
     assert collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
     assert collector["service"]["pipelines"]["traces"]["receivers"] == ["otlp"]
+
+
+def test_worker_events_reach_a_queryable_file_in_the_collector(compose: dict[str, Any]) -> None:
+    """The logs pipeline: the worker opts in (JITWATCH_EVENTS_EXPORTER=otlp), the collector
+    receives OTLP logs, bounds its memory before batching and writes rotated JSON lines into the
+    otel-data volume, which a one-shot service hands to the collector's uid first."""
+    assert compose["services"]["worker"]["environment"]["JITWATCH_EVENTS_EXPORTER"] == "otlp"
+    collector = yaml.safe_load(COLLECTOR.read_text())
+    logs = collector["service"]["pipelines"]["logs"]
+    assert logs["receivers"] == ["otlp"]
+    assert logs["processors"][0] == "memory_limiter" and "batch" in logs["processors"]
+    for pipeline in collector["service"]["pipelines"].values():
+        for name in (*pipeline["receivers"], *pipeline["processors"], *pipeline["exporters"]):
+            section = "receivers" if name in pipeline["receivers"] else "processors"
+            section = "exporters" if name in pipeline["exporters"] else section
+            assert name in collector[section], f"{name} used but not configured"
+    events = collector["exporters"]["file/events"]
+    assert events["format"] == "json" and events["rotation"]["max_megabytes"] > 0
+    mounts = {t: s for s, t, _m in _volumes(compose["services"]["otel-collector"])}
+    volume_dir = "/var/lib/otelcol/jitwatch"
+    assert mounts[volume_dir] == "otel-data" and str(Path(events["path"]).parent) == volume_dir
+    init = compose["services"]["otel-data-init"]
+    assert init["command"][:3] == ["chown", "-R", "10001:10001"]
+    dep = compose["services"]["otel-collector"]["depends_on"]["otel-data-init"]
+    assert dep["condition"] == "service_completed_successfully"
 
 
 def test_service_commands_exist(compose: dict[str, Any]) -> None:

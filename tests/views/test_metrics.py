@@ -94,6 +94,7 @@ def full_journal(directory: Path) -> None:
                     attrs={"kernels_compiled": 3, "compile_seconds": 0.3104},
                 ),
                 ev(EventKind.FIRST_REQUEST, T0 + 6, phase=Phase.SERVING, duration_s=0.25),
+                ev(EventKind.DROPPED, T0 + 6.5, phase=Phase.SERVING, attrs={"count": 3, "exporter": "otlp"}),
                 ev(
                     EventKind.COMPILE,
                     T0 + 7,
@@ -249,7 +250,8 @@ def test_values_follow_the_journal(tmp_path: Path) -> None:
     assert v("jitwatch_hook_errors_total", backend="triton", rank="0") == 1
     assert v("jitwatch_hook_errors_total", backend="torch_compile", rank="0") == 0
     assert v("jitwatch_dropped_events_total", rank="0") == 3
-    assert v("jitwatch_journal_events") == 14
+    assert v("jitwatch_export_dropped_events_total", exporter="otlp", rank="0") == 3  # not in dropped_events
+    assert v("jitwatch_journal_events") == 15
     assert v("jitwatch_journal_retired_events_total") == 0
     assert v("jitwatch_kernel_labels", state="named") == 4
     assert v("jitwatch_kernel_labels", state="folded") == 0
@@ -394,6 +396,7 @@ def test_real_scrape_after_real_compiles(harness: MonitorHarness) -> None:
     # recompile with a reason (Triton kernels have none) happened
     missing = exposed_series_names() - names
     assert missing == {
+        "jitwatch_export_dropped_events_total",  # no exporter configured
         "jitwatch_graph_captures_total",
         "jitwatch_graph_capture_seconds_total",
         "jitwatch_recompiles_total",
