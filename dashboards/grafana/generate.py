@@ -435,6 +435,39 @@ def compile_duration_quantiles() -> timeseries.Panel:
     return panel
 
 
+def request_stalls() -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .title("Requests waiting on compiles")
+        .description(
+            "Compile seconds inside marked serving requests (Monitor.request(), every vLLM engine step): "
+            "p99 per rank from jitwatch_request_compile_seconds, and the rate of requests delayed by a "
+            "compile per backend (jitwatch_requests_delayed_total). `jitwatch why` says why each compile "
+            "happened; /jit lists the worst requests."
+        )
+        .datasource(DS)
+        .unit("s")
+        .min(0)
+        .span(12)
+        .height(8)
+    )
+    panel = panel.with_target(
+        _q(
+            "A",
+            f"histogram_quantile(0.99, sum by (le, rank) "
+            f"(rate(jitwatch_request_compile_seconds_bucket{{{SEL}}}[$__rate_interval])))",
+            "p99 compile s per request, rank {{rank}}",
+        )
+    )
+    return panel.with_target(
+        _q(
+            "B",
+            f"sum by (backend, rank) (rate(jitwatch_requests_delayed_total{{{BSEL}}}[$__rate_interval]))",
+            "delayed requests/s {{backend}} rank {{rank}}",
+        )
+    )
+
+
 def disk_cache_hit_ratio() -> timeseries.Panel:
     return (
         timeseries.Panel()
@@ -699,6 +732,7 @@ def build() -> dict[str, Any]:
         .with_panel(compile_time_by_kernel())
         .with_panel(compile_duration_heatmap())
         .with_panel(compile_duration_quantiles())
+        .with_panel(request_stalls())
         .with_panel(disk_cache_hit_ratio())
         .with_panel(recompiles_by_reason())
         .with_row(dashboard.Row("Autotuning and CUDA graphs"))

@@ -49,6 +49,12 @@ class EventKind(str, Enum):
     WARMUP_COMPLETE = "warmup_complete"
     FIRST_REQUEST = "first_request"
     """The first request after warmup completed; ``duration_s`` is its latency."""
+    REQUEST_STALL = "request_stall"
+    """A marked serving request that waited on compiles: ``duration_s`` is the compile seconds inside
+    it; ``attrs``: ``latency_s``, ``compiles``, ``compile_seconds_by_backend``, ``compiled`` (list)."""
+    REQUESTS = "requests"
+    """``attrs.count`` marked serving requests that waited on no compile (batched, see
+    :mod:`jitwatch.core.stalls`)."""
     HOOK_ERROR = "hook_error"
     """An exception caught inside a jitwatch hook (counted, never raised)."""
     DROPPED = "dropped"

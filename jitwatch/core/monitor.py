@@ -41,6 +41,7 @@ from jitwatch.config import Mode, Settings, parse_mode
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
 from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase
 from jitwatch.core.identity import WorkerIdentity
+from jitwatch.core.stalls import RequestStalls
 from jitwatch.core.tracing import (
     ATTR_COMPILE_SECONDS,
     ATTR_DURATION_SECONDS,
@@ -231,6 +232,8 @@ class Monitor:
         self._labels = {b.name: b.label for b in self.backends}
         self.diagnoser = Diagnoser(explainers_of(self.backends))
         """Writes the reason of each serving compile (on the journal writer's thread)."""
+        self.stalls = RequestStalls()
+        """Compile seconds inside each marked request (``jitwatch_request_compile_seconds``)."""
         self.phase = Phase.STARTUP
         self._lock = threading.Lock()
         self._inflight: dict[int, Started] = {}
@@ -315,7 +318,9 @@ class Monitor:
         self.sink.close()
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every event so far is in the journal (``False`` on timeout)."""
+        """Wait until every event so far is in the journal (``False`` on timeout), including the
+        count of requests that waited on no compile (sent in batches otherwise)."""
+        self._submit_all(self.stalls.pending(self.identity.rank, self.identity.attrs()))
         return self.sink.flush(timeout)
 
     # ------------------------------------------------------------------ phases
@@ -459,6 +464,8 @@ class Monitor:
         parent: str | None = None,
     ) -> None:
         serving = phase is Phase.SERVING and capture.kind is CompileKind.COMPILE
+        if request_id is not None and capture.kind is CompileKind.COMPILE:
+            self.stalls.compiled(request_id, capture.backend, capture.name, duration)
         if capture.kind is CompileKind.COMPILE:
             with self._lock:
                 self.compiles_by_phase[phase] += 1
@@ -481,6 +488,13 @@ class Monitor:
             )
         if serving and self.mode is Mode.ERROR:
             self._serving_compile(capture)
+
+    def _submit_all(self, events: list[Event]) -> None:
+        if not events or self._state != "installed" or self.mode is Mode.OFF:
+            return
+        for ev in events:
+            ev.pid, ev.host = self.identity.pid, self.identity.host
+            self.sink.submit(ev)
 
     def _describe(self, capture: Capture) -> str:
         label = self._labels.get(capture.backend) or f"{capture.backend} compile"
@@ -523,30 +537,47 @@ class _RequestMarker(ContextDecorator):
         mon = self.monitor
         rid = next(mon._request_ids)
         timed = False
+        serving = mon.phase is Phase.SERVING
         with mon._lock:
             mon.requests_seen += 1
-            if mon.phase is Phase.SERVING and not mon.first_request_done:
+            if serving and not mon.first_request_done:
                 mon.first_request_done = True
                 timed = True
         stack = getattr(self._state, "stack", None)
         if stack is None:
             stack = self._state.stack = []
-        stack.append((rid, timed, time.time(), time.perf_counter(), _current_request.set(rid)))
+        stack.append((rid, timed, serving, time.time(), time.perf_counter(), _current_request.set(rid)))
         if self.name:
             mon._request_names[rid] = self.name
         return self
 
     def __exit__(self, *exc: object) -> None:
-        rid, timed, start_wall, start_perf, token = self._state.stack.pop()
+        rid, timed, serving, start_wall, start_perf, token = self._state.stack.pop()
+        latency = time.perf_counter() - start_perf
         _current_request.reset(token)
-        self.monitor._request_names.pop(rid, None)
+        mon = self.monitor
+        mon._request_names.pop(rid, None)
         if timed:
-            self.monitor._emit(
+            mon._emit(
                 EventKind.FIRST_REQUEST,
                 start_ts=start_wall,
-                duration_s=time.perf_counter() - start_perf,
+                duration_s=latency,
                 attrs={"request_id": rid, **({"request": self.name} if self.name else {})},
             )
+        try:
+            stalls = mon.stalls.finish(
+                rid,
+                serving=serving,
+                name=self.name,
+                start_wall=start_wall,
+                latency_s=latency,
+                rank=mon.identity.rank,
+                ident_attrs=mon.identity.attrs,
+            )
+            if stalls:
+                mon._submit_all(stalls)
+        except Exception as exc:  # noqa: BLE001 - accounting must never reach the host
+            mon.hook_error("", "request accounting", exc)
 
 
 def current_request() -> int | None:

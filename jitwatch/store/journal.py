@@ -160,6 +160,16 @@ class RecompileRow:
 """Event kinds aggregated into :class:`StatRow` rows."""
 
 
+REQUESTS_COUNTER = "requests"
+"""Marked serving requests (``counters`` table; the request histogram's count)."""
+REQUEST_BUCKET_PREFIX = "request_compile_b"
+"""``request_compile_b<i>``: requests whose compile seconds fell in bucket ``i`` of
+:data:`COMPILE_DURATION_BUCKETS` (not cumulative; ``i = len(buckets)`` is +Inf)."""
+REQUEST_SECONDS_COUNTER = "request_compile_seconds"
+REQUESTS_DELAYED_COUNTER = "requests_delayed"
+"""Per backend (``requests_delayed:triton``): requests that waited on ≥ 1 compile of it."""
+
+
 def counter_name(base: str, backend: str) -> str:
     """Name of a per-backend counter in the ``counters`` table: ``"hook_errors:torch_compile"``."""
     return f"{base}:{backend}"
@@ -851,6 +861,19 @@ class Journal:
                 "UPDATE workers SET attrs=?, last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
                 (json.dumps(_finite_json(attrs)), ev.ts, ev.host, ev.pid, ev.rank),
             )
+        elif kind is EventKind.REQUEST_STALL:
+            seconds = ev.duration_s or 0.0
+            self._add_counter(conn, ev.rank, REQUESTS_COUNTER, 1)
+            self._add_counter(conn, ev.rank, f"{REQUEST_BUCKET_PREFIX}{bucket_index(seconds)}", 1)
+            self._add_counter(conn, ev.rank, REQUEST_SECONDS_COUNTER, seconds)
+            by_backend = ev.attrs.get("compile_seconds_by_backend")
+            for backend in by_backend if isinstance(by_backend, dict) else {"": None}:
+                self._add_counter(conn, ev.rank, counter_name(REQUESTS_DELAYED_COUNTER, str(backend)), 1)
+        elif kind is EventKind.REQUESTS:
+            n = float(ev.attrs.get("count", 0) or 0)
+            if n > 0:
+                self._add_counter(conn, ev.rank, REQUESTS_COUNTER, n)
+                self._add_counter(conn, ev.rank, f"{REQUEST_BUCKET_PREFIX}0", n)
         elif kind is EventKind.HOOK_ERROR:
             self._add_counter(conn, ev.rank, counter_name("hook_errors", ev.backend), 1)
         elif kind is EventKind.DROPPED:
@@ -1122,6 +1145,22 @@ class Journal:
     def counters(self) -> dict[tuple[int, str], float]:
         """Every counter: ``{(rank, name): value}`` (per-backend ones named ``base:backend``)."""
         return {(r[0], r[1]): float(r[2]) for r in self._conn.execute("SELECT rank, name, value FROM counters")}
+
+    def request_histogram(self) -> dict[int, tuple[list[int], float]]:
+        """Per rank: (non-cumulative counts per bucket of :data:`COMPILE_DURATION_BUCKETS` + the
+        +Inf bucket, summed seconds) of compile seconds inside each marked serving request."""
+        n = len(COMPILE_DURATION_BUCKETS) + 1
+        out: dict[int, tuple[list[int], float]] = {}
+        for (rank, name), value in self.counters().items():
+            if name.startswith(REQUEST_BUCKET_PREFIX):
+                i = int(name[len(REQUEST_BUCKET_PREFIX) :]) if name[len(REQUEST_BUCKET_PREFIX) :].isdigit() else -1
+                if 0 <= i < n:
+                    counts, total = out.setdefault(rank, ([0] * n, 0.0))
+                    counts[i] += int(value)
+            elif name == REQUEST_SECONDS_COUNTER:
+                counts, total = out.setdefault(rank, ([0] * n, 0.0))
+                out[rank] = (counts, total + value)
+        return out
 
     def backend_counter(self, base: str) -> dict[tuple[str, int], float]:
         """A per-backend counter such as ``hook_errors``: ``{(backend, rank): value}``; the 0.1

@@ -61,6 +61,22 @@ METRICS: tuple[MetricSpec, ...] = (
         "Distribution of compile durations (buckets 1 ms … 60 s). No kernel label by design.",
     ),
     MetricSpec(
+        "jitwatch_request_compile_seconds",
+        "histogram",
+        ("rank",),
+        "seconds",
+        "Compile seconds spent inside each marked serving request (Monitor.request(); every vLLM engine "
+        "step through the plugin), every backend summed; requests that compiled nothing are in the first "
+        "bucket. Buckets 1 ms … 60 s.",
+    ),
+    MetricSpec(
+        "jitwatch_requests_delayed_total",
+        "counter",
+        ("backend", "rank"),
+        "",
+        "Marked serving requests that waited on at least one compile of this backend.",
+    ),
+    MetricSpec(
         "jitwatch_last_compile_timestamp_seconds",
         "gauge",
         ("backend", "kernel", "phase", "rank"),

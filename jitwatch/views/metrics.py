@@ -41,7 +41,7 @@ from prometheus_client.utils import floatToGoString
 
 from jitwatch.core.events import Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
-from jitwatch.store.journal import COMPILE_DURATION_BUCKETS, OTHER_KERNEL, Journal
+from jitwatch.store.journal import COMPILE_DURATION_BUCKETS, OTHER_KERNEL, REQUESTS_DELAYED_COUNTER, Journal
 from jitwatch.views.contract import BY_NAME
 from jitwatch.views.status import backend_infos
 
@@ -183,6 +183,21 @@ def journal_families(journal: Journal) -> list[Metric]:
         bpr = (backend, phase.value, str(rank))
         hfam.add_metric(list(bpr), buckets, hist_sum.get(bpr, 0.0))
     out.append(hfam)
+
+    spec = BY_NAME["jitwatch_request_compile_seconds"]
+    rfam = HistogramMetricFamily(spec.name, spec.help, labels=list(spec.labels), unit=spec.unit)
+    for rank, (rcounts, rsum) in sorted(journal.request_histogram().items()):
+        rbuckets: list[tuple[str, float]] = []
+        cumulative = 0
+        for edge, n in zip((*COMPILE_DURATION_BUCKETS, float("inf")), rcounts, strict=True):
+            cumulative += n
+            rbuckets.append((floatToGoString(edge), float(cumulative)))
+        rfam.add_metric([str(rank)], rbuckets, rsum)
+    out.append(rfam)
+    fam_d = _counter("jitwatch_requests_delayed_total")
+    for (backend, rank), value in sorted(journal.backend_counter(REQUESTS_DELAYED_COUNTER).items()):
+        fam_d.add_metric([backend, str(rank)], value)
+    out.append(fam_d)
 
     fam_g = _gauge("jitwatch_last_compile_timestamp_seconds")
     for key in sorted(last_ts):

@@ -32,6 +32,11 @@ RECENT_SERVING_COMPILES = 20
 NO_WORKER_REASON = "no worker has registered"
 
 
+WORST_REQUESTS = 10
+"""Stalled requests listed in ``/jit`` (the worst of the newest :data:`STALLS_SCANNED`)."""
+STALLS_SCANNED = 500
+
+
 class BackendInfo(BaseModel):
     """One backend in one worker (from its ``worker_start`` and ``backend_ready`` events)."""
 
@@ -138,6 +143,22 @@ class ServingCompile(BaseModel):
     )
 
 
+class StalledRequest(BaseModel):
+    """A marked serving request that waited on compiles (``request_stall`` event)."""
+
+    rank: int
+    pid: int
+    host: str
+    ts: float = Field(description="Unix time the request ended, seconds.")
+    request_id: int | None = None
+    request: str | None = Field(default=None, description="The request's name (e.g. vLLM request ids), if any.")
+    compile_s: float = Field(description="Compile seconds inside the request, every backend.")
+    latency_s: float | None = Field(default=None, description="The request's wall time, seconds.")
+    compiled: list[dict[str, Any]] = Field(
+        default_factory=list, description="The compiles inside it: backend, kernel, duration_s (first 20)."
+    )
+
+
 class RecompileReason(BaseModel):
     """Recompiles of one function for one reason class in one phase, summed over ranks (kept
     exact by the journal's aggregates, whatever retention removed)."""
@@ -205,6 +226,10 @@ class JitStatus(BaseModel):
     recent_serving_compiles: list[ServingCompile] = Field(
         default_factory=list, description=f"Newest first, at most {RECENT_SERVING_COMPILES}."
     )
+    worst_requests: list[StalledRequest] = Field(
+        default_factory=list,
+        description=f"The {WORST_REQUESTS} recent requests that waited longest on compiles, worst first.",
+    )
     recompile_reasons: list[RecompileReason] = Field(
         default_factory=list,
         description="Recompiles by (backend, function, reason class, phase): serving first, then by count; "
@@ -217,6 +242,28 @@ class JitStatus(BaseModel):
         description="Specialization coverage per kernel (jitwatch.views.coverage): Triton's argument classes "
         "compiled before serving vs not.",
     )
+
+
+def worst_requests(journal: Journal, limit: int = WORST_REQUESTS) -> list[StalledRequest]:
+    """The ``limit`` requests with the most compile seconds among the newest ``request_stall``
+    events, worst first."""
+    out: list[StalledRequest] = []
+    for e in journal.events(kind=EventKind.REQUEST_STALL, limit=STALLS_SCANNED):
+        compiled = e.attrs.get("compiled")
+        out.append(
+            StalledRequest(
+                rank=e.rank,
+                pid=e.pid,
+                host=e.host,
+                ts=e.ts,
+                request_id=_opt_int(e.attrs.get("request_id")),
+                request=_opt_str(e.attrs.get("request")),
+                compile_s=e.duration_s or 0.0,
+                latency_s=e.attrs.get("latency_s") if isinstance(e.attrs.get("latency_s"), float) else None,
+                compiled=[c for c in compiled if isinstance(c, dict)] if isinstance(compiled, list) else [],
+            )
+        )
+    return sorted(out, key=lambda r: -r.compile_s)[:limit]
 
 
 class Readiness(BaseModel):
@@ -534,6 +581,7 @@ def build_status(
         )[:kernels_limit],
         recent_serving_compiles=recent,
         recompile_reasons=recompile_reasons,
+        worst_requests=worst_requests(journal),
         totals=totals,
         backends=[per_backend[name] for name in sorted(per_backend)],
         coverage=_coverage(journal)[:kernels_limit] if backend in (None, "triton") else [],

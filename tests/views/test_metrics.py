@@ -129,6 +129,15 @@ def full_journal(directory: Path) -> None:
                 ),
                 ev(EventKind.HOOK_ERROR, T0 + 8, phase=Phase.SERVING, attrs={"hook": "x"}),
                 ev(EventKind.DROPPED, T0 + 9, phase=Phase.SERVING, attrs={"count": 3}),
+                ev(
+                    EventKind.REQUEST_STALL,
+                    T0 + 9.5,
+                    phase=Phase.SERVING,
+                    start_ts=T0 + 7,
+                    duration_s=0.4,
+                    attrs={"compile_seconds_by_backend": {"triton": 0.4}, "latency_s": 2.5},
+                ),
+                ev(EventKind.REQUESTS, T0 + 10, phase=Phase.SERVING, attrs={"count": 4}),
             ]
         )
 
@@ -251,7 +260,11 @@ def test_values_follow_the_journal(tmp_path: Path) -> None:
     assert v("jitwatch_hook_errors_total", backend="torch_compile", rank="0") == 0
     assert v("jitwatch_dropped_events_total", rank="0") == 3
     assert v("jitwatch_export_dropped_events_total", exporter="otlp", rank="0") == 3  # not in dropped_events
-    assert v("jitwatch_journal_events") == 15
+    assert v("jitwatch_journal_events") == 17
+    assert v("jitwatch_request_compile_seconds_count", rank="0") == 5  # 1 stalled + 4 without compiles
+    assert v("jitwatch_request_compile_seconds_bucket", rank="0", le="0.001") == 4
+    assert v("jitwatch_request_compile_seconds_bucket", rank="0", le="0.5") == 5
+    assert v("jitwatch_requests_delayed_total", backend="triton", rank="0") == 1
     assert v("jitwatch_journal_retired_events_total") == 0
     assert v("jitwatch_kernel_labels", state="named") == 4
     assert v("jitwatch_kernel_labels", state="folded") == 0
