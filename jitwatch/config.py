@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 from jitwatch.errors import ConfigError
+
+T = TypeVar("T")
 
 JITWATCH_DIR = "JITWATCH_DIR"
 """Journal directory shared by workers and the sidecar. Default: ``$XDG_STATE_HOME/jitwatch``
@@ -335,41 +339,111 @@ class Settings:
     slot_mapping_warmup: str = "auto"
     events_exporter: str = "none"
     """``JITWATCH_EVENTS_EXPORTER``: ``none`` or ``otlp``."""
+    errors: tuple[tuple[str, str], ...] = ()
+    """``(variable, message)`` for each unusable variable, only with ``from_env(strict=False)``."""
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | os._Environ[str] | None = None) -> Settings:
-        """Build settings from ``env`` (default ``os.environ``). Raises :class:`ConfigError`
-        naming the first variable whose value cannot be used."""
+    def from_env(cls, env: dict[str, str] | os._Environ[str] | None = None, *, strict: bool = True) -> Settings:
+        """Build settings from ``env`` (default ``os.environ``).
+
+        ``strict`` (the default: ``install()``, the vLLM plugin, the sidecar): raises
+        :class:`ConfigError` naming the first variable whose value cannot be used. ``strict=False``
+        (the CLI): an unusable variable takes its default and its error is kept in :attr:`errors`,
+        raised by :meth:`require` only for a command that uses that variable — so
+        ``JITWATCH_MODE=loud`` does not stop ``jitwatch status``, which never reads the mode.
+        """
         env = os.environ if env is None else env
+        errors: dict[str, str] = {}
+
+        def get(name: str, parse: Callable[[], T], default: T) -> T:
+            try:
+                return parse()
+            except ConfigError as exc:
+                if strict:
+                    raise
+                errors.setdefault(name, str(exc))
+                return default
+
         manifest = (env.get(JITWATCH_MANIFEST) or "").strip()
         return cls(
             journal_dir=default_journal_dir(env),
-            mode=parse_mode(env.get(JITWATCH_MODE)),
+            mode=get(JITWATCH_MODE, lambda: parse_mode(env.get(JITWATCH_MODE)), Mode.WARN),
             host=env.get(JITWATCH_HOST) or DEFAULT_HOST,
-            port=_int(env, JITWATCH_PORT, DEFAULT_PORT, minimum=0, maximum=65535),
+            port=get(
+                JITWATCH_PORT, lambda: _int(env, JITWATCH_PORT, DEFAULT_PORT, minimum=0, maximum=65535), DEFAULT_PORT
+            ),
             token=env.get(JITWATCH_TOKEN) or None,
-            retention_events=_int(env, JITWATCH_RETENTION_EVENTS, DEFAULT_RETENTION_EVENTS, 1),
-            retention_seconds=_int(env, JITWATCH_RETENTION_SECONDS, DEFAULT_RETENTION_SECONDS, 1),
-            max_kernels=_int(env, JITWATCH_MAX_KERNELS, DEFAULT_MAX_KERNELS, 1),
-            queue_size=_int(env, JITWATCH_QUEUE_SIZE, DEFAULT_QUEUE_SIZE, 1),
-            target_arch=_int(env, JITWATCH_TARGET_ARCH, DEFAULT_TARGET_ARCH, 1),
-            heartbeat_seconds=_float(env, JITWATCH_HEARTBEAT_SECONDS, DEFAULT_HEARTBEAT_SECONDS),
-            stale_seconds=_float(env, JITWATCH_STALE_SECONDS, DEFAULT_STALE_SECONDS),
-            backends=parse_backends(env.get(JITWATCH_BACKENDS)),
-            rank_offset=_optional_int(env, JITWATCH_RANK) or 0,
-            env_rank=_optional_int(env, "RANK"),
-            local_rank=_optional_int(env, "LOCAL_RANK"),
-            tp_rank=_optional_int(env, JITWATCH_TP_RANK),
-            pp_rank=_optional_int(env, JITWATCH_PP_RANK),
-            dp_rank=_optional_int(env, JITWATCH_DP_RANK),
+            retention_events=get(
+                JITWATCH_RETENTION_EVENTS,
+                lambda: _int(env, JITWATCH_RETENTION_EVENTS, DEFAULT_RETENTION_EVENTS, 1),
+                DEFAULT_RETENTION_EVENTS,
+            ),
+            retention_seconds=get(
+                JITWATCH_RETENTION_SECONDS,
+                lambda: _int(env, JITWATCH_RETENTION_SECONDS, DEFAULT_RETENTION_SECONDS, 1),
+                DEFAULT_RETENTION_SECONDS,
+            ),
+            max_kernels=get(
+                JITWATCH_MAX_KERNELS,
+                lambda: _int(env, JITWATCH_MAX_KERNELS, DEFAULT_MAX_KERNELS, 1),
+                DEFAULT_MAX_KERNELS,
+            ),
+            queue_size=get(
+                JITWATCH_QUEUE_SIZE, lambda: _int(env, JITWATCH_QUEUE_SIZE, DEFAULT_QUEUE_SIZE, 1), DEFAULT_QUEUE_SIZE
+            ),
+            target_arch=get(
+                JITWATCH_TARGET_ARCH,
+                lambda: _int(env, JITWATCH_TARGET_ARCH, DEFAULT_TARGET_ARCH, 1),
+                DEFAULT_TARGET_ARCH,
+            ),
+            heartbeat_seconds=get(
+                JITWATCH_HEARTBEAT_SECONDS,
+                lambda: _float(env, JITWATCH_HEARTBEAT_SECONDS, DEFAULT_HEARTBEAT_SECONDS),
+                DEFAULT_HEARTBEAT_SECONDS,
+            ),
+            stale_seconds=get(
+                JITWATCH_STALE_SECONDS,
+                lambda: _float(env, JITWATCH_STALE_SECONDS, DEFAULT_STALE_SECONDS),
+                DEFAULT_STALE_SECONDS,
+            ),
+            backends=get(JITWATCH_BACKENDS, lambda: parse_backends(env.get(JITWATCH_BACKENDS)), None),
+            rank_offset=get(JITWATCH_RANK, lambda: _optional_int(env, JITWATCH_RANK) or 0, 0),
+            env_rank=get("RANK", lambda: _optional_int(env, "RANK"), None),
+            local_rank=get("LOCAL_RANK", lambda: _optional_int(env, "LOCAL_RANK"), None),
+            tp_rank=get(JITWATCH_TP_RANK, lambda: _optional_int(env, JITWATCH_TP_RANK), None),
+            pp_rank=get(JITWATCH_PP_RANK, lambda: _optional_int(env, JITWATCH_PP_RANK), None),
+            dp_rank=get(JITWATCH_DP_RANK, lambda: _optional_int(env, JITWATCH_DP_RANK), None),
             manifest=Path(manifest).expanduser() if manifest else None,
             manifest_allow=_names(env, JITWATCH_MANIFEST_ALLOW),
-            manifest_key=_secret(env, JITWATCH_MANIFEST_KEY),
-            replay_parallel=_choice(env, JITWATCH_REPLAY_PARALLEL, REPLAY_PARALLEL_CHOICES, "auto"),
-            replay_workers=_optional_int(env, JITWATCH_REPLAY_WORKERS, minimum=1),
-            slot_mapping_warmup=_choice(env, JITWATCH_SLOT_MAPPING_WARMUP, SLOT_MAPPING_WARMUP_CHOICES, "auto"),
-            events_exporter=_choice(env, JITWATCH_EVENTS_EXPORTER, EVENTS_EXPORTER_CHOICES, "none"),
+            manifest_key=get(JITWATCH_MANIFEST_KEY, lambda: _secret(env, JITWATCH_MANIFEST_KEY), None),
+            replay_parallel=get(
+                JITWATCH_REPLAY_PARALLEL,
+                lambda: _choice(env, JITWATCH_REPLAY_PARALLEL, REPLAY_PARALLEL_CHOICES, "auto"),
+                "auto",
+            ),
+            replay_workers=get(
+                JITWATCH_REPLAY_WORKERS, lambda: _optional_int(env, JITWATCH_REPLAY_WORKERS, minimum=1), None
+            ),
+            slot_mapping_warmup=get(
+                JITWATCH_SLOT_MAPPING_WARMUP,
+                lambda: _choice(env, JITWATCH_SLOT_MAPPING_WARMUP, SLOT_MAPPING_WARMUP_CHOICES, "auto"),
+                "auto",
+            ),
+            events_exporter=get(
+                JITWATCH_EVENTS_EXPORTER,
+                lambda: _choice(env, JITWATCH_EVENTS_EXPORTER, EVENTS_EXPORTER_CHOICES, "none"),
+                "none",
+            ),
+            errors=tuple(errors.items()),
         )
+
+    def require(self, *variables: str) -> Settings:
+        """Raise :class:`ConfigError` for the first unusable variable among ``variables`` (all of
+        them when none are named) recorded by ``from_env(strict=False)``; return ``self`` otherwise."""
+        for name, message in self.errors:
+            if not variables or name in variables:
+                raise ConfigError(message)
+        return self
 
     def rank(self, host_rank: int | None = None) -> int:
         """The global rank: :attr:`rank_offset` (``JITWATCH_RANK``) plus ``host_rank`` (what the

@@ -38,7 +38,7 @@ from pydantic import BaseModel
 from jitwatch._version import __version__
 from jitwatch.config import Settings
 from jitwatch.core.events import Event, EventKind, Phase
-from jitwatch.errors import JournalCorruptError, JournalVersionError, PortUnavailableError
+from jitwatch.errors import ConfigError, JournalCorruptError, JournalVersionError, PortUnavailableError
 from jitwatch.store.journal import Journal
 from jitwatch.views.metrics import render as render_metrics
 from jitwatch.views.status import DEFAULT_KERNELS_LIMIT, JitStatus, Readiness, build_status, readiness
@@ -84,11 +84,20 @@ _UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
 _bearer = HTTPBearer(auto_error=False, description="JITWATCH_TOKEN, sent as `Authorization: Bearer <token>`.")
 
 
+def _header_bytes(value: str) -> bytes:
+    """The raw bytes of a header value: Starlette decodes header bytes as Latin-1, so encoding back
+    to Latin-1 gives exactly what the client sent (a UTF-8 token's bytes included)."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:  # not from the wire (a test client handing str through)
+        return value.encode("utf-8", "surrogateescape")
+
+
 def _token_dependency(token: str) -> Callable[..., None]:
     expected = token.encode("utf-8")
 
     def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
-        given = credentials.credentials.encode("utf-8") if credentials is not None else b""
+        given = _header_bytes(credentials.credentials) if credentials is not None else b""
         if credentials is None or not hmac.compare_digest(given, expected):
             raise HTTPException(
                 status_code=401,
@@ -122,6 +131,8 @@ def create_app(
     settings = settings or Settings.from_env()
     directory = Path(journal_dir) if journal_dir is not None else settings.journal_dir
     token = token if token is not None else settings.token
+    if token is not None and not token.strip():
+        raise ConfigError("the bearer token is empty: pass a real token, or none to serve without one")
     stale = settings.stale_seconds if stale_after is None else stale_after
     protected: list[Any] = [Depends(_token_dependency(token))] if token else []
     auth_responses = _UNAUTHORIZED if token else {}
@@ -249,6 +260,9 @@ def create_app(
     def livez() -> Alive:
         return Alive()
 
+    def probe_options() -> Response:
+        return Response(status_code=204, headers={"Allow": "GET, HEAD, OPTIONS"})
+
     @app.get(
         "/readyz",
         response_model=Readiness,
@@ -269,6 +283,11 @@ def create_app(
         if journal is None and error and not error.startswith("no journal"):
             ready.reason = f"{ready.reason}; {error}"
         return JSONResponse(ready.model_dump(mode="json"), status_code=200 if ready.ready else 503)
+
+    # Load balancers probe with HEAD (or OPTIONS): same status as GET (uvicorn sends no body for HEAD).
+    for path, probe in (("/livez", livez), ("/readyz", readyz)):
+        app.add_api_route(path, probe, methods=["HEAD"], include_in_schema=False)
+        app.add_api_route(path, probe_options, methods=["OPTIONS"], include_in_schema=False)
 
     return app
 

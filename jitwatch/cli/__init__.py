@@ -16,7 +16,9 @@ from typing import Annotated
 
 import typer
 
+from jitwatch import config
 from jitwatch._version import __version__
+from jitwatch.cli.text import plain
 from jitwatch.config import ConfigError, Settings
 
 app = typer.Typer(
@@ -33,12 +35,27 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _settings() -> Settings:
-    """:meth:`Settings.from_env`; a bad ``JITWATCH_*`` value is one line on stderr and exit 2."""
+def _settings(*uses: str) -> Settings:
+    """:meth:`Settings.from_env`; a bad value of a variable in ``uses`` (every variable when none
+    is named) is one line on stderr and exit 2. A bad value of a variable the command does not use
+    is not an error here (``JITWATCH_MODE=loud jitwatch status`` works)."""
     try:
-        return Settings.from_env()
+        return Settings.from_env(strict=False).require(*uses)
     except ConfigError as exc:
         raise _fail(str(exc)) from None
+
+
+SIDECAR_VARIABLES = (
+    config.JITWATCH_DIR,
+    config.JITWATCH_HOST,
+    config.JITWATCH_PORT,
+    config.JITWATCH_TOKEN,
+    config.JITWATCH_RETENTION_EVENTS,
+    config.JITWATCH_RETENTION_SECONDS,
+    config.JITWATCH_MAX_KERNELS,
+    config.JITWATCH_STALE_SECONDS,
+)
+"""What ``jitwatch serve`` reads (the sidecar); the other commands name theirs where they call :func:`_settings`."""
 
 
 DEFAULT_DIR_HELP = "$JITWATCH_DIR, else $XDG_STATE_HOME/jitwatch or ~/.local/state/jitwatch"
@@ -90,7 +107,9 @@ def serve(
     """Run the sidecar: /jit, /jit/events, /metrics, /livez, /readyz."""
     from jitwatch.sidecar import PortUnavailableError, run
 
-    settings = _settings()
+    settings = _settings(*SIDECAR_VARIABLES)
+    if token is not None and not token.strip():
+        raise _fail("--token is empty: pass a real token, or leave --token out to serve without one")
     try:
         run(
             host if host is not None else settings.host,
@@ -133,13 +152,14 @@ def status(
     from jitwatch.sidecar import is_all_interfaces
     from jitwatch.views.status import JitStatus
 
-    settings = _settings()
+    settings = _settings(config.JITWATCH_HOST, config.JITWATCH_PORT, config.JITWATCH_TOKEN)
     if url is None:
         host = "127.0.0.1" if is_all_interfaces(settings.host) else settings.host
         host = f"[{host}]" if ":" in host and not host.startswith("[") else host
         url = f"http://{host}:{settings.port}"
     token = token if token is not None else settings.token
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    # UTF-8 bytes: httpx encodes str header values as ASCII; the sidecar compares the raw bytes.
+    headers = {b"Authorization": b"Bearer " + token.encode("utf-8")} if token else {}
     try:
         params = {"backend": backend} if backend else {}
         resp = httpx.get(url.rstrip("/") + "/jit", headers=headers, params=params, timeout=timeout)
@@ -254,7 +274,7 @@ AllowOpt = Annotated[
 
 def _allow(allow: list[str] | None) -> list[str]:
     """``--allow`` values, else ``JITWATCH_MANIFEST_ALLOW`` (from :class:`Settings`)."""
-    return list(allow) if allow else list(_settings().manifest_allow)
+    return list(allow) if allow else list(_settings(config.JITWATCH_MANIFEST_ALLOW).manifest_allow)
 
 
 def _short(text: str, width: int = 80) -> str:
@@ -294,11 +314,14 @@ def manifest_export(
     from jitwatch.fleet.stores import write_manifest
     from jitwatch.warmup.manifest import build
 
-    jdir = journal_dir or _settings().journal_dir
+    jdir = journal_dir or _settings(config.JITWATCH_DIR).journal_dir
     try:
         manifest, problems = build(jdir, all_phases=all_phases, allow=_allow(allow), rank=rank)
         where = write_manifest(
-            output, manifest, name=name or socket.gethostname().split(".")[0], key=_settings().manifest_key
+            output,
+            manifest,
+            name=name or socket.gethostname().split(".")[0],
+            key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key,
         )
     except (FileNotFoundError, JournalCorruptError, JournalVersionError, StoreError) as exc:
         typer.echo(f"jitwatch: {exc}", err=True)
@@ -308,7 +331,7 @@ def manifest_export(
         f"({', '.join(manifest.phases)})"
     )
     for kernel, why in problems.items():
-        typer.echo(f"  {kernel}: {why}", err=True)
+        typer.echo(plain(f"  {kernel}: {why}"), err=True)
 
 
 @warmup_app.command("merge")
@@ -331,14 +354,14 @@ def warmup_merge(
     pairs: list[tuple[str, Manifest]] = []
     for loc in inputs:
         try:
-            found = read_manifests(loc, key=_settings().manifest_key)
+            found = read_manifests(loc, key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key)
         except (ManifestError, StoreError) as exc:
             raise _fail(str(exc)) from None
         many = len(found) > 1 or not found[0][0].endswith(".json")
         pairs.extend((f"{safe_location(loc)}:{src}" if many else src, m) for src, m in found)
     manifest, report = merge(pairs)
     try:
-        where = write_manifest(output, manifest, name=name, key=_settings().manifest_key)
+        where = write_manifest(output, manifest, name=name, key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key)
     except StoreError as exc:
         raise _fail(str(exc), 1) from None
     if as_json:
@@ -346,7 +369,7 @@ def warmup_merge(
     else:
         typer.echo(f"wrote {where}: {report.summary()}")
         for c in report.conflicts:
-            typer.echo(f"  refused: {c.describe()}", err=True)
+            typer.echo(plain(f"  refused: {c.describe()}"), err=True)
     if report.conflicts:
         raise typer.Exit(1)
 
@@ -401,7 +424,12 @@ def warmup_replay(
     from jitwatch.fleet.stores import read_one
     from jitwatch.warmup.replay import replay
 
-    settings = _settings()
+    settings = _settings(
+        config.JITWATCH_MANIFEST_KEY,
+        config.JITWATCH_REPLAY_PARALLEL,
+        config.JITWATCH_REPLAY_WORKERS,
+        config.JITWATCH_TARGET_ARCH,
+    )
     parallel = parallel or settings.replay_parallel
     workers = workers or settings.replay_workers
     arch = arch or settings.target_arch
@@ -432,7 +460,7 @@ def warmup_replay(
         typer.echo(report.summary())
         for r in report.results:
             if r.status in ("skipped", "refused", "failed"):
-                typer.echo(f"  {r.status}: {r.kernel} {_short(r.key)}: {r.reason}")
+                typer.echo(plain(f"  {r.status}: {r.kernel} {_short(r.key)}: {r.reason}"))
     if report.failed or report.refused:
         raise typer.Exit(1)
     if report.skipped and not (report.compiled or report.cached):
@@ -459,7 +487,7 @@ def why(
     from jitwatch.store.journal import Journal
     from jitwatch.views.diagnosis import serving_reasons
 
-    jdir = journal_dir or _settings().journal_dir
+    jdir = journal_dir or _settings(config.JITWATCH_DIR).journal_dir
     try:
         with Journal(jdir, readonly=True) as journal:
             reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
@@ -476,10 +504,10 @@ def why(
         when = _time.strftime("%H:%M:%S", _time.localtime(r.ts))
         took = f"{r.duration_s:.3f} s" if r.duration_s is not None else "?"
         req = f", request {r.request_id}" if r.request_id is not None else ""
-        typer.echo(f"{when} rank {r.rank} {r.backend} {r.kernel} compiled in serving ({took}{req})")
-        typer.echo(f"  why: {r.reason}")
+        typer.echo(plain(f"{when} rank {r.rank} {r.backend} {r.kernel} compiled in serving ({took}{req})"))
+        typer.echo(plain(f"  why: {r.reason}"))
         for fix in r.fixes:
-            typer.echo(f"  fix: {fix}")
+            typer.echo(plain(f"  fix: {fix}"))
 
 
 @app.command()
@@ -538,7 +566,7 @@ def coverage(
         known_kernels,
     )
 
-    settings = _settings()
+    settings = _settings(config.JITWATCH_DIR, config.JITWATCH_MANIFEST_KEY)
     jdir = journal_dir or settings.journal_dir
     expected: list[Expected] = []
     try:
@@ -581,7 +609,7 @@ def coverage(
             f"jitwatch: coverage incomplete: {len(missing)} expected key(s) not compiled before serving", err=True
         )
         for line in missing:
-            typer.echo(f"  {line}", err=True)
+            typer.echo(plain(f"  {line}"), err=True)
         raise typer.Exit(1)
 
 
@@ -620,7 +648,7 @@ def cache_check(
     if (cache_dir is None) == (redis_url is None):
         raise _fail("give exactly one of --cache-dir DIR and --redis redis://HOST:PORT")
     try:
-        wanted = read_one(manifest, key=_settings().manifest_key)
+        wanted = read_one(manifest, key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key)
         cache: TritonCache = (
             LocalCache(cache_dir) if cache_dir is not None else RedisCache(str(redis_url), key_format=key_format)
         )
@@ -637,6 +665,6 @@ def cache_check(
         for r in report.results:
             if verbose or r.status != "ok":
                 reason = f": {r.reason}" if r.reason else ""
-                typer.echo(f"  {r.status}: {r.kernel} {_short(r.key)}{reason}")
+                typer.echo(plain(f"  {r.status}: {r.kernel} {_short(r.key)}{reason}"))
     if not report.complete:
         raise typer.Exit(1)

@@ -6,13 +6,27 @@ Views (:mod:`jitwatch.views`) build pydantic documents; this module only prints 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from jitwatch.cli.text import plain
 from jitwatch.views.coverage import CoverageReport
 from jitwatch.views.status import JitStatus
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
+
+
+NARROW = 120
+"""Below this console width the tables leave out secondary columns (``--json`` has everything)."""
+
+
+def cell(text: object) -> Text:
+    """A table cell holding ``text`` literally: no rich markup (``[num_warps]``, ``[/]`` stay
+    text), no terminal control characters (:func:`plain`)."""
+    from rich.text import Text
+
+    return Text(plain(text))
 
 
 def _ts(ts: float | None) -> str:
@@ -27,105 +41,113 @@ def _secs(value: float | None) -> str:
 
 def render_status(status: JitStatus, console: Console) -> None:
     """Print ``status`` as rich tables (what ``jitwatch status`` shows)."""
-    from rich.table import Table
+    from rich.markup import escape
 
-    headline = "[green]READY[/green]" if status.ready else f"[yellow]NOT READY[/yellow] ({status.not_ready_reason})"
+    narrow = console.width < NARROW
+    reason = escape(plain(status.not_ready_reason))
+    headline = "[green]READY[/green]" if status.ready else f"[yellow]NOT READY[/yellow] ({reason})"
     if not status.journal_up:
-        headline += f" [red]journal unavailable[/red] {status.journal_error or ''}"
-    console.print(f"jitwatch: {headline}   mode={status.mode or '-'}")
+        headline += f" [red]journal unavailable[/red] {escape(plain(status.journal_error or ''))}"
+    console.print(f"jitwatch: {headline}   mode={escape(plain(status.mode or '-'))}")
 
-    ranks = Table(title="Ranks")
-    for col in (
-        "rank",
-        "state",
-        "host",
-        "pid",
-        "tp/pp/dp",
-        "warmup",
-        "warmup compiles",
-        "serving compiles",
-        "first req",
-    ):
-        ranks.add_column(col)
+    ranks = _Grid(
+        "Ranks",
+        ["rank", "state", "*host", "*pid", "*tp/pp/dp", "warmup", "warmup compiles", "serving compiles", "first req"],
+        narrow,
+    )
     for r in status.ranks:
         tpd = "/".join("-" if v is None else str(v) for v in (r.tp_rank, r.pp_rank, r.dp_rank))
-        state = f"[green]{r.state.value}[/green]" if r.ready else f"[yellow]{r.state.value}[/yellow]"
+        state = cell(r.state.value)
+        state.stylize("green" if r.ready else "yellow")
         if r.stale:
-            state += f" [red]stale[/red] (last seen {_ts(r.last_seen_ts)})"
-        ranks.add_row(
+            state.append(" stale", style="red").append(f" (last seen {_ts(r.last_seen_ts)})")
+        row: list[object] = [
             str(r.rank),
             state,
-            r.host,
+            cell(r.host),
             str(r.pid),
             tpd,
             _secs(r.warmup_duration_s),
             "-" if r.warmup_compiles is None else str(r.warmup_compiles),
             str(r.serving_compiles),
             _secs(r.first_request_latency_s),
-        )
-    console.print(ranks)
+        ]
+        ranks.add(*row)
+    console.print(ranks.table)
 
-    kernels = Table(title="Kernels")
-    for col in (
-        "backend",
-        "kernel",
-        "warmup",
-        "serving",
-        "compile s",
-        "disk hits",
-        "autotune",
-        "last compile",
-        "last key",
-    ):
-        kernels.add_column(col, overflow="fold")
+    kernels = _Grid(
+        "Kernels",
+        [
+            "*backend",
+            "kernel",
+            "warmup",
+            "serving",
+            "compile s",
+            "*disk hits",
+            "*autotune",
+            "last compile",
+            "*last key",
+        ],
+        narrow,
+    )
     for k in status.kernels:
-        serving = f"[red]{k.compiles_serving}[/red]" if k.compiles_serving else "0"
-        kernels.add_row(
-            k.backend,
-            k.name,
+        serving = cell(k.compiles_serving)
+        if k.compiles_serving:
+            serving.stylize("red")
+        row = [
+            cell(k.backend),
+            cell(k.name),
             str(k.compiles_warmup),
             serving,
             f"{k.compile_seconds:.3f}",
             str(k.disk_cache_hits),
             str(k.autotune_runs),
             _ts(k.last_compile_ts),
-            (k.last_key or "-")[:80],
-        )
-    console.print(kernels)
+            cell((k.last_key or "-")[:80]),
+        ]
+        kernels.add(*row)
+    console.print(kernels.table)
 
     if status.recent_serving_compiles:
-        recent = Table(title="Recent serving-phase compiles")
-        for col in ("time", "rank", "backend", "kernel", "duration", "request", "id", "why", "parent"):
-            recent.add_column(col, overflow="fold")
+        recent = _Grid(
+            "Recent serving-phase compiles",
+            ["time", "rank", "*backend", "kernel", "duration", "request", "*id", "why", "*parent"],
+            narrow,
+        )
         for c in status.recent_serving_compiles:
-            recent.add_row(
+            row = [
                 _ts(c.ts),
                 str(c.rank),
-                c.backend,
-                c.kernel or "-",
+                cell(c.backend),
+                cell(c.kernel or "-"),
                 _secs(c.duration_s) + (" (load)" if c.cache_hit else ""),
-                "-" if c.request_id is None else str(c.request_id),
-                c.compile_id or "-",
-                (c.reason or c.key or "-")[:120],
-                c.parent or "-",
-            )
-        console.print(recent)
+                cell("-" if c.request_id is None else c.request_id),
+                cell(c.compile_id or "-"),
+                cell((c.reason or c.key or "-")[:120]),
+                cell(c.parent or "-"),
+            ]
+            recent.add(*row)
+        console.print(recent.table)
     if status.recompile_reasons:
-        reasons = Table(title="Recompiles by reason")
-        for col in ("backend", "function", "phase", "reason class", "count", "seconds", "ranks", "latest reason"):
-            reasons.add_column(col, overflow="fold")
+        reasons = _Grid(
+            "Recompiles by reason",
+            ["*backend", "function", "*phase", "reason class", "count", "seconds", "*ranks", "latest reason"],
+            narrow,
+        )
         for rr in status.recompile_reasons:
-            reasons.add_row(
-                rr.backend,
-                rr.kernel,
+            reasons.add(
+                cell(rr.backend),
+                cell(rr.kernel),
                 rr.phase.value,
-                rr.reason_class,
+                cell(rr.reason_class),
                 str(rr.count),
                 f"{rr.seconds:.3f}",
                 ",".join(str(x) for x in rr.ranks),
-                (rr.last_reason or "-")[:120],
+                cell((rr.last_reason or "-")[:120]),
             )
-        console.print(reasons)
+        console.print(reasons.table)
+    if narrow:
+        console.print(f"(narrow terminal: some columns left out; {NARROW}+ columns or --json show all)", style="dim")
     t = status.totals
     console.print(
         f"totals: {t.ranks_ready}/{t.ranks} ranks ready, {t.kernels} kernels, {t.compiles} compiles "
@@ -134,35 +156,63 @@ def render_status(status: JitStatus, console: Console) -> None:
     )
 
 
+class _Grid:
+    """A rich table whose cells wrap (``overflow="fold"``: nothing is cut with ``…``); a column
+    named ``"*name"`` is secondary and left out when ``narrow`` (:meth:`add` drops its cell)."""
+
+    def __init__(self, title: str, columns: list[str], narrow: bool) -> None:
+        from rich.table import Table
+
+        self.table = Table(title=title)
+        self.keep = [not (col.startswith("*") and narrow) for col in columns]
+        for col, keep in zip(columns, self.keep, strict=True):
+            if keep:
+                self.table.add_column(col.lstrip("*"), overflow="fold")
+
+    def add(self, *row: Any) -> None:
+        self.table.add_row(*(value for value, keep in zip(row, self.keep, strict=True) if keep))
+
+
 def render_coverage(report: CoverageReport, console: Console, *, verbose: bool = False) -> None:
     """Print one table row per kernel (and, with ``verbose``, per argument) with rich."""
-    from rich.table import Table
+    from rich.markup import escape
 
-    table = Table(title="Specialization coverage (covered by startup/warmup compiles)")
-    for col in ("kernel", "covered", "ratio", "warmup keys", "serving keys", "uncovered (first 6)"):
-        table.add_column(col, justify="right" if col in ("covered", "ratio", "warmup keys", "serving keys") else "left")
+    narrow = console.width < NARROW
+    table = _Grid(
+        "Specialization coverage (covered by startup/warmup compiles)",
+        ["kernel", "covered", "ratio", "*warmup keys", "serving keys", "uncovered (first 6)"],
+        narrow,
+    )
     for k in report.kernels:
         unc = ", ".join(k.uncovered[:6]) + (f" +{len(k.uncovered) - 6}" if len(k.uncovered) > 6 else "")
-        table.add_row(
-            k.kernel, f"{k.covered}/{k.total}", f"{k.ratio:.0%}", str(k.warmup_keys), str(k.serving_keys), unc
-        )
-    console.print(table)
+        row: list[object] = [
+            cell(k.kernel),
+            f"{k.covered}/{k.total}",
+            f"{k.ratio:.0%}",
+            str(k.warmup_keys),
+            str(k.serving_keys),
+            cell(unc),
+        ]
+        table.add(*row)
+    console.print(table.table)
     missing = [(k, m) for k in report.kernels for m in k.missing]
     if missing:
-        t = Table(title="Expected keys not compiled before serving (what --require-complete fails on)")
-        for col in ("kernel", "source", "why it would compile"):
-            t.add_column(col, overflow="fold")
+        t = _Grid(
+            "Expected keys not compiled before serving (what --require-complete fails on)",
+            ["kernel", "source", "why it would compile"],
+            narrow,
+        )
         for k, m in missing:
-            t.add_row(k.kernel, m.source, m.reason)
-        console.print(t)
+            t.add(cell(k.kernel), cell(m.source), cell(m.reason))
+        console.print(t.table)
     else:
         console.print("complete: every expected key was compiled before serving")
     if not verbose:
         return
     for k in report.kernels:
-        t = Table(title=f"{k.kernel} ({'flags from kernel' if k.flags_known else 'flags inferred from keys'})")
-        for col in ("argument", "kind", "covered", "uncovered", "met only in serving"):
-            t.add_column(col)
+        title = f"{plain(k.kernel)} ({'flags from kernel' if k.flags_known else 'flags inferred from keys'})"
+        t = _Grid(escape(title), ["argument", "kind", "covered", "uncovered", "met only in serving"], narrow)
         for a in k.arguments:
-            t.add_row(a.name, a.kind, " ".join(a.covered), " ".join(a.uncovered), " ".join(a.serving_only))
-        console.print(t)
+            cells = [a.name, a.kind, " ".join(a.covered), " ".join(a.uncovered), " ".join(a.serving_only)]
+            t.add(*(cell(v) for v in cells))
+        console.print(t.table)

@@ -299,60 +299,72 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
     serving = stopped = False
     try:
         with _triton_cache(opts.keep_triton_cache) as cache_env, httpx.Client(base_url=url, timeout=5.0) as client:
-            env = {**os.environ, **cache_env, "PYTHONUNBUFFERED": "1"}
-            env.pop("TRITON_INTERPRET", None)
-            proc = subprocess.Popen(_worker_cmd(opts, journal_dir), env=env, stdout=subprocess.PIPE, text=True)
-            reader = _LineReader(proc)
-            # /readyz from the worker's spawn on: 503 (no worker, then warmup running) until the
-            # warmup completes, then 200. Only changes of status are kept.
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < opts.worker_timeout_s:
-                code = client.get("/readyz").status_code
-                if not report.readyz or report.readyz[-1][1] != code:
-                    report.readyz.append((round(time.monotonic() - t0, 3), code))
-                if (code == 200 and reader.seen("warmup_complete")) or "_eof" in reader.events:
-                    break
-                time.sleep(0.05)
-            report.worker = reader.wait("started", opts.worker_timeout_s)
-            console.print(
-                f"worker pid {report.worker.get('pid')} on {report.worker.get('device')}; "
-                f"TRITON_CACHE_DIR={'(yours)' if opts.keep_triton_cache else 'fresh temporary directory'}"
-            )
-            report.warmup = reader.wait("warmup_complete", opts.worker_timeout_s)
-            report.scenario = reader.wait("scenario_done", opts.worker_timeout_s)
-            report.jit = client.get("/jit").json()
-            report.metrics = client.get("/metrics").text
-            print_summary(report, console)
-            if opts.output_dir is not None:
-                save_report(report, Path(opts.output_dir))
-            if opts.exit_after:
-                code = proc.wait(timeout=opts.worker_timeout_s)
-                if code != 0:
-                    raise DemoError(f"the worker exited with code {code}")
-            else:
-                serving = True  # from here on, Ctrl-C / SIGTERM is the normal way to stop
+            try:
+                env = {**os.environ, **cache_env, "PYTHONUNBUFFERED": "1"}
+                env.pop("TRITON_INTERPRET", None)
+                proc = subprocess.Popen(_worker_cmd(opts, journal_dir), env=env, stdout=subprocess.PIPE, text=True)
+                reader = _LineReader(proc)
+                # /readyz from the worker's spawn on: 503 (no worker, then warmup running) until the
+                # warmup completes, then 200. Only changes of status are kept.
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < opts.worker_timeout_s:
+                    code = client.get("/readyz").status_code
+                    if not report.readyz or report.readyz[-1][1] != code:
+                        report.readyz.append((round(time.monotonic() - t0, 3), code))
+                    if (code == 200 and reader.seen("warmup_complete")) or "_eof" in reader.events:
+                        break
+                    time.sleep(0.05)
+                report.worker = reader.wait("started", opts.worker_timeout_s)
                 console.print(
-                    f"\nServing (one step a second). Try:  curl {url}/jit   curl {url}/metrics   "
-                    f"jitwatch status --url {url}\nCtrl-C to stop."
+                    f"worker pid {report.worker.get('pid')} on {report.worker.get('device')}; "
+                    f"TRITON_CACHE_DIR={'(yours)' if opts.keep_triton_cache else 'fresh temporary directory'}"
                 )
-                while proc.poll() is None:
-                    time.sleep(0.5)
+                report.warmup = reader.wait("warmup_complete", opts.worker_timeout_s)
+                report.scenario = reader.wait("scenario_done", opts.worker_timeout_s)
+                report.jit = client.get("/jit").json()
+                report.metrics = client.get("/metrics").text
+                print_summary(report, console)
+                if opts.output_dir is not None:
+                    save_report(report, Path(opts.output_dir))
+                if opts.exit_after:
+                    code = proc.wait(timeout=opts.worker_timeout_s)
+                    if code != 0:
+                        raise DemoError(f"the worker exited with code {code}")
+                else:
+                    serving = True  # from here on, Ctrl-C / SIGTERM is the normal way to stop
+                    console.print(
+                        f"\nServing (one step a second). Try:  curl {url}/jit   curl {url}/metrics   "
+                        f"jitwatch status --url {url}\nCtrl-C to stop."
+                    )
+                    while proc.poll() is None:
+                        time.sleep(0.5)
+            finally:
+                # Stop the worker while its temporary Triton cache still exists: removing the
+                # directory under a compiling worker lets it recreate files there (interrupted runs
+                # left jitwatch-demo-triton-* behind).
+                _stop_worker(proc)
     except KeyboardInterrupt:
         if not serving:
             raise
         stopped = True
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _stop_worker(proc)
         sidecar.stop()
     if stopped:
         console.print("jitwatch demo: stopped (worker and sidecar shut down)")
     return report
+
+
+def _stop_worker(proc: subprocess.Popen[str] | None) -> None:
+    """Terminate the demo worker (kill after 10 s) and reap it; nothing if it already exited."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.contextmanager

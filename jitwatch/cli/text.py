@@ -1,0 +1,14 @@
+"""Journal and manifest text made safe to print on a terminal."""
+
+from __future__ import annotations
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+
+
+def plain(text: object) -> str:
+    """``str(text)`` with terminal control characters (ESC, other C0/C1 controls, DEL; not tab)
+    shown as ``\\xNN``: journal text is data and never drives the terminal."""
+    return str(text).translate(_CONTROL)
+
+
+__all__ = ["plain"]
