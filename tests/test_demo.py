@@ -79,20 +79,27 @@ def metric(text: str, name: str, **labels: str) -> float:
 @pytest.mark.slow
 def test_demo_default(tmp_path: Path) -> None:
     """Warmup compiles the slot-mapping kernel; >= 5 request sizes compile nothing; the zeroing
-    kernel compiles once in serving, with its key; /readyz goes 503 → 200."""
+    kernel compiles once in serving, with its key; the torch.compile sampler, warmed for one
+    request, recompiles once when two are batched, with Dynamo's reason; /readyz goes 503 → 200."""
     r = run_demo_cli(tmp_path)
     jit, demo = r["jit"], r["demo"]
     assert jit["ready"] is True
     (rank,) = jit["ranks"]
-    assert rank["state"] == "serving" and rank["warmup_compiles"] == 1 and rank["serving_compiles"] == 1
+    assert rank["state"] == "serving" and rank["warmup_compiles"] == 2 and rank["serving_compiles"] == 2
     assert rank["first_request_latency_s"] is not None and rank["first_request_latency_s"] > 0
     sm = kernel(jit, "slot_mapping_kernel")
     assert (sm["compiles_warmup"], sm["compiles_serving"]) == (1, 0)
     zero = kernel(jit, "zero_kv_blocks_kernel")
     assert (zero["compiles_warmup"], zero["compiles_serving"]) == (0, 1)
-    (recent,) = jit["recent_serving_compiles"]
+    (recent,) = [c for c in jit["recent_serving_compiles"] if c["backend"] == "triton"]
     assert recent["kernel"] == "zero_kv_blocks_kernel" and recent["key"] == zero["last_key"]
     assert "'*fp16'" in recent["key"] and recent["request_id"] == 3
+    (tc,) = [c for c in jit["recent_serving_compiles"] if c["backend"] == "torch_compile"]
+    assert tc["kernel"] == "make_sampler.<locals>.sample_probs" and tc["request_id"] == 3
+    assert tc["reason"] == "0/0: tensor 'logits' size mismatch at index 0. expected 1, actual 2"
+    assert tc["reason_class"] == "size mismatch" and tc["compile_id"] == "0/1"
+    sampler = kernel(jit, "make_sampler.<locals>.sample_probs")
+    assert (sampler["backend"], sampler["compiles_warmup"], sampler["compiles_serving"]) == ("torch_compile", 1, 1)
     assert len({s["num_tokens"] for s in demo["scenario"]["steps"]}) >= 5
     assert demo["scenario"]["source"] in ("reference", "kernel")
     # /readyz: 503 first (worker starting / warming up), then 200 — seen by the demo and by us.
@@ -103,7 +110,9 @@ def test_demo_default(tmp_path: Path) -> None:
     assert metric(m, "jitwatch_compiles_total", kernel="zero_kv_blocks_kernel", phase="serving") == 1
     assert 'kernel="slot_mapping_kernel",phase="serving"' not in m
     assert metric(m, "jitwatch_warmup_complete", rank="0") == 1
+    assert metric(m, "jitwatch_recompiles_total", backend="torch_compile", reason_class="size mismatch") == 1
     assert "first-request latency" in r["stdout"] and "zero_kv_blocks_kernel" in r["stdout"]
+    assert "size mismatch at index 0. expected 1, actual 2" in r["stdout"]
 
 
 @pytest.mark.slow
@@ -112,7 +121,8 @@ def test_demo_no_warmup(tmp_path: Path) -> None:
     jit = run_demo_cli(tmp_path, "--no-warmup")["jit"]
     sm = kernel(jit, "slot_mapping_kernel")
     assert (sm["compiles_warmup"], sm["compiles_serving"]) == (0, 1)
-    assert jit["ranks"][0]["serving_compiles"] == 2
+    # slot mapping + zeroing (Triton), the sampler's first compile and its batch-2 recompile (torch.compile)
+    assert jit["ranks"][0]["serving_compiles"] == 4
     first = [c for c in jit["recent_serving_compiles"] if c["kernel"] == "slot_mapping_kernel"]
     assert [c["request_id"] for c in first] == [1]
 
@@ -123,7 +133,7 @@ def test_demo_specialize_num_tokens(tmp_path: Path) -> None:
     jit = run_demo_cli(tmp_path, "--specialize-num-tokens")["jit"]
     sm = kernel(jit, "slot_mapping_kernel_specialized")
     assert (sm["compiles_warmup"], sm["compiles_serving"]) == (1, 2)
-    assert jit["ranks"][0]["serving_compiles"] == 3
+    assert jit["ranks"][0]["serving_compiles"] == 4  # + the torch.compile sampler's batch-2 recompile
     keys = {c["key"] for c in jit["recent_serving_compiles"] if c["kernel"] == "slot_mapping_kernel_specialized"}
     assert len(keys) == 2 and any(k.startswith("[('constexpr', 1)") for k in keys)
 

@@ -180,13 +180,9 @@ class _CompileEvent:
         if self.warn is not None:  # here, on the writer thread: the line carries the reason
             why = f": {reason.text}" if reason is not None else ""
             fix = f" (fix: {reason.fixes[0]})" if reason is not None and reason.fixes else ""
+            key = "" if reason is not None and reason.text == c.key else f"; key {redact(c.key or '')[:2000]}"
             log.warning(
-                "jitwatch: post-warmup compile of %s on rank %d%s%s; key %s",
-                self.warn,
-                self.ident.rank,
-                why,
-                fix,
-                redact(c.key or "")[:2000],
+                "jitwatch: post-warmup compile of %s on rank %d%s%s%s", self.warn, self.ident.rank, why, fix, key
             )
         return event
 

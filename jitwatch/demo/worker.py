@@ -13,6 +13,12 @@ Scenario:
 4. From step :data:`ZERO_FROM_STEP` on, freed KV blocks are zeroed with
    :func:`jitwatch.kernels.kv_blocks.zero_kv_blocks`, a kernel warmup does not cover: one
    serving-phase compile.
+5. The torch.compile story beside it: each step ends with a sampler compiled by the real
+   ``torch.compile`` (:func:`make_sampler`; Dynamo with its ``eager`` backend, so it costs
+   milliseconds on CPU). Warmup ran it for one request only (like an engine's dummy run), so the
+   first step that batches two requests recompiles it during serving — ``/jit`` shows Dynamo's
+   reason (``0/0: tensor 'logits' size mismatch at index 0. expected 1, actual 2``). Dynamo then
+   makes the batch dimension dynamic: later batch sizes do not recompile.
 
 With ``JITWATCH_MODE=error`` the step-4 compile raises :class:`jitwatch.ServingCompileError` (by
 design); the worker then emits ``{"event": "serving_compile_error", "kernel": ...}`` and exits with
@@ -47,6 +53,26 @@ ZERO_FROM_STEP = 2
 """First step (0-based) after which finished requests' blocks are zeroed (the uncovered kernel)."""
 
 
+def make_sampler() -> Any:
+    """The demo engine's sampler: ``softmax(logits / temperature)`` under ``torch.compile``
+    (backend ``eager``: Dynamo traces and guards for real, no code generation). ``None`` when
+    torch.compile is unavailable."""
+    try:
+        import torch
+        import torch._dynamo  # hooks the torch_compile backend in (it waits for this import)
+    except Exception:  # noqa: BLE001 - a torch without Dynamo: the demo runs without this step
+        return None
+
+    def sample_probs(logits: Any, temperature: float) -> Any:
+        return torch.softmax(logits / temperature, dim=-1)
+
+    return torch.compile(sample_probs, backend="eager")
+
+
+SAMPLER_VOCAB = 64
+"""Columns of the demo sampler's logits."""
+
+
 def _emit(event: str, **fields: Any) -> None:
     sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
     sys.stdout.flush()
@@ -79,6 +105,14 @@ class DemoEngine:
         self.slot_mapping = torch.zeros(self.max_num_tokens, dtype=torch.int64, device=dev)
         self.kv_cache = torch.ones(self.num_kv_blocks, self.kv_block_numel, dtype=torch.float16, device=dev)
         self.free_blocks = list(range(1, self.num_kv_blocks))  # block 0: the null block
+
+    def sample(self, sampler: Any, n_reqs: int) -> None:
+        """Run the compiled sampler on one row of logits per request (no-op without torch.compile)."""
+        if sampler is None:
+            return
+        import torch
+
+        sampler(torch.randn(n_reqs, SAMPLER_VOCAB, device=self.device), 0.7)
 
     def step(self, token_counts: list[int], zero_freed: bool, check: bool = False) -> dict[str, Any]:
         """Schedule one batch of new requests, map their slots, then finish them.
@@ -138,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--journal-dir", required=True)
     parser.add_argument("--no-warmup", action="store_true")
     parser.add_argument("--specialize-num-tokens", action="store_true")
+    parser.add_argument("--no-torch-compile", action="store_true", help="leave out the torch.compile sampler")
     parser.add_argument("--exit", action="store_true", help="exit after the scenario")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between steps after the scenario")
     args = parser.parse_args(argv)
@@ -160,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if gpu else "cpu")
     mon = jitwatch.install(journal_dir=args.journal_dir, tracer_provider=None)
     engine = DemoEngine(device, specialize_num_tokens=args.specialize_num_tokens)
+    sampler = None if args.no_torch_compile else make_sampler()
     _emit(
         "started",
         pid=os.getpid(),
@@ -185,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 num_tokens=counts,
             )
             warm = {"ran": True, "kernel": res.kernel, "num_tokens": res.num_tokens, "keys_compiled": res.compiled}
+            engine.sample(sampler, 1)  # the dummy run: one request only
     warm["seconds"] = time.perf_counter() - t0
     _emit("warmup_complete", **warm)
 
@@ -194,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             with mon.request(name=f"step-{i}"):
                 info = engine.step(counts, zero_freed=i >= ZERO_FROM_STEP)
+                engine.sample(sampler, len(counts))
             info["latency_s"] = time.perf_counter() - t
             served.append(info)
         # On a GPU, replay the stream once more, untimed, checking every result against the reference.
@@ -210,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             if stop["flag"]:
                 break
             with mon.request():
-                engine.step(REQUEST_STREAM[i % len(REQUEST_STREAM)], zero_freed=True)
+                counts = REQUEST_STREAM[i % len(REQUEST_STREAM)]
+                engine.step(counts, zero_freed=True)
+                engine.sample(sampler, len(counts))
             i += 1
     except jitwatch.ServingCompileError as exc:
         # JITWATCH_MODE=error: the serving-phase compile raised from Triton's jit_post_compile_hook,
