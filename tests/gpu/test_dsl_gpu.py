@@ -56,3 +56,31 @@ def test_cutedsl_warmup_serving_and_file_cache_on_the_gpu(tmp_path: Path) -> Non
     (kernel,) = [k for k in status["kernels"] if k["name"] == "add_one"]
     assert kernel["compiles_serving"] == 1
     assert sum(1 for r in (warm, serving, r1, r2) if r["cache_hit"]) == 1
+
+
+def test_tilelang_warmup_serving_and_disk_cache_on_the_gpu(tmp_path: Path) -> None:
+    from tests.backends.tilelang.test_tilelang import WORKER as TL_WORKER
+    from tests.backends.tilelang.test_tilelang import check_against_library
+
+    dsl_env.require("tilelang")
+    journal = tmp_path / "journal"
+    env = {"JITWATCH_DIR": str(journal), "TILELANG_CACHE_DIR": str(tmp_path / "tl-cache")}
+    runs = [dsl_env.run_worker(TL_WORKER, "serve", env=env)[0] for _ in range(3)]
+    status = dsl_env.jit_status(journal, backend="tilelang")
+    dsl_env.save("tilelang", {"runs": runs, "jit": status})
+    first, second, third = runs
+    for out in runs:
+        check_against_library(out)
+        assert out["hook_errors"] == 0 and out["degraded"] is None
+        lib = out["library"]
+        assert lib["warmup_result_ok"] is True and lib["serving_result_ok"] is True
+    warm, serving = first["records"]
+    assert (warm["cache_hit"], serving["cache_hit"]) == (False, False)
+    assert (warm["phase"], serving["phase"], serving["request"]) == ("warmup", "serving", "req-tl-1")
+    assert '"arch":"sm_90' in warm["attrs"]["target"]
+    warm2 = second["records"][0]
+    assert (warm2["key"], warm2["cache_hit"]) == (warm["key"], True)
+    # from the third process on every kernel loads (TileLang 0.1.15's out_idx quirk costs one more compile)
+    assert [r["cache_hit"] for r in third["records"]] == [True, True]
+    (kernel,) = [k for k in status["kernels"] if k["name"] == "add_one_kernel"]
+    assert kernel["disk_cache_hits"] == sum(1 for out in runs for r in out["records"] if r["cache_hit"])
