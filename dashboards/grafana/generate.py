@@ -44,6 +44,9 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's jitwatch, run as a script
+from jitwatch.backends import BUILTIN  # the registry only; imports no JIT library
+
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "jitwatch.json"
 
@@ -52,6 +55,12 @@ DASHBOARD_UID = "jitwatch-triton-jit"
 DASHBOARD_TITLE = "jitwatch: JIT compilation"
 SIDECAR_URL = "http://localhost:9400"
 """Where docker-compose.yml publishes the sidecar (127.0.0.1:9400); used by panel links only."""
+
+BACKEND_VARIABLE_DESCRIPTION = (
+    "JIT backends that report jitwatch_backend_info (a backend appears once a worker installed it). "
+    "Built in: " + ", ".join(sorted(BUILTIN)) + "; pages: docs/backends/."
+)
+"""The backend variable's description: lists every built-in backend (jitwatch.backends.BUILTIN)."""
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SEL = 'instance=~"$instance", rank=~"$rank"'
@@ -691,6 +700,7 @@ def variables() -> list[Any]:
         .include_all(True),
         dashboard.QueryVariable("backend")
         .label("Backend")
+        .description(BACKEND_VARIABLE_DESCRIPTION)
         .datasource(DS)
         .query("label_values(jitwatch_backend_info, backend)")
         .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)

@@ -30,6 +30,7 @@ BUILTIN: dict[str, str] = {
     "torch_compile": "jitwatch.backends.torch_compile:TorchCompileBackend",
     "cutedsl": "jitwatch.backends.cutedsl:CuteDSLBackend",
     "tilelang": "jitwatch.backends.tilelang:TileLangBackend",
+    "flashinfer": "jitwatch.backends.flashinfer:FlashInferBackend",
 }
 """Backends shipped with jitwatch: name → ``"module:Class"``."""
 

@@ -60,7 +60,8 @@ def run_worker(script: Path, *args: str, env: dict[str, str], timeout: float = 3
     toolkit = cuda_toolkit()
     if toolkit is not None:
         full["CUDA_HOME"] = str(toolkit)
-        full["PATH"] = os.pathsep.join([str(toolkit / "bin"), full.get("PATH", "")])
+        full["PATH"] = os.pathsep.join([str(toolkit / "bin"), str(site() / "bin"), full.get("PATH", "")])
+        full["LD_LIBRARY_PATH"] = os.pathsep.join([str(toolkit / "lib"), full.get("LD_LIBRARY_PATH", "")])
     out = subprocess.run(
         [sys.executable, str(script), *args], env=full, capture_output=True, text=True, timeout=timeout
     )

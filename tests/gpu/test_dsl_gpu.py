@@ -84,3 +84,24 @@ def test_tilelang_warmup_serving_and_disk_cache_on_the_gpu(tmp_path: Path) -> No
     assert [r["cache_hit"] for r in third["records"]] == [True, True]
     (kernel,) = [k for k in status["kernels"] if k["name"] == "add_one_kernel"]
     assert kernel["disk_cache_hits"] == sum(1 for out in runs for r in out["records"] if r["cache_hit"])
+
+
+def test_flashinfer_builds_and_loads_on_the_gpu(tmp_path: Path) -> None:
+    from tests.backends.flashinfer.test_flashinfer import BUILDING
+    from tests.backends.flashinfer.test_flashinfer import WORKER as FI_WORKER
+
+    dsl_env.require("flashinfer")
+    journal = tmp_path / "journal"
+    env = {"JITWATCH_DIR": str(journal), "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "fi-workspace")}
+    (first, err1), (second, err2) = (dsl_env.run_worker(FI_WORKER, "serve", env=env, timeout=900) for _ in range(2))
+    status = dsl_env.jit_status(journal, backend="flashinfer")
+    dsl_env.save("flashinfer", {"first": first, "second": second, "jit": status})
+    for out in (first, second):
+        lib = out["library"]
+        assert lib["warmup_result_ok"] is True and lib["serving_result_ok"] is True, lib
+        assert out["hook_errors"] == 0
+    names = [r["name"] for r in first["records"]]
+    assert BUILDING.findall(err1) == names and BUILDING.findall(err2) == []
+    assert [r["cache_hit"] for r in first["records"]] == [False] * len(names)
+    assert [r["cache_hit"] for r in second["records"]] == [True] * len(names)
+    assert first["records"][-1]["phase"] == "serving" and first["records"][-1]["request"] == "req-fi-1"

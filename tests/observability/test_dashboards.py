@@ -150,6 +150,11 @@ def test_backend_variable(dash: dict[str, Any]) -> None:
     # All is ".*": it also matches backend="" (the vLLM plugin's own hook errors) and backends of
     # earlier workers that jitwatch_backend_info no longer lists.
     assert backend["allValue"] == ".*"
+    # the description lists every built-in backend (the DSL backends included)
+    from jitwatch.backends import BUILTIN
+
+    assert {"triton", "cutedsl", "tilelang", "flashinfer"} <= set(BUILTIN)
+    assert all(name in backend["description"] for name in BUILTIN), backend["description"]
 
 
 def test_every_backend_family_query_keeps_backend(dash: dict[str, Any]) -> None:
