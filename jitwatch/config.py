@@ -106,6 +106,19 @@ the journal writer thread; endpoint, headers and timeout from the standard ``OTE
 variables). Default ``none``: opt in, since a fleet's event stream is sized separately from its
 traces (docs/fleet.md)."""
 
+JITWATCH_COLLECTIVE_DEADLINE_S = "JITWATCH_COLLECTIVE_DEADLINE_S"
+"""Seconds a rank may spend in one compile before its peers, waiting in a collective, hit their
+deadline (exported as ``jitwatch_collective_deadline_seconds``; the
+``JitwatchCompileNearCollectiveDeadline`` alert fires at half of it). Default: the smallest of
+``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS`` (vLLM's execute-model RPC deadline) and
+``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`` (PyTorch's NCCL watchdog) that is set, else 300 when vLLM is
+the host (``VLLM_*`` variables present), else 600 (NCCL's default process-group timeout)."""
+
+COLLECTIVE_DEADLINE_SOURCES = ("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC")
+"""Other frameworks' variables the collective deadline defaults from (read here only)."""
+DEFAULT_COLLECTIVE_DEADLINE_S = 600.0
+DEFAULT_VLLM_COLLECTIVE_DEADLINE_S = 300.0
+
 ALL_VARIABLES = (
     JITWATCH_DIR,
     JITWATCH_MODE,
@@ -131,6 +144,7 @@ ALL_VARIABLES = (
     JITWATCH_STALE_SECONDS,
     JITWATCH_BACKENDS,
     JITWATCH_EVENTS_EXPORTER,
+    JITWATCH_COLLECTIVE_DEADLINE_S,
 )
 
 DEFAULT_HOST = "127.0.0.1"
@@ -301,6 +315,28 @@ MAX_RANK = 2**31 - 1
 """Largest rank accepted (ranks are stored as SQLite integers and Prometheus label values)."""
 
 
+def collective_deadline(env: dict[str, str] | os._Environ[str]) -> tuple[float, str]:
+    """``(seconds, source)`` of the collective deadline (see :data:`JITWATCH_COLLECTIVE_DEADLINE_S`).
+
+    Raises :class:`ConfigError` for a value that is not a positive number."""
+    if (env.get(JITWATCH_COLLECTIVE_DEADLINE_S) or "").strip():
+        value = _float(env, JITWATCH_COLLECTIVE_DEADLINE_S, DEFAULT_COLLECTIVE_DEADLINE_S)
+        if value <= 0:
+            raise ConfigError(f"{JITWATCH_COLLECTIVE_DEADLINE_S} must be > 0 seconds, got {value}")
+        return value, JITWATCH_COLLECTIVE_DEADLINE_S
+    found: list[tuple[float, str]] = []
+    for name in COLLECTIVE_DEADLINE_SOURCES:
+        if (env.get(name) or "").strip():
+            value = _float(env, name, 0.0)
+            if value > 0:
+                found.append((value, name))
+    if found:
+        return min(found)
+    if any(k.startswith("VLLM_") for k in env):
+        return DEFAULT_VLLM_COLLECTIVE_DEADLINE_S, "default (vLLM)"
+    return DEFAULT_COLLECTIVE_DEADLINE_S, "default"
+
+
 @dataclass(frozen=True)
 class Settings:
     """jitwatch's configuration, read from the environment by :meth:`from_env`.
@@ -341,6 +377,9 @@ class Settings:
     """``JITWATCH_EVENTS_EXPORTER``: ``none`` or ``otlp``."""
     errors: tuple[tuple[str, str], ...] = ()
     """``(variable, message)`` for each unusable variable, only with ``from_env(strict=False)``."""
+    collective_deadline_s: float = DEFAULT_COLLECTIVE_DEADLINE_S
+    collective_deadline_source: str = "default"
+    """Where :attr:`collective_deadline_s` came from: a variable's name or ``default``."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ[str] | None = None, *, strict: bool = True) -> Settings:
@@ -365,6 +404,11 @@ class Settings:
                 return default
 
         manifest = (env.get(JITWATCH_MANIFEST) or "").strip()
+        deadline, deadline_source = get(
+            JITWATCH_COLLECTIVE_DEADLINE_S,
+            lambda: collective_deadline(env),
+            (DEFAULT_COLLECTIVE_DEADLINE_S, "default"),
+        )
         return cls(
             journal_dir=default_journal_dir(env),
             mode=get(JITWATCH_MODE, lambda: parse_mode(env.get(JITWATCH_MODE)), Mode.WARN),
@@ -434,6 +478,8 @@ class Settings:
                 lambda: _choice(env, JITWATCH_EVENTS_EXPORTER, EVENTS_EXPORTER_CHOICES, "none"),
                 "none",
             ),
+            collective_deadline_s=deadline,
+            collective_deadline_source=deadline_source,
             errors=tuple(errors.items()),
         )
 

@@ -88,7 +88,7 @@ def create_monitor(
     identity = identity or WorkerIdentity.from_settings(settings)
     if sink is None:
         sink = NullSink() if resolved is Mode.OFF else journal_writer(settings, identity)
-    return Monitor(
+    monitor = Monitor(
         settings,
         sink=sink,
         mode=resolved,
@@ -97,6 +97,9 @@ def create_monitor(
         tracer_provider=tracer_provider,
         span_attributes=span_attributes,
     )
+    if isinstance(sink, JournalWriter) and sink.inflight_source is None:
+        sink.inflight_source = monitor.inflight_snapshot  # in-flight compiles, journaled by the writer
+    return monitor
 
 
 _monitor: Monitor | None = None

@@ -54,6 +54,7 @@ def test_every_variable_is_read() -> None:
         "JITWATCH_REPLAY_WORKERS": "3",
         "JITWATCH_SLOT_MAPPING_WARMUP": "off",
         "JITWATCH_EVENTS_EXPORTER": "OTLP",
+        "JITWATCH_COLLECTIVE_DEADLINE_S": "90",
     }
     assert set(env) == set(ALL_VARIABLES)
     s = Settings.from_env(env)
@@ -82,6 +83,8 @@ def test_every_variable_is_read() -> None:
         replay_workers=3,
         slot_mapping_warmup="off",
         events_exporter="otlp",
+        collective_deadline_s=90.0,
+        collective_deadline_source="JITWATCH_COLLECTIVE_DEADLINE_S",
     )
 
 

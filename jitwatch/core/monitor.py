@@ -293,6 +293,8 @@ class Monitor:
         triton = self.backend_statuses.get("triton")
         if triton is not None:  # the fields jitwatch 0.1 wrote, which its readers still look for
             attrs.update(triton_version=triton.version, hooks=list(triton.hooks), degraded=triton.degraded)
+        attrs["collective_deadline_s"] = self.settings.collective_deadline_s
+        attrs["collective_deadline_source"] = self.settings.collective_deadline_source
         if self.settings.heartbeat_seconds > 0:  # advertised: staleness is judged only for heartbeating workers
             attrs["heartbeat_s"] = self.settings.heartbeat_seconds
         self._emit(EventKind.WORKER_START, attrs=attrs)
@@ -385,6 +387,24 @@ class Monitor:
         with self._lock:
             items = list(self._inflight.values())
         return sorted(items, key=lambda s: s.start_perf)
+
+    def inflight_snapshot(self) -> list[dict[str, Any]]:
+        """The compiles in flight now, oldest first, as JSON-able dicts (``backend``, ``kernel``,
+        ``start_ts`` Unix seconds, ``phase``, ``request_id``). Called by the journal writer's
+        thread (:attr:`jitwatch.store.writer.JournalWriter.inflight_source`), which journals it so
+        a compile's age is visible while it runs — and while it hangs."""
+        items = list(self._inflight.values())  # a C-level copy: safe against concurrent begin()
+        items.sort(key=lambda s: s.start_perf)
+        return [
+            {
+                "backend": s.backend,
+                "kernel": s.name,
+                "start_ts": s.start_wall,
+                "phase": s.phase.value,
+                "request_id": s.request_id,
+            }
+            for s in items
+        ]
 
     # ------------------------------------------------------------------ CompileSink
     def begin(self, backend: str, name: str) -> Started:

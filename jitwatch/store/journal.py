@@ -160,6 +160,9 @@ class RecompileRow:
 """Event kinds aggregated into :class:`StatRow` rows."""
 
 
+MAX_INFLIGHT = 64
+"""In-flight compiles kept per worker row (oldest first)."""
+
 REQUESTS_COUNTER = "requests"
 """Marked serving requests (``counters`` table; the request histogram's count)."""
 REQUEST_BUCKET_PREFIX = "request_compile_b"
@@ -880,6 +883,29 @@ class Journal:
             exporter = ev.attrs.get("exporter")
             name = counter_name("export_dropped", exporter) if isinstance(exporter, str) else "dropped_events"
             self._add_counter(conn, ev.rank, name, float(ev.attrs.get("count", 1)))
+
+    def set_inflight(self, host: str, pid: int, rank: int, items: list[dict[str, Any]], ts: float) -> bool:
+        """Record the compiles in flight in worker ``(host, pid, rank)`` at ``ts`` (Unix seconds)
+        in its row's ``attrs`` (``inflight``: list, ``inflight_ts``) and advance ``last_ts``.
+        ``False`` when the worker row does not exist yet. Raises ``sqlite3.Error`` like :meth:`write`."""
+        if self.readonly:
+            raise PermissionError("journal opened read-only")
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT attrs FROM workers WHERE host=? AND pid=? AND rank=?", (host, pid, rank)
+            ).fetchone()
+            if row is None:
+                return False
+            attrs = json.loads(row[0]) if row[0] else {}
+            if not isinstance(attrs, dict):
+                attrs = {}
+            attrs["inflight"] = [{k: v for k, v in i.items() if v is not None} for i in items[:MAX_INFLIGHT]]
+            attrs["inflight_ts"] = float(ts)
+            conn.execute(
+                "UPDATE workers SET attrs=?, last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
+                (json.dumps(_finite_json(attrs)), float(ts), host, pid, rank),
+            )
+        return True
 
     def heartbeat(self, host: str, pid: int, rank: int, ts: float) -> bool:
         """Liveness: advance the worker row ``(host, pid, rank)``'s ``last_ts`` to ``ts`` (Unix

@@ -28,7 +28,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,6 +46,10 @@ WRITER_INTERVAL_S = 0.1
 lose of its events (those buffered and not yet committed), and the journal's usual lag."""
 HIGH_WATER = 256
 """Buffered events that wake the writer before its interval is up."""
+INFLIGHT_INTERVAL_S = 1.0
+"""While compiles are in flight, the writer re-journals them at least this often (seconds), so the
+sidecar's view of a running (or hung) compile is this fresh; a start or an end is journaled at the
+next wake-up (every ``interval_s``)."""
 RETRY_INTERVAL_S = 1.0
 """While events are dropped and unreported, the writer thread retries the journal this often
 (seconds) even if no new event arrives, so the ``dropped`` count lands once the fault clears."""
@@ -122,6 +126,11 @@ class JournalWriter:
         self.heartbeats_total = 0
         self.interval_s = max(0.001, float(interval_s))
         self._next_heartbeat = time.monotonic() + heartbeat_s
+        self.inflight_source: Callable[[], list[dict[str, Any]]] | None = None
+        """Set by :func:`jitwatch.worker.create_monitor` to the monitor's ``inflight_snapshot``:
+        the writer journals the compiles in flight (needs ``heartbeat``: the worker row to update)."""
+        self._inflight_sig: tuple[Any, ...] = ()
+        self._inflight_next = 0.0
         self._journal_kwargs = journal_kwargs or {}
         self._queue_size = max(1, int(queue_size))
         self._buffer: deque[Event | DeferredEvent] = deque()
@@ -219,6 +228,8 @@ class JournalWriter:
                 wrote = True
             if self.exporters:
                 self._report_export_drops()
+            if self.inflight_source is not None and self.heartbeat is not None:
+                self._inflight_tick()
             if retry and not wrote and time.monotonic() >= self._next_retry:
                 self._next_retry = time.monotonic() + RETRY_INTERVAL_S
                 self._write([])  # only the pending ``dropped`` record: has the fault cleared?
@@ -240,6 +251,25 @@ class JournalWriter:
                 self._journal.close()
             except Exception:  # noqa: BLE001
                 pass
+
+    def _inflight_tick(self) -> None:
+        """Journal the in-flight compiles when they changed, or every :data:`INFLIGHT_INTERVAL_S`
+        while any is in flight (writer thread only; failures are retried at the next wake-up)."""
+        assert self.inflight_source is not None and self.heartbeat is not None
+        try:
+            items = self.inflight_source()
+            sig = tuple((i.get("backend"), i.get("kernel"), i.get("start_ts")) for i in items)
+            now = time.monotonic()
+            if sig == self._inflight_sig and (not items or now < self._inflight_next):
+                return
+            if self._journal is None:
+                self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+            host, pid, rank = self.heartbeat
+            if self._journal.set_inflight(host, pid, rank, items, time.time()):
+                self._inflight_sig = sig
+                self._inflight_next = now + INFLIGHT_INTERVAL_S
+        except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
+            log.debug("jitwatch: in-flight compiles not journaled: %s: %s", type(exc).__name__, exc)
 
     def _beat(self) -> None:
         """One heartbeat (writer thread only); failures are retried at the next interval."""

@@ -77,6 +77,32 @@ METRICS: tuple[MetricSpec, ...] = (
         "Marked serving requests that waited on at least one compile of this backend.",
     ),
     MetricSpec(
+        "jitwatch_inflight_compiles",
+        "gauge",
+        ("rank",),
+        "",
+        "Compiles running now in the rank's latest worker (journaled by its writer thread every second "
+        "while any runs).",
+    ),
+    MetricSpec(
+        "jitwatch_inflight_compile_age_seconds",
+        "gauge",
+        ("rank",),
+        "seconds",
+        "Age of the oldest compile running now in the rank's latest worker, 0 when none: grows while a "
+        "compile runs or hangs, so a rank compiling while its peers wait in a collective shows before "
+        "the collective's deadline.",
+    ),
+    MetricSpec(
+        "jitwatch_collective_deadline_seconds",
+        "gauge",
+        ("rank",),
+        "seconds",
+        "The worker's collective deadline: JITWATCH_COLLECTIVE_DEADLINE_S, else the smallest of "
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS / TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC set, else 300 under vLLM, "
+        "else 600.",
+    ),
+    MetricSpec(
         "jitwatch_last_compile_timestamp_seconds",
         "gauge",
         ("backend", "kernel", "phase", "rank"),

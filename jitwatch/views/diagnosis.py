@@ -51,6 +51,40 @@ class CompileReason(BaseModel):
     fixes: list[str] = Field(default_factory=list, description="What removes this compile, one line each.")
 
 
+class InflightCompile(BaseModel):
+    """A compile that had begun and not ended when its worker's journal writer last looked (at
+    most ``INFLIGHT_INTERVAL_S`` ago while it runs): its age grows while it runs — or hangs."""
+
+    backend: str
+    kernel: str
+    start_ts: float = Field(description="Unix time the compile began, seconds.")
+    age_s: float = Field(description="Seconds since it began, at the time of this answer.")
+    phase: str = Field(description="Phase when it began.")
+    request_id: int | None = None
+
+
+def inflight_of(attrs: Mapping[str, Any], now: float) -> list[InflightCompile]:
+    """The in-flight compiles a worker row's ``attrs`` holds (written by
+    :meth:`jitwatch.store.journal.Journal.set_inflight`), oldest first, aged at ``now``."""
+    items = attrs.get("inflight")
+    out: list[InflightCompile] = []
+    for i in items if isinstance(items, list) else []:
+        if not isinstance(i, dict) or not isinstance(i.get("start_ts"), int | float):
+            continue
+        rid = i.get("request_id")
+        out.append(
+            InflightCompile(
+                backend=str(i.get("backend") or ""),
+                kernel=str(i.get("kernel") or ""),
+                start_ts=float(i["start_ts"]),
+                age_s=max(0.0, now - float(i["start_ts"])),
+                phase=str(i.get("phase") or ""),
+                request_id=rid if isinstance(rid, int) and not isinstance(rid, bool) else None,
+            )
+        )
+    return sorted(out, key=lambda c: c.start_ts)
+
+
 def registry_explainers() -> dict[str, ExplainFn]:
     """``explain`` of every known backend that has one (built-in and entry points)."""
     from jitwatch.backends import create
@@ -122,4 +156,12 @@ def serving_reasons(
     return [_as_reason(e) for e in serving]
 
 
-__all__ = ["BASELINE_EVENTS", "CompileReason", "ReasonChange", "registry_explainers", "serving_reasons"]
+__all__ = [
+    "BASELINE_EVENTS",
+    "CompileReason",
+    "InflightCompile",
+    "ReasonChange",
+    "inflight_of",
+    "registry_explainers",
+    "serving_reasons",
+]

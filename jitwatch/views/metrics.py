@@ -24,6 +24,7 @@ import logging
 import os
 import platform
 import sqlite3
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -43,6 +44,7 @@ from jitwatch.core.events import Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.store.journal import COMPILE_DURATION_BUCKETS, OTHER_KERNEL, REQUESTS_DELAYED_COUNTER, Journal
 from jitwatch.views.contract import BY_NAME
+from jitwatch.views.diagnosis import inflight_of
 from jitwatch.views.status import backend_infos
 
 log = logging.getLogger(__name__)
@@ -236,9 +238,19 @@ def journal_families(journal: Journal) -> list[Metric]:
     last_seen = _gauge("jitwatch_worker_last_seen_timestamp_seconds")
     info = _info("jitwatch_worker_info")
     backend_info = _info("jitwatch_backend_info")
+    inflight_n = _gauge("jitwatch_inflight_compiles")
+    inflight_age = _gauge("jitwatch_inflight_compile_age_seconds")
+    deadline = _gauge("jitwatch_collective_deadline_seconds")
+    now = time.time()
     for rank in sorted(workers):
         w = workers[rank]
         r = [str(rank)]
+        running = inflight_of(w.attrs, now)
+        inflight_n.add_metric(r, float(len(running)))
+        inflight_age.add_metric(r, running[0].age_s if running else 0.0)
+        d = w.attrs.get("collective_deadline_s")
+        if isinstance(d, int | float) and not isinstance(d, bool):
+            deadline.add_metric(r, float(d))
         complete.add_metric(r, 1.0 if w.state is Phase.SERVING else 0.0)
         started.add_metric(r, w.started_ts)
         last_seen.add_metric(r, w.last_ts)
@@ -268,6 +280,7 @@ def journal_families(journal: Journal) -> list[Metric]:
                 [], {"rank": str(rank), "backend": b.name, "version": _opt(b.version), "state": b.state}
             )
     out += [complete, w_start, w_end, w_dur, w_compiles, first, started, last_seen, info, backend_info]
+    out += [inflight_n, inflight_age, deadline]
 
     # ---- specialization coverage (jitwatch.views.coverage), per kernel label; "_other" pooled.
     cov = _gauge("jitwatch_specialization_coverage_ratio")

@@ -23,6 +23,7 @@ from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.store.journal import Journal, WorkerRow
 from jitwatch.views.coverage import CoverageReport, KernelCoverage, coverage_for_journal
+from jitwatch.views.diagnosis import InflightCompile, inflight_of
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,15 @@ class RankStatus(BaseModel):
         default=None, description="Latency of the first request after warmup, seconds."
     )
     first_request_ts: float | None = None
+    inflight: list[InflightCompile] = Field(
+        default_factory=list,
+        description="Compiles running now (oldest first) with their age: one rank compiling while its "
+        "peers wait in a collective shows here while it happens.",
+    )
+    oldest_inflight_age_s: float = Field(default=0.0, description="Age of the oldest in-flight compile, 0 if none.")
+    collective_deadline_s: float | None = Field(
+        default=None, description="The worker's collective deadline (JITWATCH_COLLECTIVE_DEADLINE_S or its default)."
+    )
 
 
 class KernelStatus(BaseModel):
@@ -348,6 +358,10 @@ def _opt_int(value: object) -> int | None:
         return None
 
 
+def _opt_float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
 
@@ -489,6 +503,7 @@ def build_status(
     stale = stale_ranks(workers, now, stale_after)
     ranks: list[RankStatus] = []
     for rank, w in sorted(workers.items()):
+        inflight = inflight_of(w.attrs, now)
         ranks.append(
             RankStatus(
                 rank=rank,
@@ -514,6 +529,9 @@ def build_status(
                 serving_compiles=serving_by_rank.get(rank, 0),
                 first_request_latency_s=w.first_request_s,
                 first_request_ts=w.first_request_ts,
+                inflight=inflight,
+                oldest_inflight_age_s=inflight[0].age_s if inflight else 0.0,
+                collective_deadline_s=_opt_float(w.attrs.get("collective_deadline_s")),
             )
         )
     totals.ranks = len(ranks)

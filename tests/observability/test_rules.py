@@ -47,6 +47,8 @@ EXPECTED_ALERTS = {
     "JitwatchDroppedEvents",
     "JitwatchJournalDown",
     "JitwatchWorkerStale",
+    "JitwatchInflightCompileSkew",
+    "JitwatchCompileNearCollectiveDeadline",
 }
 BACKEND_ALERTS = {
     "JitwatchPostWarmupCompile",

@@ -48,6 +48,7 @@ def full_journal(directory: Path) -> None:
                         "mode": "warn",
                         "tp_rank": 0,
                         "pp_rank": 0,
+                        "collective_deadline_s": 600.0,
                         "backends": {
                             "triton": {"state": "active", "version": "3.9.0", "hooks": []},
                             "torch_compile": {"state": "waiting", "version": "2.13.0", "hooks": []},
@@ -265,6 +266,9 @@ def test_values_follow_the_journal(tmp_path: Path) -> None:
     assert v("jitwatch_request_compile_seconds_bucket", rank="0", le="0.001") == 4
     assert v("jitwatch_request_compile_seconds_bucket", rank="0", le="0.5") == 5
     assert v("jitwatch_requests_delayed_total", backend="triton", rank="0") == 1
+    assert v("jitwatch_inflight_compiles", rank="0") == 0
+    assert v("jitwatch_inflight_compile_age_seconds", rank="0") == 0
+    assert v("jitwatch_collective_deadline_seconds", rank="0") == 600
     assert v("jitwatch_journal_retired_events_total") == 0
     assert v("jitwatch_kernel_labels", state="named") == 4
     assert v("jitwatch_kernel_labels", state="folded") == 0

@@ -1,0 +1,130 @@
+"""In-flight compiles: journaled by the writer thread while they run (not only after they end), so
+``/jit`` and ``/metrics`` show a running — or hung — compile's age; the collective deadline's
+defaults."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from jitwatch.backends.base import BackendStatus, Capture, CompileSink
+from jitwatch.config import ConfigError, Settings, collective_deadline
+from jitwatch.core.identity import WorkerIdentity
+from jitwatch.store.journal import Journal
+from jitwatch.views.metrics import render
+from jitwatch.views.status import build_status
+from jitwatch.worker import create_monitor
+
+
+class GateBackend:
+    """A backend whose compile runs until the test opens a gate."""
+
+    name = "gate"
+    label = "gate kernel"
+
+    def __init__(self) -> None:
+        self.sink: CompileSink | None = None
+        self.gate = threading.Event()
+
+    def available(self) -> bool:
+        return True
+
+    def version(self) -> str | None:
+        return "1"
+
+    def install(self, sink: CompileSink) -> BackendStatus:
+        self.sink = sink
+        return BackendStatus(self.name, "active", "1", ())
+
+    def uninstall(self) -> None:
+        pass
+
+    def compile(self, name: str) -> None:
+        assert self.sink is not None
+        token = self.sink.begin(self.name, name)
+        self.gate.wait(30)
+        self.sink.finish(token, Capture(self.name, name, key="k"))
+
+
+def gauge(text: str, name: str, rank: str) -> float:
+    for f in parse_text(text):
+        for s in f.samples:
+            if s.name == name and s.labels.get("rank") == rank:
+                return float(s.value)
+    raise KeyError(name)
+
+
+def wait(check, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    pytest.fail("timed out")
+
+
+def test_running_compile_is_visible_with_its_age_then_gone(tmp_path: Path) -> None:
+    backend = GateBackend()
+    settings = Settings(journal_dir=tmp_path, heartbeat_seconds=10.0, collective_deadline_s=120.0)
+    mon = create_monitor(settings, identity=WorkerIdentity(rank=1), backends=[backend], tracer_provider=False)
+    mon.install()
+    mon.activate()
+    t = threading.Thread(target=lambda: (mon.request("r").__enter__(), backend.compile("slow_kernel")))
+    t.start()
+
+    def running() -> object:
+        with Journal(tmp_path, readonly=True) as j:
+            (r,) = build_status(j).ranks
+        return r if r.inflight and r.inflight[0].age_s >= 1.2 else None
+
+    rank = wait(running)
+    (c,) = rank.inflight
+    assert (c.backend, c.kernel, c.phase, c.request_id) == ("gate", "slow_kernel", "serving", 1)
+    assert rank.oldest_inflight_age_s == c.age_s and rank.collective_deadline_s == 120.0
+    text = render(tmp_path)[0].decode()
+    assert gauge(text, "jitwatch_inflight_compiles", "1") == 1
+    assert gauge(text, "jitwatch_inflight_compile_age_seconds", "1") >= 1.2
+    assert gauge(text, "jitwatch_collective_deadline_seconds", "1") == 120
+    time.sleep(1.5)  # the age keeps growing while the compile runs (a hang shows)
+    assert gauge(render(tmp_path)[0].decode(), "jitwatch_inflight_compile_age_seconds", "1") >= 2.7
+
+    backend.gate.set()
+    t.join(10)
+
+    def done() -> bool:
+        return gauge(render(tmp_path)[0].decode(), "jitwatch_inflight_compiles", "1") == 0
+
+    wait(done)
+    assert gauge(render(tmp_path)[0].decode(), "jitwatch_inflight_compile_age_seconds", "1") == 0
+    mon.uninstall()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, (600.0, "default")),
+        ({"VLLM_HOST_IP": "x"}, (300.0, "default (vLLM)")),
+        ({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "480"}, (480.0, "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC")),
+        (
+            {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "480", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "120"},
+            (120.0, "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"),
+        ),
+        (
+            {"JITWATCH_COLLECTIVE_DEADLINE_S": "42", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1"},
+            (42.0, "JITWATCH_COLLECTIVE_DEADLINE_S"),
+        ),
+    ],
+)
+def test_collective_deadline_defaults(env: dict[str, str], expected: tuple[float, str]) -> None:
+    assert collective_deadline(env) == expected
+    assert (Settings.from_env(env).collective_deadline_s, Settings.from_env(env).collective_deadline_source) == expected
+
+
+def test_collective_deadline_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="JITWATCH_COLLECTIVE_DEADLINE_S"):
+        collective_deadline({"JITWATCH_COLLECTIVE_DEADLINE_S": "0"})
