@@ -106,6 +106,22 @@ the journal writer thread; endpoint, headers and timeout from the standard ``OTE
 variables). Default ``none``: opt in, since a fleet's event stream is sized separately from its
 traces (docs/fleet.md)."""
 
+JITWATCH_ALLOWED_HOSTS = "JITWATCH_ALLOWED_HOSTS"
+"""Sidecar without a token: extra ``Host`` header names accepted, comma-separated (``*``: any).
+IP literals, ``localhost`` and the bind address are always accepted; other DNS names get 421
+(a DNS-rebinding guard). Ignored when a token is set."""
+
+JITWATCH_READ_TIMEOUT_SECONDS = "JITWATCH_READ_TIMEOUT_SECONDS"
+"""Sidecar: longest a journal read may take before the endpoint answers 503. Default 5."""
+
+JITWATCH_HEADER_TIMEOUT_SECONDS = "JITWATCH_HEADER_TIMEOUT_SECONDS"
+"""Sidecar: longest a client may take to send a request's headers before the connection is
+closed (``0``: no limit). Default 10."""
+
+JITWATCH_MAX_CONNECTIONS = "JITWATCH_MAX_CONNECTIONS"
+"""Sidecar: most open client connections (more are closed at once; capped below the open-file
+limit). Default 256."""
+
 JITWATCH_COLLECTIVE_DEADLINE_S = "JITWATCH_COLLECTIVE_DEADLINE_S"
 """Seconds a rank may spend in one compile before its peers, waiting in a collective, hit their
 deadline (exported as ``jitwatch_collective_deadline_seconds``; the
@@ -120,6 +136,10 @@ DEFAULT_COLLECTIVE_DEADLINE_S = 600.0
 DEFAULT_VLLM_COLLECTIVE_DEADLINE_S = 300.0
 
 ALL_VARIABLES = (
+    JITWATCH_ALLOWED_HOSTS,
+    JITWATCH_READ_TIMEOUT_SECONDS,
+    JITWATCH_HEADER_TIMEOUT_SECONDS,
+    JITWATCH_MAX_CONNECTIONS,
     JITWATCH_DIR,
     JITWATCH_MODE,
     JITWATCH_RANK,
@@ -156,6 +176,9 @@ DEFAULT_QUEUE_SIZE = 10_000
 DEFAULT_TARGET_ARCH = 90
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 DEFAULT_STALE_SECONDS = 60.0
+DEFAULT_READ_TIMEOUT_SECONDS = 5.0
+DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
+DEFAULT_MAX_CONNECTIONS = 256
 
 
 class Mode(str, Enum):
@@ -380,6 +403,10 @@ class Settings:
     collective_deadline_s: float = DEFAULT_COLLECTIVE_DEADLINE_S
     collective_deadline_source: str = "default"
     """Where :attr:`collective_deadline_s` came from: a variable's name or ``default``."""
+    allowed_hosts: tuple[str, ...] = ()
+    read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS
+    header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ[str] | None = None, *, strict: bool = True) -> Settings:
@@ -480,6 +507,22 @@ class Settings:
             ),
             collective_deadline_s=deadline,
             collective_deadline_source=deadline_source,
+            allowed_hosts=_names(env, JITWATCH_ALLOWED_HOSTS),
+            read_timeout_seconds=get(
+                JITWATCH_READ_TIMEOUT_SECONDS,
+                lambda: _float(env, JITWATCH_READ_TIMEOUT_SECONDS, DEFAULT_READ_TIMEOUT_SECONDS, 0.001),
+                DEFAULT_READ_TIMEOUT_SECONDS,
+            ),
+            header_timeout_seconds=get(
+                JITWATCH_HEADER_TIMEOUT_SECONDS,
+                lambda: _float(env, JITWATCH_HEADER_TIMEOUT_SECONDS, DEFAULT_HEADER_TIMEOUT_SECONDS),
+                DEFAULT_HEADER_TIMEOUT_SECONDS,
+            ),
+            max_connections=get(
+                JITWATCH_MAX_CONNECTIONS,
+                lambda: _int(env, JITWATCH_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS, 1),
+                DEFAULT_MAX_CONNECTIONS,
+            ),
             errors=tuple(errors.items()),
         )
 

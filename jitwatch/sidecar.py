@@ -8,15 +8,24 @@ Routes (see ``docs/sidecar.md``):
 * ``GET /metrics`` — Prometheus text 0.0.4 or OpenMetrics 1.0 (``Accept``), see
   :mod:`jitwatch.views.metrics`. A plain route: mounting ``make_asgi_app()`` would answer
   ``/metrics`` with a 307 redirect to ``/metrics/``.
-* ``GET /livez`` — always 200 while the process runs.
+* ``GET /livez`` — always 200 while the process runs (``async``: answered on the event loop,
+  never waits for the journal or a thread).
 * ``GET /readyz`` — 200 once ≥ 1 rank registered and every rank's latest worker completed
   warmup and is not stale (stopped heartbeating for ``stale_after`` seconds); 503 otherwise,
   with the reason.
 
 Every request opens the journal read-only (``Journal(..., readonly=True)``) and closes it again;
 the sidecar never writes. With a token (``JITWATCH_TOKEN`` / ``--token``) every route except
-``/livez`` and ``/readyz`` needs ``Authorization: Bearer <token>`` (401 otherwise). Endpoints are
-plain ``def`` functions, so SQLite reads run in Starlette's thread pool, not on the event loop.
+``/livez`` and ``/readyz`` needs ``Authorization: Bearer <token>`` (401 otherwise).
+
+Fail-safe serving (:mod:`jitwatch.httpguard`): every journal read runs on a daemon thread with a
+deadline (``JITWATCH_READ_TIMEOUT_SECONDS``, 5 s; at most 8 at once) and the endpoint answers 503
+when it passes, so a hung filesystem or a held lock never blocks ``/livez``, the other endpoints
+or SIGTERM. :func:`run` adds a request-head timeout and a connection cap to uvicorn's h11
+protocol, rate-limits ``EMFILE`` log lines, bounds the graceful shutdown, and (without a token)
+refuses DNS names in ``Host`` other than ``localhost``, the bind address and
+``JITWATCH_ALLOWED_HOSTS`` (421). ``/metrics/`` is a 404, not a redirect (no ``Location`` is ever
+built from the ``Host`` header).
 """
 
 from __future__ import annotations
@@ -39,6 +48,14 @@ from jitwatch._version import __version__
 from jitwatch.config import Settings
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.errors import ConfigError, JournalCorruptError, JournalVersionError, PortUnavailableError
+from jitwatch.httpguard import (
+    BlockingCalls,
+    CallTimeout,
+    HostCheckMiddleware,
+    effective_max_connections,
+    guarded_h11_protocol,
+    install_accept_error_filter,
+)
 from jitwatch.store.journal import Journal
 from jitwatch.views.metrics import render as render_metrics
 from jitwatch.views.status import DEFAULT_KERNELS_LIMIT, JitStatus, Readiness, build_status, readiness
@@ -146,8 +163,17 @@ def create_app(
         openapi_url=None if token else "/openapi.json",
         docs_url=None if token else "/docs",
         redoc_url=None if token else "/redoc",
+        # A redirect from /metrics/ to /metrics would build its Location from the Host header.
+        redirect_slashes=False,
     )
     app.state.journal_dir = directory
+    reads = BlockingCalls(settings.read_timeout_seconds, max_in_flight=8)
+    app.state.journal_reads = reads
+
+    def timed_out(exc: CallTimeout) -> str:
+        log.warning("jitwatch: %s; answering 503", exc)
+        return f"journal read timed out ({exc})"
+
     if token:
 
         @app.get("/openapi.json", include_in_schema=False, dependencies=protected)
@@ -188,19 +214,26 @@ def create_app(
         responses=auth_responses,
         summary="JIT compilation status of every rank",
     )
-    def get_status(
+    async def get_status(
         kernels: Annotated[
             int,
             Query(ge=1, le=10_000, description="Most kernels listed (most serving compiles first)."),
         ] = DEFAULT_KERNELS_LIMIT,
         backend: Annotated[str | None, BackendQuery] = None,
-    ) -> JitStatus:
-        with open_journal() as (journal, error):
-            try:
-                return build_status(journal, error=error, kernels_limit=kernels, stale_after=stale, backend=backend)
-            except sqlite3.Error as exc:
-                log.warning("jitwatch: journal read failed: %s", exc)
-                return build_status(None, error=f"journal unreadable: {type(exc).__name__}")
+    ) -> Any:
+        def read() -> JitStatus:
+            with open_journal() as (journal, error):
+                try:
+                    return build_status(journal, error=error, kernels_limit=kernels, stale_after=stale, backend=backend)
+                except sqlite3.Error as exc:
+                    log.warning("jitwatch: journal read failed: %s", exc)
+                    return build_status(None, error=f"journal unreadable: {type(exc).__name__}")
+
+        try:
+            return await reads.call(read)
+        except CallTimeout as exc:
+            doc = build_status(None, error=timed_out(exc))
+            return PrettyJSONResponse(doc.model_dump(mode="json"), status_code=503)
 
     @app.get(
         "/jit/events",
@@ -213,7 +246,7 @@ def create_app(
         },
         summary="Journal events, newest first",
     )
-    def get_events(
+    async def get_events(
         phase: Annotated[Phase | None, Query(description="Only events in this phase.")] = None,
         kind: Annotated[EventKind | None, Query(description="Only events of this kind.")] = None,
         kernel: Annotated[str | None, Query(max_length=512, description="Exact kernel name.")] = None,
@@ -224,17 +257,23 @@ def create_app(
         ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_EVENTS_LIMIT, description="Most events returned.")] = 100,
     ) -> list[Event]:
-        with open_journal() as (journal, error):
-            if journal is None:
-                if error and error.startswith("no journal"):
-                    return []
-                raise HTTPException(status_code=503, detail=error or "journal unreadable")
-            try:
-                return journal.events(
-                    kind=kind, phase=phase, kernel=kernel, rank=rank, since=since, limit=limit, backend=backend
-                )
-            except sqlite3.Error as exc:
-                raise HTTPException(status_code=503, detail=f"journal unreadable: {type(exc).__name__}") from exc
+        def read() -> list[Event]:
+            with open_journal() as (journal, error):
+                if journal is None:
+                    if error and error.startswith("no journal"):
+                        return []
+                    raise HTTPException(status_code=503, detail=error or "journal unreadable")
+                try:
+                    return journal.events(
+                        kind=kind, phase=phase, kernel=kernel, rank=rank, since=since, limit=limit, backend=backend
+                    )
+                except sqlite3.Error as exc:
+                    raise HTTPException(status_code=503, detail=f"journal unreadable: {type(exc).__name__}") from exc
+
+        try:
+            return await reads.call(read)
+        except CallTimeout as exc:
+            raise HTTPException(status_code=503, detail=timed_out(exc)) from None
 
     @app.get(
         "/metrics",
@@ -252,12 +291,16 @@ def create_app(
         },
         summary="Prometheus metrics (see docs/metrics.md)",
     )
-    def get_metrics(request: Request) -> Response:
-        body, content_type = render_metrics(directory, request.headers.get("accept"))
+    async def get_metrics(request: Request) -> Response:
+        accept = request.headers.get("accept")
+        try:
+            body, content_type = await reads.call(lambda: render_metrics(directory, accept))
+        except CallTimeout as exc:
+            return Response(content=timed_out(exc) + "\n", status_code=503, media_type="text/plain")
         return Response(content=body, media_type=None, headers={"Content-Type": content_type})
 
     @app.get("/livez", response_model=Alive, summary="Liveness: 200 while the process runs")
-    def livez() -> Alive:
+    async def livez() -> Alive:
         return Alive()
 
     def probe_options() -> Response:
@@ -274,14 +317,23 @@ def create_app(
         },
         summary="Readiness: every rank's latest worker has completed warmup and is alive",
     )
-    def readyz() -> JSONResponse:
-        with open_journal() as (journal, error):
-            try:
-                ready = readiness(journal.latest_workers() if journal is not None else {}, stale_after=stale)
-            except sqlite3.Error as exc:
-                ready = Readiness(status="not ready", ready=False, reason=f"journal unreadable: {type(exc).__name__}")
-        if journal is None and error and not error.startswith("no journal"):
-            ready.reason = f"{ready.reason}; {error}"
+    async def readyz() -> JSONResponse:
+        def read() -> Readiness:
+            with open_journal() as (journal, error):
+                try:
+                    ready = readiness(journal.latest_workers() if journal is not None else {}, stale_after=stale)
+                except sqlite3.Error as exc:
+                    ready = Readiness(
+                        status="not ready", ready=False, reason=f"journal unreadable: {type(exc).__name__}"
+                    )
+            if journal is None and error and not error.startswith("no journal"):
+                ready.reason = f"{ready.reason}; {error}"
+            return ready
+
+        try:
+            ready = await reads.call(read)
+        except CallTimeout as exc:
+            ready = Readiness(status="not ready", ready=False, reason=timed_out(exc))
         return JSONResponse(ready.model_dump(mode="json"), status_code=200 if ready.ready else 503)
 
     # Load balancers probe with HEAD (or OPTIONS): same status as GET (uvicorn sends no body for HEAD).
@@ -333,6 +385,8 @@ def run(
     *,
     settings: Settings | None = None,
     stale_after: float | None = None,
+    log_level: str = "info",
+    access_log: bool = True,
 ) -> None:
     """Serve the sidecar with uvicorn until interrupted (blocking).
 
@@ -361,4 +415,42 @@ def run(
         )
     check_bind(host, port)
     print(startup_line(host, port, app.state.journal_dir, token), file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    served, options = server_options(app, host, port, token, settings, log_level=log_level, access_log=access_log)
+    uvicorn.run(served, **options)
+
+
+SHUTDOWN_GRACE_S = 3
+"""Seconds uvicorn waits for open requests after SIGTERM/SIGINT (``timeout_graceful_shutdown``)."""
+
+
+def server_options(
+    app: FastAPI,
+    host: str,
+    port: int,
+    token: str | None,
+    settings: Settings,
+    *,
+    log_level: str = "info",
+    access_log: bool = True,
+) -> tuple[Any, dict[str, Any]]:
+    """The ASGI app and the ``uvicorn.run`` options :func:`run` serves with: the h11 protocol with a
+    request-head timeout and a connection cap (:func:`jitwatch.httpguard.guarded_h11_protocol`),
+    uvicorn's own ``limit_concurrency`` (503 past it), ``timeout_keep_alive`` 5 s,
+    ``timeout_graceful_shutdown`` :data:`SHUTDOWN_GRACE_S`, and without a token the ``Host``
+    check (:class:`~jitwatch.httpguard.HostCheckMiddleware`: IP literals, ``localhost``, ``host``
+    and ``settings.allowed_hosts``). Also rate-limits asyncio's ``EMFILE`` log lines."""
+    install_accept_error_filter()
+    max_conn = effective_max_connections(settings.max_connections)
+    served: Any = app
+    if not token:
+        served = HostCheckMiddleware(app, (host.strip("[]"), *settings.allowed_hosts))
+    return served, {
+        "host": host,
+        "port": port,
+        "log_level": log_level,
+        "access_log": access_log,
+        "http": guarded_h11_protocol(header_timeout=settings.header_timeout_seconds, max_connections=max_conn),
+        "limit_concurrency": max_conn,
+        "timeout_keep_alive": 5,
+        "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
+    }

@@ -55,6 +55,10 @@ def test_every_variable_is_read() -> None:
         "JITWATCH_SLOT_MAPPING_WARMUP": "off",
         "JITWATCH_EVENTS_EXPORTER": "OTLP",
         "JITWATCH_COLLECTIVE_DEADLINE_S": "90",
+        "JITWATCH_ALLOWED_HOSTS": "jit.example, Prom.Internal",
+        "JITWATCH_READ_TIMEOUT_SECONDS": "2.5",
+        "JITWATCH_HEADER_TIMEOUT_SECONDS": "0",
+        "JITWATCH_MAX_CONNECTIONS": "64",
     }
     assert set(env) == set(ALL_VARIABLES)
     s = Settings.from_env(env)
@@ -85,6 +89,10 @@ def test_every_variable_is_read() -> None:
         events_exporter="otlp",
         collective_deadline_s=90.0,
         collective_deadline_source="JITWATCH_COLLECTIVE_DEADLINE_S",
+        allowed_hosts=("jit.example", "Prom.Internal"),
+        read_timeout_seconds=2.5,
+        header_timeout_seconds=0.0,
+        max_connections=64,
     )
 
 

@@ -40,10 +40,21 @@ def rss_kib(pid: int) -> int:
 class Sidecar:
     """The real sidecar (uvicorn + ``create_app``) in a child process on 127.0.0.1."""
 
-    def __init__(self, journal_dir: Path, *, token: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        journal_dir: Path,
+        *,
+        token: str | None = None,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        nofile: int | None = None,
+    ) -> None:
         self.journal_dir = journal_dir
         self.token = token
         self.port = port or free_port()
+        self.env = env
+        self.nofile = nofile
+        """``RLIMIT_NOFILE`` (soft and hard) for the sidecar process, if given."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -57,7 +68,18 @@ class Sidecar:
         cmd = [PY, str(SIDECAR_SCRIPT), str(self.journal_dir), str(self.port)]
         if self.token:
             cmd.append(self.token)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        nofile = self.nofile
+
+        def limit_fds() -> None:
+            if nofile is not None:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        env = {**os.environ, **self.env} if self.env else None
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, preexec_fn=limit_fds if nofile else None
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
