@@ -435,7 +435,8 @@ def server_options(
 ) -> tuple[Any, dict[str, Any]]:
     """The ASGI app and the ``uvicorn.run`` options :func:`run` serves with: the h11 protocol with a
     request-head timeout and a connection cap (:func:`jitwatch.httpguard.guarded_h11_protocol`),
-    uvicorn's own ``limit_concurrency`` (503 past it), ``timeout_keep_alive`` 5 s,
+    uvicorn's own ``limit_concurrency`` (503 past it) and ``backlog`` (the listen queue, and the most
+    sockets asyncio accepts per loop tick) set to the same cap, ``timeout_keep_alive`` 5 s,
     ``timeout_graceful_shutdown`` :data:`SHUTDOWN_GRACE_S`, and without a token the ``Host``
     check (:class:`~jitwatch.httpguard.HostCheckMiddleware`: IP literals, ``localhost``, ``host``
     and ``settings.allowed_hosts``). Also rate-limits asyncio's ``EMFILE`` log lines."""
@@ -451,6 +452,8 @@ def server_options(
         "access_log": access_log,
         "http": guarded_h11_protocol(header_timeout=settings.header_timeout_seconds, max_connections=max_conn),
         "limit_concurrency": max_conn,
+        # Also the most sockets asyncio accepts in one loop tick, before any can be refused.
+        "backlog": max_conn,
         "timeout_keep_alive": 5,
         "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
     }

@@ -111,8 +111,10 @@ def test_heartbeat_advances_last_ts_and_survives_a_fault(tmp_path: Path, caplog:
         with Journal(d, readonly=True) as j:
             return j.latest_workers()[0].last_ts
 
-    first = last_ts()
-    assert wait_for(lambda: last_ts() > first + 50, 10)
+    with Journal(d, readonly=True) as j:
+        started = j.latest_workers()[0].started_ts  # the event's ts, 100 s ago
+    # (compared with started_ts, not with a first read: a heartbeat may land before that read)
+    assert wait_for(lambda: last_ts() > started + 50, 10)
     assert wait_for(lambda: w.heartbeats_total >= 2, 10)
     w.close()
     with Journal(d, readonly=True) as j:
