@@ -280,3 +280,25 @@ def test_short_manifest_key_is_a_config_error() -> None:
 
 def test_entry_refused_is_a_manifest_error() -> None:
     assert issubclass(ManifestEntryRefused, ManifestError)
+
+
+def test_jit_function_constexpr(harness: MonitorHarness) -> None:
+    """A kernel passed as a constexpr: verified and replayed (resolved by name from the kernels
+    defined in this process, as Triton 3.9's ``preload`` does)."""
+    import triton
+
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 9):
+        pytest.skip("Triton < 3.9 cannot serialize a JITFunction constexpr for its own JIT hooks (TypeError)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import kernels_jitfn as kj
+
+    fresh_kernel_cache(kj.apply)
+    kj.apply.warmup(torch.zeros(64), 64, FN=kj.double, BLOCK=64, grid=(1,))
+    harness.monitor.flush()
+    with Journal(harness.journal_dir, readonly=True) as j:
+        m = record_from_journal(j, phases=None)
+    (entry,) = [e for e in m.entries if e.qualname == "apply"]
+    fresh_kernel_cache(kj.apply)
+    (result,) = replay(Manifest(entries=[entry]), allow=["kernels_jitfn"], parallel="serial").results
+    assert result.status == "compiled", result
+    assert _cached(kj.apply, entry.key)

@@ -218,7 +218,17 @@ def _decode_constant(value: Any) -> Any:
     if isinstance(value, dict):
         if "constexpr" in value:
             return tl.constexpr(convert_to_tuple_if_list(value["constexpr"]))
-        raise ManifestEntryRefused("constexpr value of a kind replay cannot verify (JIT function)")
+        if "jit_function" in value:  # Triton 3.9+: a kernel already defined in this process, by name
+            from triton.runtime import jit as triton_jit
+
+            registry = getattr(triton_jit, "_triton_jit_function_registry", None)
+            found = registry.get(str(value["jit_function"])) if isinstance(registry, dict) else None
+            if found is None:
+                raise ManifestEntryRefused(
+                    f"constexpr JIT function {str(value['jit_function'])[:80]!r} is not defined here"
+                )
+            return found
+        raise ManifestEntryRefused("constexpr value of a kind replay cannot verify")
     return convert_to_tuple_if_list(json.loads(json.dumps(value)))
 
 
