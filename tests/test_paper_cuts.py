@@ -333,3 +333,47 @@ def test_kernel_warmup_warms_what_its_arguments_are(compile_only: Any) -> None:
     keys = [c.key for c in rec.started]
     assert len(keys) == 2, keys  # the run(..., warmup=True) with the same view compiled nothing new
     assert "('*fp32', '')" in str(keys[0]) and "('*fp32', '')" not in str(keys[1])
+
+
+def test_status_end_to_end_with_hostile_journal_text(tmp_path: Path) -> None:
+    """Journal text with rich markup and terminal escapes, served by a real sidecar, printed by a
+    real ``jitwatch status`` at 80 columns: exit 0, the text shown literally, no escape sent."""
+    from jitwatch.core.events import Event, EventKind, Phase
+    from jitwatch.store.journal import Journal
+
+    now = time.time()
+    common: dict[str, Any] = {"backend": "triton", "host": "h", "pid": 1, "rank": 0}
+    with Journal(tmp_path / "j") as j:
+        j.write(
+            [
+                Event(kind=EventKind.WORKER_START, phase=Phase.STARTUP, ts=now, attrs={"mode": "warn"}, **common),
+                Event(kind=EventKind.WARMUP_COMPLETE, phase=Phase.SERVING, ts=now, start_ts=now, duration_s=0.1,
+                      **common),
+                Event(kind=EventKind.COMPILE, phase=Phase.SERVING, ts=now, duration_s=0.2, kernel=HOSTILE,
+                      key=f"[('*fp32', '{HOSTILE}')]{{'num_warps': 4}}", attrs={"request": HOSTILE}, **common),
+            ]
+        )  # fmt: skip
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update(JITWATCH_DIR=str(tmp_path / "j"), JITWATCH_PORT=str(port))
+    proc = subprocess.Popen([sys.executable, "-m", "jitwatch.cli", "serve"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/livez", timeout=1)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        res = _cli("status", env={"JITWATCH_PORT": str(port), "TERM": "xterm-256color"})
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert "\x1b" not in res.stdout and "\x07" not in res.stdout
+    flat = res.stdout.replace("\n", "").replace("│", "").replace(" ", "")
+    assert "k[/]\\x1b[2J\\x1b]0;owned\\x07[bold]x" in flat, res.stdout
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80
