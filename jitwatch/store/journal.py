@@ -564,8 +564,13 @@ class Journal:
 
         recompiles: dict[tuple[str, str, str, str, int], list[Any]] = {}
 
+        remote: dict[tuple[str, int, int], int] = {}  # (backend, rank, hit) -> remote-cache lookups
+
         def fold(f: tuple[Any, ...]) -> None:
-            sk, seconds, hit, key, ts, reason_class, reason = f
+            sk, seconds, hit, key, ts, reason_class, reason, remote_hit = f
+            if remote_hit is not None:
+                rck = (sk[0], sk[3], remote_hit)
+                remote[rck] = remote.get(rck, 0) + 1
             if reason_class is not None:
                 rk = (sk[0], sk[1], reason_class, sk[2], sk[3])
                 racc = recompiles.get(rk)
@@ -647,6 +652,9 @@ class Journal:
                 " last_key=COALESCE(excluded.last_key, last_key), last_ts=excluded.last_ts",
                 [(*k, *v) for k, v in stats.items()],
             )
+        for (backend, rank, hit), n in remote.items():
+            name = "remote_cache_hits" if hit else "remote_cache_misses"
+            self._add_counter(conn, rank, counter_name(name, backend), float(n))
         if hist:
             conn.executemany(
                 "INSERT INTO duration_hist(backend, rank, phase, bucket, count) VALUES (?,?,?,?,?)"
@@ -722,7 +730,10 @@ class Journal:
             raw = ev.attrs.get("reason") if reason_class is not None else None
             reason = _text(str(raw))[:2000] if raw is not None else None
         fold = ((backend, name, phase, ev.rank, kind), duration or 0.0, 1 if ev.cache_hit else 0, key, ts)
-        return row, (*fold, reason_class, reason)
+        remote = None  # a lookup in a shared remote compile cache (attrs.cache == "remote"): hit 1, miss 0
+        if kind == "compile" and ev.cache_hit is not None and ev.attrs.get("cache") == "remote":
+            remote = 1 if ev.cache_hit else 0
+        return row, (*fold, reason_class, reason, remote)
 
     def _spec_for(self, conn: sqlite3.Connection, spec: dict[str, Any], new_specs: list[Any]) -> int:
         """Row id for ``spec`` (see :func:`jitwatch.store.specs.split`). A Triton compile's

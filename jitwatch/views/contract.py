@@ -248,6 +248,15 @@ METRICS: tuple[MetricSpec, ...] = (
         "Events a worker could not journal (queue full or storage fault).",
     ),
     MetricSpec(
+        "jitwatch_remote_cache_lookups_total",
+        "counter",
+        ("backend", "rank", "result"),
+        "",
+        "Compiles that looked in a shared remote compile cache, by result (hit: loaded from it; miss: "
+        "compiled), backend and rank (Triton: TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager). "
+        "Absent for workers with a local cache.",
+    ),
+    MetricSpec(
         "jitwatch_export_dropped_events_total",
         "counter",
         ("exporter", "rank"),

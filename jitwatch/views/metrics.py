@@ -300,6 +300,11 @@ def journal_families(journal: Journal) -> list[Metric]:
     for rank in sorted(ranks):
         dropped.add_metric([str(rank)], counters.get((rank, "dropped_events"), 0.0))
     out += [errors, dropped]
+    lookups = _counter("jitwatch_remote_cache_lookups_total")
+    for result, base in (("hit", "remote_cache_hits"), ("miss", "remote_cache_misses")):
+        for (backend, rank), value in sorted(journal.backend_counter(base).items()):
+            lookups.add_metric([backend, str(rank), result], value)
+    out.append(lookups)
     export_dropped = _counter("jitwatch_export_dropped_events_total")
     for (exporter, rank), value in sorted(journal.backend_counter("export_dropped").items()):
         export_dropped.add_metric([exporter, str(rank)], value)

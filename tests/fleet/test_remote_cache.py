@@ -17,6 +17,7 @@ import torch
 
 from jitwatch.backends.triton import remote_cache
 from jitwatch.fleet.cache_check import cache_dir_name
+from jitwatch.store.journal import Journal
 from jitwatch.testing import MonitorHarness, fresh_kernel_cache
 from tests._paths import TRITON_TESTS
 
@@ -77,7 +78,12 @@ def test_jitwatch_backend_shares_tritons_layout(
     assert redis_server.client().get(f"triton:{key}:__grp__scale_copy.json")
     assert remote_cache.stats["puts"] > puts
     _compile()  # a new process-level compile of the same key: loaded from Redis
-    assert [e.cache_hit for e in harness.compiles()] == [False, True]
+    compiles = harness.compiles()
+    assert [e.cache_hit for e in compiles] == [False, True]
+    assert {e.attrs.get("cache") for e in compiles} == {"remote"}
+    with Journal(harness.journal_dir, readonly=True) as j:  # jitwatch_remote_cache_lookups_total
+        assert j.backend_counter("remote_cache_hits") == {("triton", 0): 1.0}
+        assert j.backend_counter("remote_cache_misses") == {("triton", 0): 1.0}
 
 
 def test_jitwatch_backend_compiles_locally_when_redis_is_down(

@@ -11,7 +11,8 @@ test_remote_cache.py), the jitwatch CLI in subprocesses.
 3. worker A (remote cache) replays the manifest: compiles (cache misses) and fills Redis;
 4. ``cache check``: complete, exit 0;
 5. worker B (remote cache, its own empty local directory) replays the manifest: zero compiles,
-   every key a cache load, nothing missed in Redis.
+   every key a cache load, nothing missed in Redis; its journal counts four remote-cache hits
+   (``jitwatch_remote_cache_lookups_total``), worker A's four misses.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from jitwatch.store.journal import Journal
 from tests._paths import ROOT
 
 from .conftest import RedisServer
@@ -104,3 +106,8 @@ def test_second_worker_loads_everything_from_the_shared_redis_cache(tmp_path: Pa
     assert len(b["compiles"]) == KEYS
     assert [c["cache_hit"] for c in b["compiles"]] == [True] * KEYS  # zero compiles: every key a load
     assert b["remote_stats"]["get_misses"] == 0 and b["remote_stats"]["puts"] == 0
+    with Journal(tmp_path / "b-journal", readonly=True) as j:  # jitwatch_remote_cache_lookups_total
+        assert j.backend_counter("remote_cache_hits") == {("triton", 0): float(KEYS)}
+        assert j.backend_counter("remote_cache_misses") == {}
+    with Journal(tmp_path / "a-journal", readonly=True) as j:
+        assert j.backend_counter("remote_cache_misses") == {("triton", 0): float(KEYS)}

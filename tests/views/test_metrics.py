@@ -65,7 +65,16 @@ def full_journal(directory: Path) -> None:
                     duration_s=0.002,
                 ),
                 ev(EventKind.WARMUP_START, T0 + 1, phase=Phase.WARMUP),
-                ev(EventKind.COMPILE, T0 + 2, phase=Phase.WARMUP, kernel="add", key=key(16), attrs=SIG, duration_s=0.3),
+                ev(
+                    EventKind.COMPILE,
+                    T0 + 2,
+                    phase=Phase.WARMUP,
+                    kernel="add",
+                    key=key(16),
+                    attrs={**SIG, "cache": "remote"},  # a worker on Triton's RemoteCacheManager: a miss
+                    cache_hit=False,
+                    duration_s=0.3,
+                ),
                 ev(
                     EventKind.COMPILE,
                     T0 + 3,
@@ -261,6 +270,7 @@ def test_values_follow_the_journal(tmp_path: Path) -> None:
     assert v("jitwatch_hook_errors_total", backend="torch_compile", rank="0") == 0
     assert v("jitwatch_dropped_events_total", rank="0") == 3
     assert v("jitwatch_export_dropped_events_total", exporter="otlp", rank="0") == 3  # not in dropped_events
+    assert v("jitwatch_remote_cache_lookups_total", backend="triton", rank="0", result="miss") == 1
     assert v("jitwatch_journal_events") == 17
     assert v("jitwatch_request_compile_seconds_count", rank="0") == 5  # 1 stalled + 4 without compiles
     assert v("jitwatch_request_compile_seconds_bucket", rank="0", le="0.001") == 4
@@ -414,6 +424,7 @@ def test_real_scrape_after_real_compiles(harness: MonitorHarness) -> None:
     missing = exposed_series_names() - names
     assert missing == {
         "jitwatch_export_dropped_events_total",  # no exporter configured
+        "jitwatch_remote_cache_lookups_total",  # local Triton cache
         "jitwatch_graph_captures_total",
         "jitwatch_graph_capture_seconds_total",
         "jitwatch_recompiles_total",

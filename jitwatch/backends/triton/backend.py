@@ -151,7 +151,28 @@ def compile_detail(kwargs: dict[str, Any], jit_function: Any, cache_key: str | N
         out["source_hash"] = source_hash
     if cache_key is not None:
         out["cache_key"] = cache_key
+        cache = cache_kind()
+        if cache is not None:
+            out["cache"] = cache
     return out
+
+
+def cache_kind() -> str | None:
+    """``"remote"`` when Triton's cache manager (``knobs.cache.manager_class``,
+    ``TRITON_CACHE_MANAGER``) is its ``RemoteCacheManager`` or a subclass (a compile's cache hit
+    is then a remote-cache hit), ``"local"`` for the default file cache, ``None`` if unknown.
+    Called on the writer thread (inside ``Capture.detail``)."""
+    try:
+        import triton
+
+        manager = triton.knobs.cache.manager_class
+        if manager is None:
+            return "local"
+        from triton.runtime.cache import RemoteCacheManager
+
+        return "remote" if isinstance(manager, type) and issubclass(manager, RemoteCacheManager) else "local"
+    except Exception:  # noqa: BLE001 - an older Triton, or a manager class that does not import
+        return None
 
 
 @dataclass(slots=True)
