@@ -144,6 +144,30 @@ def install(
         return _monitor
 
 
+_forked_away: list[Monitor] = []
+"""Monitors inherited from the parent by a forked child: kept referenced (never collected, never
+closed) so the child never touches the parent's journal connection."""
+
+
+def _after_fork_in_child() -> None:
+    """``os.register_at_fork(after_in_child=...)``: the child starts with no process-wide monitor.
+
+    The parent's monitor is detached (:meth:`Monitor.detach_after_fork`: hooks restored, no
+    ``atexit`` flush, its sink replaced): its writer thread does not exist in the child, so events
+    given to it would be lost uncounted and the child's exit would wait 5 s. The child's own
+    :func:`install` then builds a new monitor and journal writer with the child's pid."""
+    global _monitor, _monitor_lock
+    _monitor_lock = threading.Lock()  # another thread may have held it at fork time
+    parent, _monitor = _monitor, None
+    if parent is not None:
+        _forked_away.append(parent)
+        parent.detach_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def get_monitor() -> Monitor | None:
     """The process-wide monitor, if :func:`install` was called."""
     return _monitor

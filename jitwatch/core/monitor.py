@@ -315,6 +315,21 @@ class Monitor:
         atexit.unregister(self.flush)
         self.sink.close()
 
+    def detach_after_fork(self) -> None:
+        """In a forked child (``os.register_at_fork``, see :mod:`jitwatch.worker`): restore the
+        backends' hooks and drop the ``atexit`` flush, *without* touching the sink, whose writer
+        thread exists only in the parent (flushing it would wait out its timeout, 5 s, at the
+        child's exit; closing it could disturb the parent's journal connection). The sink is
+        replaced by a :class:`NullSink`; the monitor is ``uninstalled``. Never raises."""
+        self._state = "uninstalled"
+        atexit.unregister(self.flush)
+        self.sink = NullSink()
+        for backend in self.backends:
+            try:
+                backend.uninstall()
+            except Exception:  # noqa: BLE001 - nothing may fail in a fork handler
+                pass
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every event so far is in the journal (``False`` on timeout), including the
         count of requests that waited on no compile (sent in batches otherwise)."""

@@ -27,6 +27,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,6 +54,23 @@ next wake-up (every ``interval_s``)."""
 RETRY_INTERVAL_S = 1.0
 """While events are dropped and unreported, the writer thread retries the journal this often
 (seconds) even if no new event arrives, so the ``dropped`` count lands once the fault clears."""
+
+
+_WRITERS: weakref.WeakSet[JournalWriter] = weakref.WeakSet()
+_FORK_ORPHANS: list[Any] = []
+"""Journals inherited from the parent by a forked child: kept referenced, never closed there."""
+
+
+def _after_fork_in_child() -> None:
+    for writer in list(_WRITERS):
+        try:
+            writer._forked()
+        except Exception:  # noqa: BLE001 - nothing may fail in a fork handler
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -154,6 +172,24 @@ class JournalWriter:
         self._export_errors = 0
         self._thread = threading.Thread(target=self._run, name="jitwatch-journal-writer", daemon=True)
         self._thread.start()
+        _WRITERS.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child (``os.register_at_fork``): this writer's thread exists only in the
+        parent. Make it inert here: closed (``submit`` returns ``False`` and counts a drop, never
+        "written"), nothing pending (the buffered events are the parent's, which writes them),
+        ``flush``/``close`` return at once, and the parent's SQLite connection is never used or
+        closed by the child (kept referenced in :data:`_FORK_ORPHANS`)."""
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._wake = threading.Event()
+        self._buffer = deque()
+        self._handled = self._submitted
+        self._closed = True
+        self._stop = True
+        if self._journal is not None:
+            _FORK_ORPHANS.append(self._journal)
+            self._journal = None
 
     # ------------------------------------------------------------------ producer side
     def submit(self, event: Event | DeferredEvent) -> bool:

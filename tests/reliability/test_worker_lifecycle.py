@@ -1,0 +1,146 @@
+"""Worker lifecycle (issue 14): fork safety and install → uninstall → install, with real Triton
+compiles (compile-only driver, CPU), a real ``os.fork`` and a real journal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+KERNEL = textwrap.dedent(
+    """
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def add_one(x_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1, mask=i < n)
+    """
+)
+
+FORK = textwrap.dedent(
+    """
+    import atexit, json, os, sys, time
+    sys.path.insert(0, sys.argv[2])
+    os.environ["JITWATCH_DIR"] = sys.argv[1]
+    import torch
+    import jitwatch
+    from jitwatch.core.events import EventKind
+    from jitwatch.testing import compile_only_driver, fresh_triton_cache, read_events
+    import kern_lifecycle as k
+
+    out = {}
+    with fresh_triton_cache(), compile_only_driver():
+        parent = jitwatch.install(tracer_provider=False)
+        k.add_one.warmup(torch.float32, 16, BLOCK=16, grid=(1,))
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child 1: installs its own monitor
+            os.close(r)
+            mine = jitwatch.install(tracer_provider=False)
+            k.add_one.warmup(torch.float32, 16, BLOCK=32, grid=(1,))
+            flushed = mine.flush(10)
+            t = time.monotonic()
+            atexit._run_exitfuncs()  # what exit runs: must not wait on the parent's writer
+            exit_s = time.monotonic() - t
+            os.write(w, json.dumps({"same": mine is parent, "flushed": flushed, "exit_s": exit_s}).encode())
+            os.close(w)
+            os._exit(0)
+        os.close(w)
+        child = json.loads(os.read(r, 4096))
+        os.waitpid(pid, 0)
+        out["installing_child"] = child
+
+        pid = os.fork()
+        if pid == 0:  # child 2: never installs; a compile must not hang, its exit must be quick
+            k.add_one.warmup(torch.float32, 16, BLOCK=64, grid=(1,))
+            t = time.monotonic()
+            atexit._run_exitfuncs()
+            print(json.dumps({"exit_s": time.monotonic() - t}), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        k.add_one.warmup(torch.float32, 16, BLOCK=128, grid=(1,))  # the parent keeps writing
+        assert parent.flush(10)
+        compiles = read_events(sys.argv[1], EventKind.COMPILE)
+        out["compiles"] = sorted((e.pid == os.getpid(), e.attrs.get("constexprs", {}).get("BLOCK")) for e in compiles)
+        out["child_pid_in_journal"] = sorted({e.pid for e in compiles} - {os.getpid()}) != []
+        jitwatch.uninstall()
+    print("RESULT " + json.dumps(out), flush=True)
+    """
+)
+
+
+def _kernel(tmp_path: Path) -> Path:
+    mod = tmp_path / "mod"
+    mod.mkdir()
+    (mod / "kern_lifecycle.py").write_text(KERNEL)
+    return mod
+
+
+def test_forked_child_gets_its_own_monitor_and_exits_promptly(tmp_path: Path) -> None:
+    """Before: the child's install() returned the parent's monitor, whose writer thread does not
+    exist in the child: its compiles were lost uncounted and its exit waited 5 s (atexit flush).
+    Now the child starts with no monitor, install() gives it its own monitor and writer, its
+    compile lands in the journal with its pid, and it exits at once; a child that never installs
+    records nothing and exits at once; the parent keeps writing."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK, str(tmp_path / "j"), str(_kernel(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ") or x.startswith("{")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    out = json.loads(lines[-1].removeprefix("RESULT "))
+    plain_child = json.loads(lines[0])
+    child = out["installing_child"]
+    assert child["same"] is False and child["flushed"] is True
+    assert child["exit_s"] < 1.0, child  # was 5 s (atexit flush on the parent's dead writer)
+    assert plain_child["exit_s"] < 1.0, plain_child
+    assert out["child_pid_in_journal"] is True
+    # parent: BLOCK 16 and 128; child 1: BLOCK 32; child 2 (never installed): nothing
+    assert out["compiles"] == [[False, 32], [True, 16], [True, 128]], out["compiles"]
+
+
+REINSTALL = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, sys.argv[2])
+    os.environ["JITWATCH_DIR"] = sys.argv[1]
+    import jitwatch
+    from jitwatch.core.events import EventKind
+    from jitwatch.testing import compile_only_driver, fresh_triton_cache, read_events
+
+    first = jitwatch.install(tracer_provider=False)  # Triton not imported yet: the backend waits
+    jitwatch.uninstall()
+    second = jitwatch.install(tracer_provider=False)
+    assert second is not first and second._state == "installed"
+    import torch
+    import kern_lifecycle as k
+    with fresh_triton_cache(), compile_only_driver():
+        k.add_one.warmup(torch.float32, 16, BLOCK=16, grid=(1,))
+        jitwatch.uninstall()
+        third = jitwatch.install(tracer_provider=False)
+        k.add_one.warmup(torch.float32, 16, BLOCK=32, grid=(1,))
+        assert third.flush(10)
+    blocks = sorted(e.attrs["constexprs"]["BLOCK"] for e in read_events(sys.argv[1], EventKind.COMPILE))
+    starts = len(read_events(sys.argv[1], EventKind.WORKER_START))
+    print("RESULT", blocks, starts, third.backend_statuses["triton"].state)
+    """
+)
+
+
+def test_install_uninstall_install_records_again(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", REINSTALL, str(tmp_path / "j"), str(_kernel(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    result = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
+    assert proc.returncode == 0 and result, proc.stderr[-3000:]
+    assert result[0] == "RESULT [16, 32] 3 active", result
