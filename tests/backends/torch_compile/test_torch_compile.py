@@ -290,3 +290,39 @@ def test_jit_metrics_and_events_show_serving_recompiles(tc: MonitorHarness) -> N
     assert (
         'jitwatch_compiles_total{backend="torch_compile",kernel="scale",phase="serving",rank="0"} 1.0' in metrics.text
     )
+
+
+def test_triton_kernel_compiled_inside_a_dynamo_compile_carries_it_as_parent(fresh_dynamo: None) -> None:
+    """A real Triton compile (compile-only driver) inside a Dynamo compile — what Inductor does —
+    is journaled by the Triton backend with ``attrs.parent`` = the Dynamo compile id."""
+    pytest.importorskip("triton")
+    from jitwatch.backends.triton import TritonBackend
+    from tests.backends.triton.kernels_fieldcases import scale_copy
+
+    def inductor_like(gm: Any, example_inputs: Any) -> Any:
+        buf = torch.empty(64)
+        scale_copy.warmup(buf, buf, 64, BLOCK=64, grid=(1,))  # compiles (fresh Triton cache)
+        return gm.forward
+
+    with monitored(mode="warn", backends=[TritonBackend(), TorchCompileBackend()]) as h:
+        f = torch.compile(scale, backend=inductor_like)
+        f(torch.randn(3, 3), True)
+        events = h.events(EventKind.COMPILE)
+    (dyn,) = [e for e in events if e.backend == "torch_compile"]
+    (kern,) = [e for e in events if e.backend == "triton"]
+    assert kern.kernel == "scale_copy" and kern.attrs["parent"] == f"torch_compile:{dyn.attrs['compile_id']}"
+    assert kern.start_ts is not None and dyn.start_ts is not None and kern.start_ts >= dyn.start_ts
+
+
+def test_lazy_backward_compile_is_recorded(tc: MonitorHarness) -> None:
+    """AOTAutograd compiles the backward graph when backward first runs (trigger LAZY_BACKWARD)."""
+    f = torch.compile(lambda x: (x.sin() * 2).sum(), backend="aot_eager")
+    x = torch.randn(4, requires_grad=True)
+    f(x).backward()
+    events = _tc_events(tc)
+    triggers = [e.attrs["trigger"] for e in events]
+    assert triggers.count("dynamo") == 1
+    if "lazy_backward" not in triggers:
+        pytest.skip("this torch compiled the backward eagerly (no LAZY_BACKWARD callback)")
+    (bwd,) = [e for e in events if e.attrs["trigger"] == "lazy_backward"]
+    assert bwd.kernel == events[0].kernel and bwd.attrs["compile_id"] == events[0].attrs["compile_id"]
