@@ -49,6 +49,12 @@ from jitwatch.store import migrations, safety, specs
 log = logging.getLogger(__name__)
 
 JOURNAL_FILE = "journal.db"
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
+"""``PRAGMA journal_size_limit`` of writer connections, bytes: after a checkpoint lets the WAL
+restart, SQLite truncates the file to this size (otherwise it keeps its largest size for ever)."""
+MAX_WORKER_ROWS = 1024
+"""Most rows kept in ``workers`` by :meth:`Journal.prune_workers` (a crash-looping worker adds one
+per restart; 100,000 rows made ``/readyz`` take 1.4 s)."""
 OTHER_KERNEL = "_other"
 """Label value that kernels past the cardinality cap are folded into."""
 
@@ -454,6 +460,10 @@ class Journal:
             self._conn.close()
             raise
         self._tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        self.file_id = safety.file_identity(self.path)
+        """``(st_dev, st_ino)`` of the file this connection opened (see :meth:`replaced`)."""
+        if not readonly:
+            self._conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
 
     def _connect_readonly(self, *, immutable: bool, timeout: float) -> sqlite3.Connection:
         uri = f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
@@ -994,6 +1004,36 @@ class Journal:
                     )
         self._writes_since_prune = 0
         return int(removed)
+
+    # ------------------------------------------------------------------ maintenance
+    def replaced(self) -> bool:
+        """Whether ``journal.db`` was deleted or replaced (another inode) since this connection
+        opened it: writes would then go to a file nobody reads. One ``lstat``."""
+        return safety.file_identity(self.path) != self.file_id
+
+    def prune_workers(self, now: float | None = None) -> int:
+        """Delete worker rows last seen longer ago than ``retention_seconds``, and all but the
+        :data:`MAX_WORKER_ROWS` most recently seen; the newest-started row of each rank is always
+        kept (``/readyz`` judges it). Returns how many were deleted."""
+        now = time.time() if now is None else now
+        keep_latest = "SELECT rowid FROM (SELECT rowid, MAX(started_ts) FROM workers GROUP BY rank)"
+        with self._transaction() as conn:
+            removed = conn.execute(
+                f"DELETE FROM workers WHERE rowid NOT IN ({keep_latest}) AND (last_ts < ? OR rowid NOT IN"
+                " (SELECT rowid FROM workers ORDER BY last_ts DESC LIMIT ?))",
+                (now - self.retention_seconds, MAX_WORKER_ROWS),
+            ).rowcount
+        return int(removed)
+
+    def maintain(self, now: float | None = None) -> tuple[int, int]:
+        """Retention on time, whatever the write count: :meth:`prune` (events), :meth:`prune_workers`,
+        then a ``PASSIVE`` WAL checkpoint (never waits for readers) so that, with
+        ``journal_size_limit`` (:data:`WAL_SIZE_LIMIT`), the WAL is truncated when it next restarts.
+        Returns ``(events retired, worker rows deleted)``. Raises ``sqlite3.Error`` like :meth:`write`."""
+        events = self.prune(now)
+        workers = self.prune_workers(now)
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        return events, workers
 
     # ------------------------------------------------------------------ reading
     def events(

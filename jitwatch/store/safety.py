@@ -187,3 +187,13 @@ def create_owner_only(path: Path) -> None:
     except FileExistsError:
         return
     os.close(fd)
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of ``path`` (following no symlink), or ``None`` when it is missing:
+    a writer compares it with what it opened to notice a journal deleted or replaced under it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)

@@ -51,6 +51,18 @@ INFLIGHT_INTERVAL_S = 1.0
 """While compiles are in flight, the writer re-journals them at least this often (seconds), so the
 sidecar's view of a running (or hung) compile is this fresh; a start or an end is journaled at the
 next wake-up (every ``interval_s``)."""
+MAINTENANCE_INTERVAL_S = 60.0
+"""Seconds between the writer's retention passes (:meth:`~jitwatch.store.journal.Journal.maintain`:
+events and worker rows past retention, WAL checkpoint); the first runs as soon as the journal is
+open, so a short-lived worker prunes too."""
+_REGISTRATION_KINDS = (
+    EventKind.WORKER_START,
+    EventKind.BACKEND_READY,
+    EventKind.WARMUP_START,
+    EventKind.WARMUP_COMPLETE,
+    EventKind.FIRST_REQUEST,
+)
+"""Events that make up a worker's row: written again into a journal that replaced a deleted one."""
 RETRY_INTERVAL_S = 1.0
 """While events are dropped and unreported, the writer thread retries the journal this often
 (seconds) even if no new event arrives, so the ``dropped`` count lands once the fault clears."""
@@ -136,8 +148,14 @@ class JournalWriter:
         heartbeat_s: float = 10.0,
         interval_s: float = WRITER_INTERVAL_S,
         exporters: Sequence[EventExporter] = (),
+        maintenance_s: float = MAINTENANCE_INTERVAL_S,
     ) -> None:
         self.directory = Path(directory)
+        self.maintenance_s = maintenance_s
+        self._next_maintenance = 0.0
+        self._registration: dict[tuple[str, str], Event] = {}
+        self.reopened_total = 0
+        """Times the journal was found deleted or replaced and reopened."""
         self.rank = rank
         self.heartbeat = heartbeat if heartbeat_s > 0 else None
         self.heartbeat_s = heartbeat_s
@@ -266,6 +284,8 @@ class JournalWriter:
                 self._report_export_drops()
             if self.inflight_source is not None and self.heartbeat is not None:
                 self._inflight_tick()
+            if self._journal is not None and time.monotonic() >= self._next_maintenance:
+                self._maintain()
             if retry and not wrote and time.monotonic() >= self._next_retry:
                 self._next_retry = time.monotonic() + RETRY_INTERVAL_S
                 self._write([])  # only the pending ``dropped`` record: has the fault cleared?
@@ -307,6 +327,40 @@ class JournalWriter:
         except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
             log.debug("jitwatch: in-flight compiles not journaled: %s: %s", type(exc).__name__, exc)
 
+    def _maintain(self) -> None:
+        """Retention pass (writer thread only); a failure is logged at debug level and retried at
+        the next interval: the events are committed, and pruning is not a write of the host's."""
+        self._next_maintenance = time.monotonic() + self.maintenance_s
+        try:
+            assert self._journal is not None
+            if self._check_replaced():
+                return  # a fresh journal: nothing to prune yet
+            self._journal.maintain()
+        except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
+            log.debug("jitwatch journal retention pass failed, will retry: %s: %s", type(exc).__name__, exc)
+
+    def _check_replaced(self) -> bool:
+        """If ``journal.db`` was deleted or replaced under the open connection (``st_dev``/``st_ino``
+        changed), reopen it (creating a fresh one) and write this worker's registration events
+        into it again, so that what follows lands where readers look. Returns whether it did."""
+        if self._journal is None or not self._journal.replaced():
+            return False
+        log.warning(
+            "jitwatch journal %s was deleted or replaced while this worker wrote it; reopening", self._journal.path
+        )
+        self._drop_journal()
+        self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+        self.reopened_total += 1
+        again = sorted(self._registration.values(), key=lambda e: e.ts)
+        if again:
+            self._journal.write(again)
+        return True
+
+    def _remember_registration(self, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.kind in _REGISTRATION_KINDS:
+                self._registration[(ev.kind.value, ev.backend if ev.kind is EventKind.BACKEND_READY else "")] = ev
+
     def _beat(self) -> None:
         """One heartbeat (writer thread only); failures are retried at the next interval."""
         self._next_heartbeat = time.monotonic() + self.heartbeat_s
@@ -315,6 +369,7 @@ class JournalWriter:
         try:
             if self._journal is None:
                 self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+            self._check_replaced()
             if self._journal.heartbeat(host, pid, rank, time.time()):
                 self.heartbeats_total += 1
         except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
@@ -423,6 +478,8 @@ class JournalWriter:
     def _write_once(self, batch: list[Event]) -> None:
         if self._journal is None:
             self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+        else:
+            self._check_replaced()
         with self._lock:
             dropped = self._dropped_unreported
         to_write = list(batch)
@@ -431,6 +488,7 @@ class JournalWriter:
         if not to_write:
             return
         self._journal.write(to_write)
+        self._remember_registration(batch)
         with self._lock:
             self._dropped_unreported -= dropped
             self.written_total += len(batch)
