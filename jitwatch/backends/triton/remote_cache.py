@@ -17,9 +17,12 @@ and:
 
 * reads ``knobs.redis`` (or ``knobs.cache.redis`` where a Triton has it);
 * uses one ``redis.Redis`` client (connection pool) per host/port for the process instead of one
-  per compile, with 2 s connect / 5 s socket timeouts;
+  per compile, with 2 s connect / 5 s socket timeouts and no client-side retries (redis-py 8
+  retries each call three times with backoff by default: seconds per cache file during an outage);
 * turns a Redis error into a cache miss on ``get`` (Triton compiles locally) and a skipped upload
-  on ``put``, counted in :data:`stats` and logged once per outage (again when it recovers).
+  on ``put``, counted in :data:`stats` and logged once per outage (again when it recovers);
+* after an error, skips Redis for :data:`RETRY_AFTER_S` seconds (a compile during an outage then
+  costs no network wait at all; ``stats["skipped"]`` counts those calls).
 
 Use it with::
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from triton import knobs
@@ -44,13 +48,16 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 2.0
 SOCKET_TIMEOUT_S = 5.0
+RETRY_AFTER_S = 5.0
+"""After a Redis error, calls skip Redis (miss / no upload) for this many seconds."""
 
-stats: dict[str, int] = {"get_hits": 0, "get_misses": 0, "get_errors": 0, "put_errors": 0, "puts": 0}
+stats: dict[str, int] = {"get_hits": 0, "get_misses": 0, "get_errors": 0, "put_errors": 0, "puts": 0, "skipped": 0}
 """Process-wide counters: files found/not found, Redis errors on get/put, uploads."""
 
 _lock = threading.Lock()
 _clients: dict[tuple[str, int], Any] = {}
 _failing = False
+_down_until = 0.0
 
 
 def _settings() -> Any:
@@ -60,21 +67,37 @@ def _settings() -> Any:
 
 def _client(host: str, port: int) -> Any:
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     with _lock:
         client = _clients.get((host, port))
         if client is None:
             client = redis.Redis(
-                host=host, port=port, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
+                host=host,
+                port=port,
+                socket_connect_timeout=CONNECT_TIMEOUT_S,
+                socket_timeout=SOCKET_TIMEOUT_S,
+                retry=Retry(NoBackoff(), 0),
             )
             _clients[(host, port)] = client
         return client
 
 
+def _skip() -> bool:
+    """Inside the back-off window after an error: count and skip Redis."""
+    with _lock:
+        if time.monotonic() < _down_until:
+            stats["skipped"] += 1
+            return True
+        return False
+
+
 def _outage(what: str, exc: Exception) -> None:
-    global _failing
+    global _failing, _down_until
     with _lock:
         stats[f"{what}_errors"] += 1
+        _down_until = time.monotonic() + RETRY_AFTER_S
         first = not _failing
         _failing = True
     if first:
@@ -107,6 +130,8 @@ class RedisRemoteCacheBackend(_TritonRedisBackend):
     def get(self, filenames: list[str]) -> dict[str, bytes]:
         import redis
 
+        if _skip():
+            return {}
         try:
             found: dict[str, bytes] = super().get(filenames)
         except redis.RedisError as exc:
@@ -121,6 +146,8 @@ class RedisRemoteCacheBackend(_TritonRedisBackend):
     def put(self, filename: str, data: bytes) -> None:
         import redis
 
+        if _skip():
+            return
         try:
             super().put(filename, data)
         except redis.RedisError as exc:
