@@ -14,7 +14,7 @@ PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(BIN)/pip
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint test-quick test-core test-triton36 test-vllm test-dsl dsl-env tools env clean
+.PHONY: demo test lint test-quick test-core test-triton36 test-vllm test-dsl dsl-env tools env clean bench-smoke
 
 env: $(VENV)/.installed
 
@@ -75,7 +75,11 @@ dsl-env: .venv-dsl/.installed
 test-dsl: .venv-dsl/.installed
 	JITWATCH_TEST_DSL_REQUIRED=1 $(BIN)/pytest -m "dsl and not gpu" $(PYTEST_ARGS)
 
-test: lint test-core test-triton36 test-vllm test-dsl
+# Every benchmark for a few seconds (no timing asserts): benchmarks never rot.
+bench-smoke: env
+	PYTHON=$(BIN)/python bash benchmarks/smoke.sh
+
+test: lint test-core test-triton36 test-vllm bench-smoke test-dsl
 
 clean:
 	rm -rf $(VENV) .venv-triton36 .venv-vllm .venv-dsl .tools

@@ -50,11 +50,17 @@ from _common import summary, write_result
 
 HERE = Path(__file__).resolve()
 VARIANTS = ("none", "noop", "jitwatch")
+BEFORE = "jitwatch_before"
+"""The ``jitwatch`` variant run with an older jitwatch tree (``--before DIR``), in the same run."""
 
 
 # --------------------------------------------------------------------------- worker process
 def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     """One process of one variant: prime, then ``reps`` timed bursts of disk-cache-hit compiles."""
+    if cfg.get("tree"):
+        sys.path.insert(0, cfg["tree"])  # an older jitwatch (--before), ahead of this checkout
+    if cfg.get("kind") == "journal":
+        return bench_journal(cfg["events"], cfg["ranks"], 500, Path(cfg["tmp"]))
     device = cfg["device"]
     launch = device == "cuda"
     if not launch:
@@ -76,7 +82,7 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
         triton.knobs.runtime.jit_cache_hook = noop
         triton.knobs.runtime.jit_post_compile_hook = noop
         triton.knobs.compilation.listener = noop
-    elif variant == "jitwatch":
+    elif variant in ("jitwatch", BEFORE):
         import dataclasses
         import logging
 
@@ -166,16 +172,19 @@ def _spawn(cfg: dict[str, Any], tmp: Path, cache_dir: Path) -> dict[str, Any]:
     return dict(json.loads(out_path.read_text()))
 
 
-def bench_compiles(device: str, n: int, reps: int, rounds: int, tmp: Path) -> dict[str, Any]:
+def bench_compiles(device: str, n: int, reps: int, rounds: int, tmp: Path, before: str | None) -> dict[str, Any]:
     cache = tmp / "triton-cache"
     _spawn({"variant": "none", "device": device, "n": n, "reps": 0, "round": -1}, tmp, cache)  # fill the disk cache
-    per: dict[str, dict[str, list[float]]] = {v: {"cpu_s": [], "wall_s": [], "thread_s": []} for v in VARIANTS}
+    variants = (*VARIANTS, BEFORE) if before else VARIANTS
+    per: dict[str, dict[str, list[float]]] = {v: {"cpu_s": [], "wall_s": [], "thread_s": []} for v in variants}
     dropped = 0
     for r in range(rounds):
-        order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
+        order = variants if r % 2 == 0 else tuple(reversed(variants))
         for v in order:
-            cfg = {"variant": v, "device": device, "n": n, "reps": reps, "round": r}
-            cfg["journal_dir"] = str(tmp / f"journal-{r}")
+            cfg: dict[str, Any] = {"variant": v, "device": device, "n": n, "reps": reps, "round": r}
+            cfg["journal_dir"] = str(tmp / f"journal-{v}-{r}")
+            if v == BEFORE:
+                cfg["tree"] = before
             res = _spawn(cfg, tmp, cache)
             for k in ("cpu_s", "wall_s", "thread_s"):
                 per[v][k] += res.get(k, [])
@@ -188,13 +197,19 @@ def bench_compiles(device: str, n: int, reps: int, rounds: int, tmp: Path) -> di
         "median_us": med,
         "dropped": dropped,
     }
-    none, noop, jw = med["none"], med["noop"], med["jitwatch"]
+    none, noop = med["none"], med["noop"]
     for k in ("cpu_s", "wall_s"):
         floor = noop[k] - none[k]
-        added = jw[k] - none[k]
-        out[f"added_{k[:-2]}_us"] = {"noop_floor": floor, "jitwatch": added}
-        out[f"added_{k[:-2]}_ratio_to_floor"] = added / floor if floor > 0 else None
-    out["compiling_thread_us"] = jw.get("thread_s")
+        out[f"added_{k[:-2]}_us"] = {"noop_floor": floor}
+        for v in variants[2:]:
+            added = med[v][k] - none[k]
+            out[f"added_{k[:-2]}_us"][v] = added
+            out[f"added_{k[:-2]}_ratio_to_floor" + ("" if v == "jitwatch" else "_before")] = (
+                added / floor if floor > 0 else None
+            )
+    out["compiling_thread_us"] = med["jitwatch"].get("thread_s")
+    if before:
+        out["compiling_thread_us_before"] = med[BEFORE].get("thread_s")
     return out
 
 
@@ -328,6 +343,8 @@ def main() -> None:
     ap.add_argument("--journal-events", type=int, default=8192)
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--smoke", action="store_true", help="seconds-long run for CI (figures meaningless)")
+    ap.add_argument("--before", help="an older jitwatch source tree to run side by side (e.g. a git archive)")
+    ap.add_argument("--sections", default="compile,journal", help="which parts to run (compile, journal)")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -343,12 +360,17 @@ def main() -> None:
         args.compiles, args.reps, args.rounds, args.journal_events = 3, 1, 1, 512
     tmp = Path(tempfile.mkdtemp(prefix="jw-bench-floor-"))
     try:
-        result = {
-            "device": device,
-            "smoke": args.smoke,
-            "compile": bench_compiles(device, args.compiles, args.reps, args.rounds, tmp),
-            "journal": bench_journal(args.journal_events, args.ranks, 500, tmp),
-        }
+        sections = set(args.sections.split(","))
+        result: dict[str, Any] = {"device": device, "smoke": args.smoke, "before": bool(args.before)}
+        if "compile" in sections:
+            result["compile"] = bench_compiles(device, args.compiles, args.reps, args.rounds, tmp, args.before)
+        if "journal" in sections:
+            trees = {"journal": None, "journal_before": args.before} if args.before else {"journal": None}
+            for name, tree in trees.items():
+                cfg = {"kind": "journal", "variant": name, "events": args.journal_events, "ranks": args.ranks}
+                cfg.update(tmp=str(tmp / name), tree=tree)
+                (tmp / name).mkdir()
+                result[name] = _spawn(cfg, tmp, tmp / "unused-cache")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     doc = write_result(args.out, "cost_floor", result)
@@ -356,24 +378,29 @@ def main() -> None:
 
 
 def _print(doc: dict[str, Any]) -> None:
-    c = doc["compile"]
-    med = c["median_us"]
-    print(f"disk-hit compiles: {c['compiles_per_burst']} per burst, {c['bursts_per_variant']} bursts per variant")
-    for v in VARIANTS:
-        print(f"  {v:9s} CPU {med[v]['cpu_s']:8.1f} µs   wall {med[v]['wall_s']:8.1f} µs per compile")
-    for k in ("cpu", "wall"):
-        a = c[f"added_{k}_us"]
-        ratio = c[f"added_{k}_ratio_to_floor"]
-        shown = f"{ratio:.2f}x" if ratio is not None else "n/a"
-        print(f"  added {k}: noop floor {a['noop_floor']:.1f} µs, jitwatch {a['jitwatch']:.1f} µs ({shown} the floor)")
-    print(f"  compiling thread inside jitwatch: {c['compiling_thread_us']:.1f} µs per compile; dropped {c['dropped']}")
-    j = doc["journal"]
-    for case in ("fleet", "all_distinct"):
-        r = j[case]
-        print(
-            f"journal ({case}, {r['events_per_specialization']} events/specialization): "
-            f"{r['cpu_us_per_event']['median']:.1f} µs CPU and {r['bytes_per_event']:.0f} B per event"
-        )
+    c = doc.get("compile")
+    if c:
+        med = c["median_us"]
+        print(f"disk-hit compiles: {c['compiles_per_burst']} per burst, {c['bursts_per_variant']} bursts per variant")
+        for v, m in med.items():
+            print(f"  {v:15s} CPU {m['cpu_s']:8.1f} us   wall {m['wall_s']:8.1f} us per compile")
+        for k in ("cpu", "wall"):
+            a = dict(c[f"added_{k}_us"])
+            floor = a.pop("noop_floor")
+            shown = ", ".join(f"{v} {x:.1f} us ({x / floor:.2f}x)" for v, x in a.items()) if floor > 0 else str(a)
+            print(f"  added {k}: noop floor {floor:.1f} us; {shown}")
+        print(f"  compiling thread inside jitwatch: {c['compiling_thread_us']:.1f} us per compile", end="")
+        if c.get("compiling_thread_us_before") is not None:
+            print(f" (before: {c['compiling_thread_us_before']:.1f} us)", end="")
+        print(f"; dropped {c['dropped']}")
+    for name in ("journal", "journal_before"):
+        j = doc.get(name)
+        for case in ("fleet", "all_distinct") if j else ():
+            r = j[case]
+            print(
+                f"{name} ({case}, {r['events_per_specialization']} events/specialization): "
+                f"{r['cpu_us_per_event']['median']:.1f} us CPU and {r['bytes_per_event']:.0f} B per event"
+            )
 
 
 if __name__ == "__main__":

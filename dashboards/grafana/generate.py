@@ -67,6 +67,9 @@ SEL = 'instance=~"$instance", rank=~"$rank"'
 """Label matchers every per-rank query carries (template variables)."""
 BSEL = SEL + ', backend=~"$backend"'
 """Label matchers of every query over a family with a ``backend`` label."""
+KSEL = 'instance=~"$instance", backend=~"$backend"'
+"""Label matchers of the per-kernel families, which carry no ``rank`` (ranks summed, see
+``jitwatch.views.contract``): the rank variable does not filter those panels."""
 ALL_BACKENDS = ".*"
 """The backend variable's *All* value: also matches ``backend=""`` (the vLLM plugin's hook errors)
 and backends of earlier workers that the latest ones no longer report in jitwatch_backend_info."""
@@ -285,7 +288,8 @@ def compiles_by_phase() -> timeseries.Panel:
         .with_target(
             _q(
                 "A",
-                f"sum by (backend, phase) (increase(jitwatch_compiles_total{{{BSEL}}}[$__rate_interval]))",
+                f"sum by (backend, phase) "
+                f"(increase(jitwatch_compile_duration_seconds_count{{{BSEL}}}[$__rate_interval]))",
                 "{{phase}} ({{backend}})",
             )
         )
@@ -307,8 +311,9 @@ def serving_compiles_table() -> table.Panel:
         table.Panel()
         .title("Serving-phase compiles by kernel")
         .description(
-            "Kernels (graphs, functions) a backend compiled after warmup (phase serving), per backend "
-            "and rank: total count and time of the latest one. The specialization key is deliberately "
+            "Kernels (graphs, functions) a backend compiled after warmup (phase serving), per backend: "
+            "total count over all ranks, how many ranks compiled it, and the time of the latest one "
+            "(per rank: jitwatch_serving_compiles_total). The specialization key is deliberately "
             "NOT a Prometheus label (unbounded cardinality), so it cannot be shown here: the last key "
             "of each kernel is in the sidecar's /jit (kernels[].last_key, or `jitwatch status`), every "
             "key in /jit/events?phase=serving&backend=BACKEND. "
@@ -318,7 +323,7 @@ def serving_compiles_table() -> table.Panel:
         .with_target(
             _q(
                 "A",
-                f'sum by (backend, kernel, rank) (jitwatch_compiles_total{{phase="serving", {BSEL}}})',
+                f"sum by (backend, kernel) (jitwatch_serving_compiles_total{{{BSEL}}})",
                 instant=True,
                 fmt=PromQueryFormat.TABLE,
             )
@@ -326,8 +331,15 @@ def serving_compiles_table() -> table.Panel:
         .with_target(
             _q(
                 "B",
-                f"max by (backend, kernel, rank) "
-                f'(jitwatch_last_compile_timestamp_seconds{{phase="serving", {BSEL}}}) * 1000',
+                f'max by (backend, kernel) (jitwatch_last_compile_timestamp_seconds{{phase="serving", {KSEL}}}) * 1000',
+                instant=True,
+                fmt=PromQueryFormat.TABLE,
+            )
+        )
+        .with_target(
+            _q(
+                "C",
+                f"count by (backend, kernel) (jitwatch_serving_compiles_total{{{BSEL}}} > 0)",
                 instant=True,
                 fmt=PromQueryFormat.TABLE,
             )
@@ -338,8 +350,12 @@ def serving_compiles_table() -> table.Panel:
                 id_val="organize",
                 options={
                     "excludeByName": {"Time": True},
-                    "indexByName": {"backend": 0, "kernel": 1, "rank": 2, "Value #A": 3, "Value #B": 4},
-                    "renameByName": {"Value #A": "serving compiles", "Value #B": "last serving compile"},
+                    "indexByName": {"backend": 0, "kernel": 1, "Value #A": 2, "Value #C": 3, "Value #B": 4},
+                    "renameByName": {
+                        "Value #A": "serving compiles",
+                        "Value #C": "ranks",
+                        "Value #B": "last serving compile",
+                    },
                 },
             )
         )
@@ -378,7 +394,7 @@ def compile_time_by_kernel() -> timeseries.Panel:
         .with_target(
             _q(
                 "A",
-                f"sum by (backend, kernel) (increase(jitwatch_compile_seconds_total{{{BSEL}}}[$__rate_interval]))",
+                f"sum by (backend, kernel) (increase(jitwatch_compile_seconds_total{{{KSEL}}}[$__rate_interval]))",
                 "{{kernel}} ({{backend}})",
             )
         )
@@ -492,7 +508,8 @@ def disk_cache_hit_ratio() -> timeseries.Panel:
                 "A",
                 f"sum by (backend, phase) "
                 f"(increase(jitwatch_compile_disk_cache_hits_total{{{BSEL}}}[$__rate_interval]))"
-                f" / sum by (backend, phase) (increase(jitwatch_compiles_total{{{BSEL}}}[$__rate_interval]))",
+                f" / sum by (backend, phase) "
+                f"(increase(jitwatch_compile_duration_seconds_count{{{BSEL}}}[$__rate_interval]))",
                 "{{phase}} ({{backend}})",
             )
         )
@@ -517,7 +534,7 @@ def autotune_runs() -> timeseries.Panel:
         .with_target(
             _q(
                 "A",
-                f"sum by (backend, kernel, phase) (increase(jitwatch_autotune_runs_total{{{BSEL}}}[$__rate_interval]))",
+                f"sum by (backend, kernel, phase) (increase(jitwatch_autotune_runs_total{{{KSEL}}}[$__rate_interval]))",
                 "{{kernel}} ({{backend}}, {{phase}})",
             )
         )
@@ -576,7 +593,7 @@ def graph_captures() -> timeseries.Panel:
             _q(
                 "A",
                 f"sum by (backend, kernel, phase) "
-                f"(increase(jitwatch_graph_captures_total{{{BSEL}}}[$__rate_interval]))",
+                f"(increase(jitwatch_graph_captures_total{{{KSEL}}}[$__rate_interval]))",
                 "{{kernel}} ({{backend}}, {{phase}})",
             )
         )

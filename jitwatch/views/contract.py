@@ -10,6 +10,13 @@ Specialization keys are never labels (unbounded); they live in ``/jit`` and the 
 ``backend`` values are the installed backends' names (a handful).
 ``kernel`` values are capped (``JITWATCH_MAX_KERNELS``, default 500): kernels first seen after the
 cap share ``kernel="_other"``.
+
+Cardinality by design: per-kernel families carry no ``rank`` (ranks summed; the kernel-by-rank
+product was ~96 % of all series on a fleet journal and no alert or panel used it); per-rank
+figures come from the duration histogram (``jitwatch_compile_duration_seconds``, per backend,
+phase and rank); the kernel-by-rank product exists only for serving compiles
+(``jitwatch_serving_compiles_total``), which the post-warmup-compile alert needs and which are
+rare by definition.
 """
 
 from __future__ import annotations
@@ -33,15 +40,24 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "jitwatch_compiles_total",
         "counter",
-        ("backend", "kernel", "phase", "rank"),
+        ("backend", "kernel", "phase"),
         "",
-        "JIT compiles by backend, kernel, phase and rank (Triton: in-memory cache misses; loads from "
-        "a persistent cache included).",
+        "JIT compiles by backend, kernel and phase, all ranks summed (Triton: in-memory cache misses; "
+        "loads from a persistent cache included). Per rank: jitwatch_compile_duration_seconds_count; per "
+        "kernel and rank during serving: jitwatch_serving_compiles_total.",
+    ),
+    MetricSpec(
+        "jitwatch_serving_compiles_total",
+        "counter",
+        ("backend", "kernel", "rank"),
+        "",
+        "Serving-phase (post-warmup) compiles by backend, kernel and rank: the one per-kernel family with "
+        "a rank label, since every serving compile is an alert.",
     ),
     MetricSpec(
         "jitwatch_compile_seconds_total",
         "counter",
-        ("backend", "kernel", "phase", "rank"),
+        ("backend", "kernel", "phase"),
         "seconds",
         "Wall time spent compiling (Triton: from jit_cache_hook to jit_post_compile_hook).",
     ),
@@ -105,35 +121,35 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "jitwatch_last_compile_timestamp_seconds",
         "gauge",
-        ("backend", "kernel", "phase", "rank"),
+        ("backend", "kernel", "phase"),
         "seconds",
-        "Unix time of the kernel's most recent compile in this phase.",
+        "Unix time of the kernel's most recent compile in this phase, on any rank.",
     ),
     MetricSpec(
         "jitwatch_autotune_runs_total",
         "counter",
-        ("backend", "kernel", "phase", "rank"),
+        ("backend", "kernel", "phase"),
         "",
         "Autotune sweeps that benchmarked configs (Triton: @triton.autotune cache misses).",
     ),
     MetricSpec(
         "jitwatch_autotune_seconds_total",
         "counter",
-        ("backend", "kernel", "phase", "rank"),
+        ("backend", "kernel", "phase"),
         "seconds",
         "Time spent benchmarking autotune configs.",
     ),
     MetricSpec(
         "jitwatch_graph_captures_total",
         "counter",
-        ("backend", "kernel", "phase", "rank"),
+        ("backend", "kernel", "phase"),
         "",
         "CUDA-graph recordings (torch.compile mode=reduce-overhead), by graph.",
     ),
     MetricSpec(
         "jitwatch_graph_capture_seconds_total",
         "counter",
-        ("backend", "kernel", "phase", "rank"),
+        ("backend", "kernel", "phase"),
         "seconds",
         "Time spent recording CUDA graphs.",
     ),

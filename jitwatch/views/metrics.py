@@ -24,10 +24,13 @@ import logging
 import os
 import platform
 import sqlite3
+import stat
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -42,7 +45,13 @@ from prometheus_client.utils import floatToGoString
 
 from jitwatch.core.events import Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
-from jitwatch.store.journal import COMPILE_DURATION_BUCKETS, OTHER_KERNEL, REQUESTS_DELAYED_COUNTER, Journal
+from jitwatch.store.journal import (
+    COMPILE_DURATION_BUCKETS,
+    JOURNAL_FILE,
+    OTHER_KERNEL,
+    REQUESTS_DELAYED_COUNTER,
+    Journal,
+)
 from jitwatch.views.contract import BY_NAME
 from jitwatch.views.diagnosis import inflight_of
 from jitwatch.views.status import backend_infos
@@ -82,14 +91,14 @@ def _counter(name: str) -> CounterMetricFamily:
     return CounterMetricFamily(name, spec.help, labels=list(spec.labels), unit=spec.unit)
 
 
-KernelKey = tuple[str, str, str, str]
-"""(backend, kernel label, phase, rank) — the labels of every per-kernel family."""
+KernelKey = tuple[str, str, str]
+"""(backend, kernel label, phase) — the labels of every per-kernel family (ranks summed)."""
 
 
 def _per_kernel_counter(
     name: str, values: dict[KernelKey, float], *, present: dict[KernelKey, float]
 ) -> CounterMetricFamily:
-    """Counter family over (backend, kernel label, phase, rank), with a series only where
+    """Counter family over (backend, kernel label, phase), with a series only where
     ``present`` is non-zero (a kernel that only autotuned has no compile series, and vice versa)."""
     fam = _counter(name)
     for key in sorted(values):
@@ -148,15 +157,19 @@ def journal_families(journal: Journal) -> list[Metric]:
         for kind in ("compile", "autotune", "graph_capture", "compile_s", "autotune_s", "graph_capture_s")
     }
     last_ts: dict[KernelKey, float] = {}
+    serving: dict[tuple[str, str, str], float] = defaultdict(float)  # (backend, kernel label, rank)
     hits: dict[tuple[str, str, str], float] = defaultdict(float)
     hist_sum: dict[tuple[str, str, str], float] = defaultdict(float)
     for row in stats:
-        key = (row.backend, row.label or OTHER_KERNEL, row.phase.value, str(row.rank))
+        label = row.label or OTHER_KERNEL
+        key = (row.backend, label, row.phase.value)
         if row.kind not in ("compile", "autotune", "graph_capture"):
             continue
         sums[row.kind][key] += row.count
         sums[row.kind + "_s"][key] += row.seconds
         if row.kind == "compile":
+            if row.phase is Phase.SERVING:
+                serving[(row.backend, label, str(row.rank))] += row.count
             if row.last_ts is not None:
                 last_ts[key] = max(last_ts.get(key, row.last_ts), row.last_ts)
             bpr = (row.backend, row.phase.value, str(row.rank))
@@ -168,6 +181,11 @@ def journal_families(journal: Journal) -> list[Metric]:
     compiles = sums["compile"]
     out.append(_per_kernel_counter("jitwatch_compiles_total", compiles, present=compiles))
     out.append(_per_kernel_counter("jitwatch_compile_seconds_total", sums["compile_s"], present=compiles))
+    fam = _counter("jitwatch_serving_compiles_total")
+    for skey in sorted(serving):
+        if serving[skey]:
+            fam.add_metric(list(skey), serving[skey])
+    out.append(fam)
 
     fam = _counter("jitwatch_compile_disk_cache_hits_total")
     for bpr in sorted(hist_sum):
@@ -364,8 +382,8 @@ def make_registry(journal_dir: str | os.PathLike[str]) -> CollectorRegistry:
     return registry
 
 
-def render(journal_dir: str | os.PathLike[str], accept: str | None = None) -> tuple[bytes, str]:
-    """One scrape: ``(body, content_type)`` for the ``Accept`` header given.
+def render_uncached(journal_dir: str | os.PathLike[str], accept: str | None = None) -> tuple[bytes, str]:
+    """One scrape built from the journal now: ``(body, content_type)`` for the ``Accept`` header.
 
     ``application/openmetrics-text`` → OpenMetrics 1.0; anything else, including an ``Accept``
     header prometheus_client cannot parse, → Prometheus text 0.0.4.
@@ -377,3 +395,108 @@ def render(journal_dir: str | os.PathLike[str], accept: str | None = None) -> tu
     except Exception as exc:  # noqa: BLE001 - a malformed Accept (e.g. "version=abc") must not be a 500
         log.debug("jitwatch: unusable Accept header %r (%s); answering text 0.0.4", accept, exc)
         return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4
+
+
+RENDER_MAX_AGE_S = 60.0
+"""A cached scrape body is rebuilt after this many seconds even when the journal did not change."""
+
+
+class MetricsRenderer:
+    """``/metrics`` for one journal directory, rebuilt only when the journal changed.
+
+    Change detection is SQLite's own: ``PRAGMA data_version`` on a long-lived read-only
+    connection changes whenever *another* connection commits (SQLite ≥ 3.8.8; every writer is
+    another connection), and the file's device, inode and ctime are compared (a journal moved
+    aside, replaced or checkpointed into is reopened, which invalidates the cache). While neither
+    changed, a scrape is answered with the bytes built for the same ``Accept`` header and
+    exposition format (byte-identical to :func:`render_uncached`); concurrent scrapes of a
+    changed journal wait for one build instead of building it each (single flight). Nothing is
+    cached when the journal cannot be opened (``jitwatch_journal_up 0`` is rebuilt every time).
+    The cache lives in the sidecar process: a restarted sidecar, or a second sidecar on the same
+    journal, builds its own from the journal, so retention and restarts need nothing special.
+    """
+
+    def __init__(self, journal_dir: str | os.PathLike[str]) -> None:
+        self.journal_dir = Path(journal_dir)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._inode: tuple[int, int, int] | None = None
+        self._generation = 0
+        self._version: tuple[int, int] | None = None
+        self._built_at = 0.0
+        self._bodies: dict[str, tuple[bytes, str]] = {}  # Accept header → (body, content type)
+        self.builds = 0
+        """Scrapes that were built from the journal (the others were answered from the cache)."""
+
+    def _journal_version(self) -> tuple[int, int] | None:
+        """``(connection generation, data_version)``; ``None`` when it cannot be told."""
+        path = self.journal_dir / JOURNAL_FILE
+        try:
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode):  # a link or FIFO: leave it to Journal's checks, uncached
+                self._close()
+                return None
+            # Any change of the file itself (replaced, moved aside, checkpointed into) reconnects:
+            # a new connection's data_version says nothing about the old one's.
+            ident = (st.st_dev, st.st_ino, st.st_ctime_ns)
+            if self._conn is None or ident != self._inode:
+                self._close()
+                self._conn = sqlite3.connect(  # used under self._lock only, from any server thread
+                    f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+                )
+                self._inode = ident
+                self._generation += 1
+            return (self._generation, int(self._conn.execute("PRAGMA data_version").fetchone()[0]))
+        except (OSError, sqlite3.Error):
+            self._close()
+            return None
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+        self._conn, self._inode = None, None
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """``(body, content_type)`` like :func:`render_uncached`, from the cache when the journal
+        has not changed since it was built."""
+        fmt = accept or ""
+        with self._lock:
+            version = self._journal_version()
+            fresh = time.monotonic() - self._built_at < RENDER_MAX_AGE_S
+            if version is not None and version == self._version and fresh and fmt in self._bodies:
+                return self._bodies[fmt]
+            if version != self._version or not fresh:
+                self._bodies.clear()
+                self._version, self._built_at = version, time.monotonic()
+            result = render_uncached(self.journal_dir, accept)
+            self.builds += 1
+            if version is not None and b"jitwatch_journal_up 1" in result[0][:4096] and len(self._bodies) < 8:
+                self._bodies[fmt] = result  # per Accept header as sent (a few distinct ones per scraper)
+            return result
+
+
+_RENDERERS: dict[Path, MetricsRenderer] = {}
+_RENDERERS_LOCK = threading.Lock()
+
+
+def renderer(journal_dir: str | os.PathLike[str]) -> MetricsRenderer:
+    """The process's :class:`MetricsRenderer` for ``journal_dir`` (one per directory)."""
+    key = Path(journal_dir).resolve()
+    with _RENDERERS_LOCK:
+        r = _RENDERERS.get(key)
+        if r is None:
+            r = _RENDERERS[key] = MetricsRenderer(key)
+        return r
+
+
+def render(journal_dir: str | os.PathLike[str], accept: str | None = None) -> tuple[bytes, str]:
+    """One scrape: ``(body, content_type)`` for the ``Accept`` header given, through the
+    directory's :class:`MetricsRenderer` (rebuilt only when the journal changed).
+
+    ``application/openmetrics-text`` → OpenMetrics 1.0; anything else, including an ``Accept``
+    header prometheus_client cannot parse, → Prometheus text 0.0.4.
+    """
+    return renderer(journal_dir).render(accept)

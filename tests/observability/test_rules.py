@@ -148,8 +148,8 @@ def test_post_warmup_alert_keeps_the_backend_and_kernel_labels() -> None:
     for name, body in recorded.items():
         if name in expr:
             expr = body
-    assert 'phase="serving"' in expr and "jitwatch_compiles_total" in expr
-    assert "increase(jitwatch_compiles_total" in expr
+    assert "jitwatch_serving_compiles_total" in expr  # serving compiles only, per kernel and rank
+    assert "increase(jitwatch_serving_compiles_total" in expr
     bys = re.findall(r"by \(([^)]*)\)", expr)
     assert bys
     for by in bys:
@@ -294,8 +294,8 @@ def test_promtool_unit_tests_catch_a_broken_rule(tmp_path: Path) -> None:
     """Without the new-series handling, the first serving compile (series born at 1) goes unseen."""
     promtool = _promtool()
     broken = re.sub(
-        r"sum by \(job, instance, rank, backend, kernel\) \(\n\s*jitwatch_compiles_total\{phase=\"serving\"\}\n"
-        r"\s*unless jitwatch_compiles_total\{phase=\"serving\"\} offset 5m\n\s*\)\n\s*or\n",
+        r"sum by \(job, instance, rank, backend, kernel\) \(\n\s*jitwatch_serving_compiles_total\n"
+        r"\s*unless jitwatch_serving_compiles_total offset 5m\n\s*\)\n\s*or\n",
         "",
         RULES.read_text(),
     )

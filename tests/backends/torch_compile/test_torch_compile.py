@@ -288,7 +288,7 @@ def test_jit_metrics_and_events_show_serving_recompiles(tc: MonitorHarness) -> N
         'reason_class="size mismatch"} 1.0'
     ) in metrics.text
     assert (
-        'jitwatch_compiles_total{backend="torch_compile",kernel="scale",phase="serving",rank="0"} 1.0' in metrics.text
+        'jitwatch_serving_compiles_total{backend="torch_compile",kernel="scale",rank="0"} 1.0' in metrics.text
     )
 
 

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `make bench-smoke`: every benchmark, briefly, so none of them rots. Figures are meaningless at this
+# size and nothing is asserted on them; a benchmark that crashes fails the target. ~2-4 min on 2 cores.
+set -u
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-.venv/bin/python}"
+DEST="$(mktemp -d)"
+export TRITON_DEFAULT_FP_FUSION=1 OTEL_SDK_DISABLED=true PYTHONUNBUFFERED=1 JITWATCH_DIR="$DEST/jitwatch"
+status=0
+run() { # run NAME ARGS...
+  local name=$1; shift
+  local t0=$SECONDS
+  if timeout 300 "$PY" "benchmarks/bench_$name.py" --out "$DEST/$name.json" "$@" >"$DEST/$name.log" 2>&1; then
+    echo "bench-smoke: $name ok ($((SECONDS - t0)) s)"
+  else
+    echo "bench-smoke: $name FAILED ($((SECONDS - t0)) s)"; tail -30 "$DEST/$name.log"; status=1
+  fi
+}
+run cost_floor --smoke --device cpu
+run sidecar --events 1000 --kernels 20 --ranks 2 --duration 0.3 --concurrency 1,2
+run compile_cost --quick --device cpu --procs 2
+run recompiles --device cpu --sizes 1,2,3,7,16,17,32,33
+run hot_path --device cpu --launches 200 --reps 2
+run memory --events 2000 --kernels 200
+run first_request --smoke-cpu
+rm -rf "$DEST"
+exit $status
