@@ -287,9 +287,7 @@ def test_jit_metrics_and_events_show_serving_recompiles(tc: MonitorHarness) -> N
         'jitwatch_recompiles_total{backend="torch_compile",kernel="scale",phase="serving",rank="0",'
         'reason_class="size mismatch"} 1.0'
     ) in metrics.text
-    assert (
-        'jitwatch_serving_compiles_total{backend="torch_compile",kernel="scale",rank="0"} 1.0' in metrics.text
-    )
+    assert 'jitwatch_serving_compiles_total{backend="torch_compile",kernel="scale",rank="0"} 1.0' in metrics.text
 
 
 def test_triton_kernel_compiled_inside_a_dynamo_compile_carries_it_as_parent(fresh_dynamo: None) -> None:
