@@ -173,7 +173,10 @@ class OtlpEventExporter:
         self.failed_total = 0
         self.overflow_total = 0
         self._warned = False
-        self._provider = LoggerProvider(resource=Resource.create(attrs))
+        # No atexit shutdown: with the collector down it would hold the host's exit for the export
+        # timeout. The journal writer shuts the exporter down when it closes (jitwatch.uninstall);
+        # a process that exits without that loses only what was not yet sent (the journal has it).
+        self._provider = LoggerProvider(resource=Resource.create(attrs), shutdown_on_exit=False)
         self._processor = BatchLogRecordProcessor(
             _CountingExporter(log_exporter, self),  # type: ignore[arg-type]
             schedule_delay_millis=schedule_delay_ms,
