@@ -9,6 +9,11 @@ a real ttir → cubin compile with every Triton hook firing, result from the tor
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,6 +34,17 @@ class CompileInRequest(LogitsProcessor):
         if self.done or batch_update is None or not batch_update.added:
             return
         self.done = True
+        only = os.environ.get("DIAG_COMPILE_RANK")  # compile on this rank only (the others go on)
+        if only is not None and torch.distributed.is_initialized() and torch.distributed.get_rank() != int(only):
+            return
+        hold = os.environ.get("DIAG_HOLD_FILE")  # keep the compile in flight until this file exists
+        if hold:
+            with _held_compile(Path(hold)):
+                self._compile()
+        else:
+            self._compile()
+
+    def _compile(self) -> None:
         from jitwatch.kernels.slot_mapping import compute_slot_mapping, new_slot_mapping_kernel
 
         block_table = torch.zeros(4, 8, dtype=torch.int32)
@@ -42,3 +58,24 @@ class CompileInRequest(LogitsProcessor):
             kernel=new_slot_mapping_kernel(),
         )
         print(f"COMPILE_IN_REQUEST source={result.source} slots={result.slot_mapping[:3].tolist()}", flush=True)
+
+
+@contextmanager
+def _held_compile(release: Path, limit_s: float = 120.0) -> Iterator[None]:
+    """Wrap the installed ``knobs.compilation.listener`` (jitwatch's, chained) so the compile waits
+    inside ``triton.compile`` until ``release`` exists: a compile in flight for as long as a test needs."""
+    from triton import knobs
+
+    previous = knobs.compilation.listener
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        end = time.monotonic() + limit_s
+        while not release.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        return previous(*args, **kwargs) if previous is not None else None
+
+    knobs.compilation.listener = held
+    try:
+        yield
+    finally:
+        knobs.compilation.listener = previous
