@@ -29,6 +29,7 @@ host's) with a ``BatchLogRecordProcessor`` and the SDK's ``OTLPLogExporter``
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -48,6 +49,8 @@ DEFAULT_MAX_QUEUE = 10_000
 MAX_ATTRS_BYTES = 8192
 """``jitwatch.attrs`` longer than this is cut (and ``jitwatch.attrs_truncated`` set)."""
 SCHEDULE_DELAY_MS = 1000
+EXIT_FLUSH_S = 2.0
+"""At interpreter exit without ``jitwatch.uninstall()``, wait at most this long for queued records."""
 EXPORT_BATCH = 512
 
 
@@ -173,9 +176,9 @@ class OtlpEventExporter:
         self.failed_total = 0
         self.overflow_total = 0
         self._warned = False
-        # No atexit shutdown: with the collector down it would hold the host's exit for the export
-        # timeout. The journal writer shuts the exporter down when it closes (jitwatch.uninstall);
-        # a process that exits without that loses only what was not yet sent (the journal has it).
+        # Not the SDK's atexit shutdown: with the collector down it would hold the host's exit for
+        # the export timeout. The journal writer shuts the exporter down when it closes
+        # (jitwatch.uninstall); at exit without that, _flush_at_exit waits at most EXIT_FLUSH_S.
         self._provider = LoggerProvider(resource=Resource.create(attrs), shutdown_on_exit=False)
         self._processor = BatchLogRecordProcessor(
             _CountingExporter(log_exporter, self),  # type: ignore[arg-type]
@@ -185,6 +188,14 @@ class OtlpEventExporter:
         )
         self._provider.add_log_record_processor(self._processor)
         self._logger = self._provider.get_logger("jitwatch", __version__)
+        atexit.register(self._flush_at_exit)
+
+    def _flush_at_exit(self) -> None:
+        """``atexit`` (after the monitor's own flush, registered later): send what is queued, in a
+        daemon thread waited for at most :data:`EXIT_FLUSH_S` seconds."""
+        t = threading.Thread(target=self._provider.force_flush, name="jitwatch-otlp-exit-flush", daemon=True)
+        t.start()
+        t.join(EXIT_FLUSH_S)
 
     @property
     def dropped_total(self) -> int:
@@ -232,6 +243,7 @@ class OtlpEventExporter:
 
     def shutdown(self) -> None:
         """Flush (bounded by the exporter's timeout) and stop the SDK's thread."""
+        atexit.unregister(self._flush_at_exit)
         self._provider.shutdown()
 
 

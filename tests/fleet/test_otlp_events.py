@@ -210,3 +210,37 @@ def test_slow_collector_overflow_is_bounded_and_counted(receiver: tuple[str, Rec
     assert exporter.overflow_total == 45 and exporter.exported_total == 5
     assert exporter.dropped_total == 45
     assert len(received.records()) == 5
+
+
+_EXIT_SCRIPT = """
+import sys
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from jitwatch.core.events import Event, EventKind
+from jitwatch.export.otlp import OtlpEventExporter
+x = OtlpEventExporter({}, log_exporter=OTLPLogExporter(endpoint=sys.argv[1], timeout=30))
+x.export([Event.now(EventKind.COMPILE, kernel=f"k{i}") for i in range(5)])
+"""  # exits without shutdown(): what a host that never calls jitwatch.uninstall() does
+
+
+def _exit_run(endpoint: str) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT, endpoint], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return time.monotonic() - t0
+
+
+def test_exit_without_uninstall_sends_queued_records(receiver: tuple[str, Received]) -> None:
+    endpoint, received = receiver
+    _exit_run(f"{endpoint}/v1/logs")
+    assert len(received.records()) == 5
+
+
+def test_exit_is_not_held_by_a_dead_collector() -> None:
+    """A 30 s export timeout and nothing listening: the exit flush gives up after 2 s (the import
+    of torch/triton-free jitwatch and the SDK take the rest)."""
+    baseline = _exit_run(f"http://127.0.0.1:{free_port()}/v1/logs")
+    assert baseline < 25  # well under the 30 s export timeout the SDK's own atexit would wait
