@@ -635,14 +635,21 @@ def cache_check(
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="List every key, not only problems.", **FLAG)
     ] = False,
+    scan_all: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Also check every other entry of the cache for corruption.", **FLAG
+        ),
+    ] = False,
 ) -> None:
     """Which of a manifest's keys a Triton cache would load, which would compile, which are corrupt.
 
     Exit 0 when every key would load; 1 when keys are missing or corrupt (or none could be
-    checked); 2 when the manifest or the cache cannot be read.
+    checked, or --all found a corrupt entry anywhere in the cache); 2 when the manifest or the
+    cache cannot be read.
     """
     from jitwatch.errors import ManifestError, StoreError
-    from jitwatch.fleet.cache_check import LocalCache, RedisCache, TritonCache, check
+    from jitwatch.fleet.cache_check import LocalCache, RedisCache, TritonCache, check, scan
     from jitwatch.fleet.stores import read_one
 
     if (cache_dir is None) == (redis_url is None):
@@ -653,6 +660,8 @@ def cache_check(
             LocalCache(cache_dir) if cache_dir is not None else RedisCache(str(redis_url), key_format=key_format)
         )
         report = check(wanted, cache)
+        if scan_all:
+            scan(report, cache)
     except (ManifestError, StoreError) as exc:
         raise _fail(str(exc)) from None
     if as_json:
@@ -666,5 +675,7 @@ def cache_check(
             if verbose or r.status != "ok":
                 reason = f": {r.reason}" if r.reason else ""
                 typer.echo(plain(f"  {r.status}: {r.kernel} {_short(r.key)}{reason}"))
+        for key, why in report.corrupt_entries:
+            typer.echo(plain(f"  corrupt entry {key[:16]}…: {why}"))
     if not report.complete:
         raise typer.Exit(1)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -94,13 +95,22 @@ class CacheReport:
     cache: str
     results: list[EntryCheck] = field(default_factory=list)
     filesystem: Filesystem | None = None
+    scanned: int | None = None
+    """Entries of the whole cache looked at by :func:`scan` (``None``: not scanned)."""
+    corrupt_entries: list[tuple[str, str]] = field(default_factory=list)
+    """``(cache key, reason)`` of every corrupt entry :func:`scan` found, manifest or not."""
 
     def count(self, status: Status) -> int:
         return sum(1 for r in self.results if r.status == status)
 
     @property
     def complete(self) -> bool:
-        return self.count("missing") == 0 and self.count("corrupt") == 0 and self.count("ok") > 0
+        return (
+            self.count("missing") == 0
+            and self.count("corrupt") == 0
+            and self.count("ok") > 0
+            and not self.corrupt_entries
+        )
 
     def summary(self) -> str:
         verdict = "complete" if self.complete else "INCOMPLETE"
@@ -108,6 +118,11 @@ class CacheReport:
             f"{self.cache}: {verdict}: {len(self.results)} keys, {self.count('ok')} would load, "
             f"{self.count('missing')} would compile (missing), {self.count('corrupt')} corrupt, "
             f"{self.count('unknown')} unknown (no cache key recorded)"
+            + (
+                f"; whole cache: {self.scanned} entries scanned, {len(self.corrupt_entries)} corrupt"
+                if self.scanned is not None
+                else ""
+            )
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -120,6 +135,8 @@ class CacheReport:
             "unknown": self.count("unknown"),
             "filesystem": None if self.filesystem is None else self.filesystem.__dict__,
             "results": [r.__dict__ for r in self.results],
+            "scanned": self.scanned,
+            "corrupt_entries": [{"cache_key": k, "reason": why} for k, why in self.corrupt_entries],
         }
 
 
@@ -194,9 +211,25 @@ class TritonCache(Protocol):
 
     description: str
 
+    def keys(self, limit: int) -> list[str]:
+        """Cache hashes of the entries present (at most ``limit``)."""
+        ...
+
     def lookup(self, cache_key: str) -> tuple[Status, str | None, int, int]:
         """``(status, reason, files, bytes)`` for one cache hash."""
         ...
+
+
+def cache_key_of(name: str) -> str | None:
+    """The SHA-256 hex of a cache directory / Redis ``{key}`` (inverse of :func:`cache_dir_name`),
+    ``None`` for anything that is not one."""
+    if not re.fullmatch(r"[A-Z2-7]{52}", name):
+        return None
+    try:
+        raw = base64.b32decode(name + "=" * (-len(name) % 8))
+    except (ValueError, TypeError):
+        return None
+    return raw.hex() if len(raw) == 32 else None
 
 
 class LocalCache:
@@ -207,6 +240,20 @@ class LocalCache:
         if not self.path.is_dir():
             raise StoreError(f"{self.path}: no such Triton cache directory")
         self.description = str(self.path)
+
+    def keys(self, limit: int) -> list[str]:
+        """Cache hashes of the entries in the directory (at most ``limit``)."""
+        out: list[str] = []
+        try:
+            for p in self.path.iterdir():
+                key = cache_key_of(p.name) if p.is_dir() else None
+                if key is not None:
+                    out.append(key)
+                    if len(out) >= limit:
+                        break
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot list: {exc.strerror or exc}") from None
+        return out
 
     def lookup(self, cache_key: str) -> tuple[Status, str | None, int, int]:
         entry = self.path / cache_dir_name(cache_key)
@@ -287,6 +334,24 @@ class RedisCache:
             return fn(*args)
         except redis.RedisError as exc:
             raise StoreError(f"{self.description}: {type(exc).__name__}: {exc}") from None
+
+    def keys(self, limit: int) -> list[str]:
+        """Cache hashes that have a group value in Redis (at most ``limit``; SCAN, never KEYS)."""
+        head, _, tail = self.key_format.partition("{key}")
+        pattern = self.key_format.format(key="*", filename="__grp__*")
+        out: list[str] = []
+        for raw in self._call(lambda: list(self.client.scan_iter(match=pattern, count=1000))):
+            name = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            if not name.startswith(head):
+                continue
+            middle = name[len(head) :]
+            sep = tail.split("{filename}")[0]
+            key = cache_key_of(middle.split(sep)[0] if sep else middle[:52])
+            if key is not None and key not in out:
+                out.append(key)
+                if len(out) >= limit:
+                    break
+        return out
 
     def lookup(self, cache_key: str) -> tuple[Status, str | None, int, int]:
         key = cache_dir_name(cache_key)
@@ -382,6 +447,25 @@ def check(manifest: Manifest, cache: TritonCache, *, backends: Sequence[str] = (
     return report
 
 
+MAX_SCAN = 100_000
+"""Most cache entries :func:`scan` looks at."""
+
+
+def scan(report: CacheReport, cache: TritonCache, *, limit: int = MAX_SCAN) -> CacheReport:
+    """Check every entry of ``cache`` (not only the manifest's): fills ``report.scanned`` and
+    ``report.corrupt_entries`` (a corrupt entry anywhere makes the report incomplete: some host's
+    key loads it). Entries already checked for the manifest are not read twice."""
+    done = {r.cache_key: r for r in report.results if r.cache_key is not None}
+    keys = cache.keys(limit)
+    report.scanned = len(keys)
+    for key in keys:
+        prev = done.get(key)
+        status, reason = (prev.status, prev.reason) if prev is not None else cache.lookup(key)[:2]
+        if status == "corrupt":
+            report.corrupt_entries.append((key, reason or "corrupt"))
+    return report
+
+
 __all__ = [
     "NETWORK_FS",
     "CacheReport",
@@ -393,4 +477,5 @@ __all__ = [
     "check",
     "elf_problem",
     "filesystem_of",
+    "scan",
 ]

@@ -158,6 +158,28 @@ def test_redis_cache_corrupt_and_missing_values(
     client.delete(f"triton:{k1}:scale_copy.ptx")
     report = check(recorded, cache)
     assert [r.status for r in report.results] == ["corrupt", "missing"]
+    from jitwatch.fleet.cache_check import scan
+
+    assert sorted(cache.keys(10)) == sorted(e.cache_key for e in recorded.entries)
+    assert [k for k, _ in scan(report, cache).corrupt_entries] == [recorded.entries[0].cache_key]
     redis_server.stop()
     with pytest.raises(StoreError, match="ConnectionError"):
         check(recorded, RedisCache(redis_server.url))
+
+
+def test_scan_finds_corrupt_entries_outside_the_manifest(
+    recorded: Manifest, triton_cache: Path, tmp_path: Path
+) -> None:
+    """--all: an entry no manifest names (another host's key) with a truncated cubin fails the
+    check too; without --all only the manifest's keys are read."""
+    only_first = recorded.model_copy(deep=True)
+    only_first.entries = only_first.entries[:1]
+    cubin = next(_entry_dir(triton_cache, recorded, 1).glob("*.cubin"))
+    cubin.write_bytes(cubin.read_bytes()[:200])
+    save(only_first, tmp_path / "one.json")
+    plain = runner.invoke(app, ["cache", "check", str(tmp_path / "one.json"), "--cache-dir", str(triton_cache)])
+    assert plain.exit_code == 0, plain.output
+    full = runner.invoke(app, ["cache", "check", str(tmp_path / "one.json"), "--cache-dir", str(triton_cache), "--all"])
+    assert full.exit_code == 1
+    assert "whole cache: 2 entries scanned, 1 corrupt" in full.stdout
+    assert f"corrupt entry {recorded.entries[1].cache_key[:16]}" in full.stdout  # type: ignore[index]
