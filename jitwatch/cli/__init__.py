@@ -637,9 +637,7 @@ def cache_check(
     ] = False,
     scan_all: Annotated[
         bool,
-        typer.Option(
-            "--all", help="Also check every other entry of the cache for corruption.", **FLAG
-        ),
+        typer.Option("--all", help="Also check every other entry of the cache for corruption.", **FLAG),
     ] = False,
 ) -> None:
     """Which of a manifest's keys a Triton cache would load, which would compile, which are corrupt.
