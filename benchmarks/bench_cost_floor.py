@@ -118,43 +118,48 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
         wall.append(w / len(plan))
     out: dict[str, Any] = {"variant": variant, "cpu_s": cpu, "wall_s": wall}
     if mon is not None:
-        out["thread_s"] = _thread_cost(mon, burst, triton, cfg["reps"], len(plan))
+        cost = _thread_cost(mon, burst, triton, cfg["reps"], len(plan))
+        out["thread_s"], out["thread_mean_s"] = cost["median"], cost["mean"]
         out["dropped"] = getattr(mon.sink, "dropped_total", None)
         mon.uninstall()
     return out
 
 
-def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> list[float]:
+def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> dict[str, list[float]]:
     """Seconds per compile inside jitwatch's three installed callables (compiling thread), minus
-    the timer's own overhead."""
+    the timer's own overhead: ``median`` sums each callable's median call (robust to the GIL
+    hand-offs and preemptions a shared machine adds to single calls); ``mean`` is the burst total
+    divided by its compiles (those included)."""
     perf = time.perf_counter
-    acc = [0.0]
+    calls: list[list[float]] = [[], [], []]
 
-    def wrap(fn: Any) -> Any:
+    def wrap(fn: Any, acc: list[float]) -> Any:
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = perf()
             try:
                 return fn(*args, **kwargs)
             finally:
-                acc[0] += perf() - t0
+                acc.append(perf() - t0)
 
         return timed
 
     slots = [(triton.knobs.runtime, "jit_cache_hook"), (triton.knobs.runtime, "jit_post_compile_hook")]
     slots.append((triton.knobs.compilation, "listener"))
     saved = [(h, a, getattr(h, a)) for h, a in slots]
-    for h, a, fn in saved:
-        setattr(h, a, wrap(fn))
-    probe = wrap(lambda: None)
-    t0 = perf()
+    for (h, a, fn), acc in zip(saved, calls, strict=True):
+        setattr(h, a, wrap(fn, acc))
+    probe_acc: list[float] = []
+    probe = wrap(lambda: None, probe_acc)
     for _ in range(10_000):
         probe()
-    overhead = (perf() - t0) / 10_000
-    out = []
+    overhead = statistics.median(probe_acc)
+    out: dict[str, list[float]] = {"median": [], "mean": []}
     for _ in range(reps):
-        acc[0] = 0.0
+        for acc in calls:
+            acc.clear()
         burst()
-        out.append(max(0.0, acc[0] / n - 3 * overhead))
+        out["median"].append(max(0.0, sum(statistics.median(acc) - overhead for acc in calls if acc)))
+        out["mean"].append(max(0.0, sum(sum(acc) for acc in calls) / n - 3 * overhead))
     for h, a, fn in saved:
         setattr(h, a, fn)
     return out
@@ -176,7 +181,8 @@ def bench_compiles(device: str, n: int, reps: int, rounds: int, tmp: Path, befor
     cache = tmp / "triton-cache"
     _spawn({"variant": "none", "device": device, "n": n, "reps": 0, "round": -1}, tmp, cache)  # fill the disk cache
     variants = (*VARIANTS, BEFORE) if before else VARIANTS
-    per: dict[str, dict[str, list[float]]] = {v: {"cpu_s": [], "wall_s": [], "thread_s": []} for v in variants}
+    keys = ("cpu_s", "wall_s", "thread_s", "thread_mean_s")
+    per: dict[str, dict[str, list[float]]] = {v: {k: [] for k in keys} for v in variants}
     dropped = 0
     for r in range(rounds):
         order = variants if r % 2 == 0 else tuple(reversed(variants))
@@ -186,7 +192,7 @@ def bench_compiles(device: str, n: int, reps: int, rounds: int, tmp: Path, befor
             if v == BEFORE:
                 cfg["tree"] = before
             res = _spawn(cfg, tmp, cache)
-            for k in ("cpu_s", "wall_s", "thread_s"):
+            for k in keys:
                 per[v][k] += res.get(k, [])
             dropped += int(res.get("dropped") or 0)
     med = {v: {k: statistics.median(xs) * 1e6 for k, xs in d.items() if xs} for v, d in per.items()}
@@ -208,8 +214,10 @@ def bench_compiles(device: str, n: int, reps: int, rounds: int, tmp: Path, befor
                 added / floor if floor > 0 else None
             )
     out["compiling_thread_us"] = med["jitwatch"].get("thread_s")
+    out["compiling_thread_mean_us"] = med["jitwatch"].get("thread_mean_s")
     if before:
         out["compiling_thread_us_before"] = med[BEFORE].get("thread_s")
+        out["compiling_thread_mean_us_before"] = med[BEFORE].get("thread_mean_s")
     return out
 
 
@@ -389,9 +397,15 @@ def _print(doc: dict[str, Any]) -> None:
             floor = a.pop("noop_floor")
             shown = ", ".join(f"{v} {x:.1f} us ({x / floor:.2f}x)" for v, x in a.items()) if floor > 0 else str(a)
             print(f"  added {k}: noop floor {floor:.1f} us; {shown}")
-        print(f"  compiling thread inside jitwatch: {c['compiling_thread_us']:.1f} us per compile", end="")
+        print(
+            f"  compiling thread inside jitwatch: {c['compiling_thread_us']:.1f} us per compile (median calls)", end=""
+        )
+        print(f", {c['compiling_thread_mean_us']:.1f} us (mean)", end="")
         if c.get("compiling_thread_us_before") is not None:
-            print(f" (before: {c['compiling_thread_us_before']:.1f} us)", end="")
+            print(
+                f"; before: {c['compiling_thread_us_before']:.1f} / {c['compiling_thread_mean_us_before']:.1f} us",
+                end="",
+            )
         print(f"; dropped {c['dropped']}")
     for name in ("journal", "journal_before"):
         j = doc.get(name)

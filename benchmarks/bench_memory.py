@@ -107,7 +107,7 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
         post(**kw_post)
         if (i + 1) % 1000 == 0:
             mon.flush(60)
-        if (i + 1) % 10_000 == 0:
+        if (i + 1) % 10_000 == 0 or i + 1 == cfg["events"]:
             samples.append({"events": i + 1, "rss_mib": rss_bytes() / 2**20})
     elapsed = time.perf_counter() - t0
     mon.flush(120)

@@ -10,7 +10,7 @@ mkdir -p "$DEST"
 export TRITON_DEFAULT_FP_FUSION=1 OTEL_SDK_DISABLED=true PYTHONUNBUFFERED=1
 export JITWATCH_DIR="${JITWATCH_DIR:-$(mktemp -d)}"
 status=0
-for b in recompiles hot_path compile_cost sidecar memory fleet torch_compile; do
+for b in recompiles hot_path compile_cost sidecar memory fleet torch_compile cost_floor; do
   echo "=== $b $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$DEST/run.log"
   "$PY" "benchmarks/bench_$b.py" --out "$DEST/$b.json" >>"$DEST/run.log" 2>&1 || { echo "=== $b FAILED"; status=1; }
 done

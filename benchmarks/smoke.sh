@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench-smoke`: every benchmark, briefly, so none of them rots. Figures are meaningless at this
-# size and nothing is asserted on them; a benchmark that crashes fails the target. ~2-4 min on 2 cores.
+# size and nothing is asserted on them; a benchmark that crashes fails the target. ~5 min on 2 idle cores.
+# bench_first_request.py and diag_first_request.py need a GPU (scripts/gpu/, benchmarks/README.md): not here.
 set -u
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
@@ -22,6 +23,5 @@ run compile_cost --quick --device cpu --procs 2
 run recompiles --device cpu --sizes 1,2,3,7,16,17,32,33
 run hot_path --device cpu --launches 200 --reps 2
 run memory --events 2000 --kernels 200
-run first_request --smoke-cpu
 rm -rf "$DEST"
 exit $status
