@@ -44,7 +44,7 @@ from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAU
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.redact import may_need_redaction, redact
-from jitwatch.store import migrations, safety, specs
+from jitwatch.store import migrations, readsafe, safety, specs
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +295,68 @@ def _sanitize(ev: Event) -> tuple[Event, str]:
     return (ev.model_copy(update=update) if update else ev), attrs_json
 
 
+MAX_KEY_CHARS = 16_384
+"""Longest specialization key stored; a longer one is cut and ends with a ``…[+N chars]`` marker."""
+MAX_NAME_CHARS = 16_384
+"""Longest kernel, host or backend name stored (same marker)."""
+MAX_ATTRS_CHARS = 65_536
+"""Approximate size (characters of strings and keys) above which an event's ``attrs`` are shrunk:
+values larger than :data:`MAX_ATTR_VALUE_CHARS` become ``"…[truncated]"`` and ``_truncated`` is set."""
+MAX_ATTR_VALUE_CHARS = 4096
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}…[+{len(text) - limit} chars]"
+
+
+def _size(value: Any, budget: int) -> int:
+    """Approximate stored size of ``value`` (string lengths + a little per item), counting stops
+    once past ``budget`` (so a huge value costs no more than ``budget`` to measure)."""
+    stack, total = [value], 0
+    while stack and total <= budget:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v) + 2
+        elif isinstance(v, dict):
+            total += 2
+            for k, x in v.items():
+                total += len(str(k)) + 3
+                stack.append(x)
+        elif isinstance(v, (list, tuple)):
+            total += 2
+            stack.extend(v)
+        else:
+            total += 8
+    return total
+
+
+def capped(ev: Event) -> Event:
+    """``ev`` with its row size bounded: key cut at :data:`MAX_KEY_CHARS`, names at
+    :data:`MAX_NAME_CHARS` (with a ``…[+N chars]`` marker), and ``attrs`` larger than
+    :data:`MAX_ATTRS_CHARS` shrunk (large values replaced, ``_truncated: true``). A 1 MB key would
+    otherwise be copied into every ``/jit`` and ``/jit/events`` answer (23 s for ``/jit``)."""
+    update: dict[str, Any] = {}
+    if isinstance(ev.key, str) and len(ev.key) > MAX_KEY_CHARS:
+        update["key"] = _cut(ev.key, MAX_KEY_CHARS)
+    for name in ("kernel", "host", "backend"):
+        value = getattr(ev, name)
+        if isinstance(value, str) and len(value) > MAX_NAME_CHARS:
+            update[name] = _cut(value, MAX_NAME_CHARS)
+    if ev.attrs and _size(ev.attrs, MAX_ATTRS_CHARS) > MAX_ATTRS_CHARS:
+        attrs: dict[str, Any] = {}
+        total = 0
+        for k, v in ev.attrs.items():
+            n = _size(v, MAX_ATTR_VALUE_CHARS)
+            if n > MAX_ATTR_VALUE_CHARS or total + n > MAX_ATTRS_CHARS:
+                attrs[str(k)[:MAX_NAME_CHARS]] = "…[truncated]"
+            else:
+                attrs[k] = v
+                total += n
+        attrs["_truncated"] = True
+        update["attrs"] = attrs
+    return ev.model_copy(update=update) if update else ev
+
+
 def sanitized(ev: Event) -> Event:
     """``ev`` as the journal stores it (strings redacted and UTF-8-safe, non-finite times dropped):
     what off-host exporters send (:mod:`jitwatch.export`). Raises like :meth:`Journal.write` for an
@@ -339,10 +401,23 @@ def _on_readonly_fs_without_wal(path: Path) -> bool:
 
 
 def _row_to_event(row: sqlite3.Row) -> Event:
+    """The event of an ``events`` row. Raises ``ValueError`` (or pydantic's ``ValidationError``,
+    a ``ValueError``) for a row that makes no sense: unknown kind or phase, a time or rank that is
+    not a number; optional numbers that make no sense (negative or non-finite durations) read as
+    ``None`` and unparsable attrs as ``{}`` (see :mod:`jitwatch.store.readsafe`)."""
     fields = dict(row)
     spec_data = fields.pop("spec_data", None)
     fields.pop("spec_id", None)
-    attrs = json.loads(fields["attrs"])
+    kind, phase, ts = readsafe.kind(fields["kind"]), readsafe.phase(fields["phase"]), readsafe.timestamp(fields["ts"])
+    if kind is None or phase is None or ts is None or readsafe.rank(fields["rank"]) is None:
+        raise ValueError("unusable events row")
+    fields["ts"] = ts
+    fields["start_ts"] = readsafe.timestamp(fields.get("start_ts"))
+    fields["duration_s"] = readsafe.seconds(fields.get("duration_s"))
+    for name in ("kernel", "key", "backend", "host"):
+        if name in fields and fields[name] is not None and not isinstance(fields[name], str):
+            fields[name] = str(fields[name])
+    attrs = readsafe.json_object(fields["attrs"])
     if spec_data is not None:
         try:
             spec = specs.decode(spec_data)
@@ -354,8 +429,8 @@ def _row_to_event(row: sqlite3.Row) -> Event:
     return Event(
         **{
             **fields,
-            "kind": EventKind(row["kind"]),
-            "phase": Phase(row["phase"]),
+            "kind": kind,
+            "phase": phase,
             "cache_hit": None if row["cache_hit"] is None else bool(row["cache_hit"]),
             "attrs": attrs,
         }
@@ -425,6 +500,9 @@ class Journal:
         self._spec_generation: str | None = None
         self._redacted: dict[str, str] = {}  # kernel names and keys → redacted (bounded)
         self._prunes_since_gc = 0
+        self.skipped_rows = 0
+        """Rows read back that made no sense (unknown phase, text or inf in a number column…) and
+        were skipped: see :mod:`jitwatch.store.readsafe`."""
         if readonly:
             safety.check_reader_files(self.path)
             if not self.path.exists():
@@ -632,7 +710,7 @@ class Journal:
                     fold(f)
             run.clear()
 
-        for ev in events:
+        for ev in map(capped, events):
             if ev.kind not in STAT_KINDS:
                 flush_run()
                 # One event that cannot be stored (its own values) is dropped alone and counted,
@@ -1082,15 +1160,55 @@ class Journal:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY events.id {'DESC' if newest_first else 'ASC'} LIMIT ?"
         args.append(limit)
-        return [_row_to_event(r) for r in self._conn.execute(sql, args)]
+        out: list[Event] = []
+        for r in self._conn.execute(sql, args):
+            try:
+                out.append(_row_to_event(r))
+            except (ValueError, TypeError, KeyError) as exc:
+                self._skip_row("events", exc)
+        return out
 
     def count_events(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
+    def _skip_row(self, table: str, why: object) -> None:
+        """Count (``skipped_rows``) and log once per connection a row that makes no sense."""
+        self.skipped_rows += 1
+        if self.skipped_rows == 1:
+            log.warning("jitwatch: skipped a %s row of %s that makes no sense (%s)", table, self.path, why)
+
     def workers(self) -> list[WorkerRow]:
-        """Every worker row, oldest start first."""
+        """Every worker row, oldest start first; rows with an unknown state, a non-numeric time or
+        an out-of-range rank are skipped (:mod:`jitwatch.store.readsafe`)."""
         rows = self._conn.execute("SELECT * FROM workers ORDER BY started_ts, pid")
-        return [WorkerRow(**{**dict(r), "state": Phase(r["state"]), "attrs": json.loads(r["attrs"])}) for r in rows]
+        out: list[WorkerRow] = []
+        for r in rows:
+            f = dict(r)
+            state, rank = readsafe.phase(f["state"]), readsafe.rank(f["rank"])
+            started, last = readsafe.timestamp(f["started_ts"]), readsafe.timestamp(f["last_ts"])
+            if state is None or rank is None or started is None or last is None or not isinstance(f["pid"], int):
+                self._skip_row("workers", "state, rank, pid or time")
+                continue
+            for name in ("warmup_start_ts", "warmup_end_ts", "first_request_ts"):
+                f[name] = readsafe.timestamp(f.get(name))
+            for name in ("warmup_duration_s", "warmup_compile_seconds", "first_request_s"):
+                f[name] = readsafe.seconds(f.get(name))
+            f["warmup_compiles"] = readsafe.count(f.get("warmup_compiles"))
+            f["mode"] = readsafe.text(f.get("mode"))
+            f["host"] = str(f["host"])
+            out.append(
+                WorkerRow(
+                    **{
+                        **f,
+                        "state": state,
+                        "rank": rank,
+                        "started_ts": started,
+                        "last_ts": last,
+                        "attrs": readsafe.json_object(f["attrs"]),
+                    }
+                )
+            )
+        return out
 
     def latest_workers(self) -> dict[int, WorkerRow]:
         """The most recently started worker for each rank (a restarted worker replaces the old)."""
@@ -1107,10 +1225,15 @@ class Journal:
         acc: dict[tuple[str, str, str, int, str], list[Any]] = {}
 
         def add(
-            backend: str, kernel: str, phase: str, rank: int, kind: str, n: int, s: float, hits: int, key: Any, ts: Any
+            backend: str, kernel: str, phase: str, rank: int, kind: str, n: Any, s: Any, hits: Any, key: Any, ts: Any
         ) -> None:
+            n, s, hits, ts = readsafe.count(n), readsafe.seconds(s), readsafe.count(hits) or 0, readsafe.timestamp(ts)
+            if n is None or s is None or readsafe.phase(phase) is None or readsafe.rank(rank) is None:
+                self._skip_row("compile_stats", "count, seconds, phase or rank")
+                return
             if not n:
                 return
+            backend, kernel, kind, key = str(backend), str(kernel), str(kind), readsafe.text(key)
             row = acc.setdefault((backend, kernel, phase, rank, kind), [0, 0.0, 0, None, None])
             row[0] += n
             row[1] += s
@@ -1184,21 +1307,27 @@ class Journal:
         if "recompile_stats" not in self._tables:
             return []
         labels = {r[0]: r[1] for r in self._conn.execute("SELECT name, label FROM kernels")}
-        out = [
-            RecompileRow(
-                backend=r["backend"],
-                kernel=r["kernel"],
-                label=labels.get(r["kernel"], r["kernel"]),
-                reason_class=r["reason_class"],
-                phase=Phase(r["phase"]),
-                rank=int(r["rank"]),
-                count=int(r["count"]),
-                seconds=float(r["seconds"]),
-                last_reason=r["last_reason"],
-                last_ts=r["last_ts"],
+        out: list[RecompileRow] = []
+        for r in self._conn.execute("SELECT * FROM recompile_stats"):
+            phase, rank = readsafe.phase(r["phase"]), readsafe.rank(r["rank"])
+            n, secs = readsafe.count(r["count"]), readsafe.seconds(r["seconds"])
+            if phase is None or rank is None or n is None or secs is None:
+                self._skip_row("recompile_stats", "count, seconds, phase or rank")
+                continue
+            out.append(
+                RecompileRow(
+                    backend=str(r["backend"]),
+                    kernel=str(r["kernel"]),
+                    label=labels.get(r["kernel"], str(r["kernel"])),
+                    reason_class=str(r["reason_class"]),
+                    phase=phase,
+                    rank=rank,
+                    count=n,
+                    seconds=secs,
+                    last_reason=readsafe.text(r["last_reason"]),
+                    last_ts=readsafe.timestamp(r["last_ts"]),
+                )
             )
-            for r in self._conn.execute("SELECT * FROM recompile_stats")
-        ]
         out.sort(key=lambda s: (s.backend, s.kernel, s.rank, s.phase.value, s.reason_class))
         return out
 
@@ -1215,13 +1344,24 @@ class Journal:
             sql = "SELECT backend, rank, phase, bucket, count FROM duration_hist"
             rows += [(r[0], r[1], r[2], r[3], r[4]) for r in self._conn.execute(sql)]
         for backend, rank, phase, bucket, count in rows:
-            counts = out.setdefault((backend, rank, Phase(phase)), [0] * (n + 1))
-            counts[min(int(bucket), n)] += int(count)
+            ph, rk, b, c = readsafe.phase(phase), readsafe.rank(rank), readsafe.count(bucket), readsafe.count(count)
+            if ph is None or rk is None or b is None or c is None:
+                self._skip_row("duration_hist", "phase, rank, bucket or count")
+                continue
+            counts = out.setdefault((str(backend), rk, ph), [0] * (n + 1))
+            counts[min(b, n)] += c
         return out
 
     def counters(self) -> dict[tuple[int, str], float]:
         """Every counter: ``{(rank, name): value}`` (per-backend ones named ``base:backend``)."""
-        return {(r[0], r[1]): float(r[2]) for r in self._conn.execute("SELECT rank, name, value FROM counters")}
+        out: dict[tuple[int, str], float] = {}
+        for r in self._conn.execute("SELECT rank, name, value FROM counters"):
+            rank, value = readsafe.rank(r[0], allow_journal_wide=True), readsafe.seconds(r[2])
+            if rank is None or value is None or not isinstance(r[1], str):
+                self._skip_row("counters", "rank or value")
+                continue
+            out[(rank, r[1])] = value
+        return out
 
     def request_histogram(self) -> dict[int, tuple[list[int], float]]:
         """Per rank: (non-cumulative counts per bucket of :data:`COMPILE_DURATION_BUCKETS` + the

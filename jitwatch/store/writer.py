@@ -487,11 +487,15 @@ class JournalWriter:
             to_write.append(Event.now(EventKind.DROPPED, rank=self.rank, attrs={"count": dropped}))
         if not to_write:
             return
-        self._journal.write(to_write)
+        ids = self._journal.write(to_write)
         self._remember_registration(batch)
+        # An event the journal could not store (its own values, e.g. a rank past SQLite's 64 bits)
+        # was dropped alone and counted there (dropped_events): never count it as written here.
+        lost = max(0, len(to_write) - len(ids))
         with self._lock:
             self._dropped_unreported -= dropped
-            self.written_total += len(batch)
+            self.written_total += len(batch) - lost
+            self.dropped_total += lost
         if self.fault is not None:
             log.warning("jitwatch journal %s writable again; %d events were dropped", self.directory, dropped)
             self.fault = None
