@@ -64,7 +64,7 @@ def test_worker_warmup_and_first_request_journaled(offline_run: tuple[Path, dict
 
 def test_sidecar_jit_and_readyz_agree(offline_run: tuple[Path, dict, str]) -> None:
     journal, _, _ = offline_run
-    client = TestClient(create_app(journal_dir=journal, token=""))
+    client = TestClient(create_app(journal_dir=journal, token=None))
     jit = client.get("/jit").json()
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["ready"] is True

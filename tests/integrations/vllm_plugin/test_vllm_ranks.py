@@ -40,7 +40,7 @@ def test_tensor_parallel_two_workers_two_ranks(tiny_model: Path, tmp_path: Path)
     for kind in (EventKind.WARMUP_START, EventKind.WARMUP_COMPLETE, EventKind.FIRST_REQUEST):
         assert sorted(e.rank for e in events if e.kind is kind) == [0, 1], kind
 
-    jit = TestClient(create_app(journal_dir=journal, token="")).get("/jit").json()
+    jit = TestClient(create_app(journal_dir=journal, token=None)).get("/jit").json()
     assert jit["ready"] is True and jit["totals"]["ranks"] == 2 and jit["totals"]["ranks_ready"] == 2
     assert [(r["rank"], r["tp_rank"]) for r in jit["ranks"]] == [(0, 0), (1, 1)]
     assert all(r["first_request_latency_s"] > 0 for r in jit["ranks"])
@@ -51,5 +51,5 @@ def test_two_engines_one_journal_rank_offset(tiny_model: Path, tmp_path: Path) -
     each engine's ranks, ``JITWATCH_DP_RANK`` labels the replica."""
     journal = tmp_path / "journal"
     run_engine(tmp_path, tiny_model, journal, env_extra={"JITWATCH_RANK": "4", "JITWATCH_DP_RANK": "1"})
-    jit = TestClient(create_app(journal_dir=journal, token="")).get("/jit").json()
+    jit = TestClient(create_app(journal_dir=journal, token=None)).get("/jit").json()
     assert [(r["rank"], r["tp_rank"], r["dp_rank"], r["ready"]) for r in jit["ranks"]] == [(4, 0, 1, True)]

@@ -39,7 +39,7 @@ def test_serving_compile_attributed_to_vllm_request(tiny_model: Path, tmp_path: 
     assert compile_ev.attrs["tp_rank"] == 0 and compile_ev.attrs["vllm_version"] == "0.32.0"
     assert "post-warmup compile of Triton kernel 'slot_mapping_kernel'" in out
 
-    jit = TestClient(create_app(journal_dir=journal, token="")).get("/jit").json()
+    jit = TestClient(create_app(journal_dir=journal, token=None)).get("/jit").json()
     assert jit["totals"]["compiles_serving"] == 1
     (recent,) = jit["recent_serving_compiles"]
     assert recent["kernel"] == "slot_mapping_kernel" and recent["rank"] == 0
