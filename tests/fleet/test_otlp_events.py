@@ -244,3 +244,30 @@ def test_exit_is_not_held_by_a_dead_collector() -> None:
     of torch/triton-free jitwatch and the SDK take the rest)."""
     baseline = _exit_run(f"http://127.0.0.1:{free_port()}/v1/logs")
     assert baseline < 25  # well under the 30 s export timeout the SDK's own atexit would wait
+
+
+class _BrokenExporter:
+    """An exporter whose every call raises: the writer must journal on regardless."""
+
+    name = "broken"
+    dropped_total = 0
+
+    def export(self, events: Any) -> None:
+        raise RuntimeError("exporter bug")
+
+    def shutdown(self) -> None:
+        raise RuntimeError("exporter bug at shutdown")
+
+
+def test_a_failing_exporter_never_stops_the_journal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    writer = JournalWriter(tmp_path / "journal", exporters=[_BrokenExporter()], interval_s=0.05)
+    with caplog.at_level("ERROR", logger="jitwatch.store.writer"):
+        for _ in range(3):
+            for ev in _events(5):
+                assert writer.submit(ev)
+            assert writer.flush(10)
+        writer.close()
+    with Journal(tmp_path / "journal", readonly=True) as j:
+        assert len(j.events(kind=EventKind.COMPILE, limit=100)) == 15
+    assert writer.dropped_total == 0
+    assert len([r for r in caplog.records if "exporter failed" in r.getMessage()]) == 1  # logged once
