@@ -193,3 +193,63 @@ def test_two_sidecars_summed_by_one_prometheus_and_federated(
     assert [(r["metric"].get("zone"), r["metric"].get("job")) for r in federated] == [("zone-a", "jitwatch")]
     hosts = {r["metric"]["host"] for r in _query(glob, 'jitwatch_compiles_total{phase="serving"}')}
     assert hosts == set(HOSTS)
+
+
+def test_remote_write_to_a_global_prometheus(tmp_path: Path, procs: list[subprocess.Popen[Any]]) -> None:
+    """The push alternative scrape.yml documents: the zone Prometheus remote-writes jitwatch_*
+    series (write_relabel_configs keep) to a global Prometheus 2.42 started with
+    --web.enable-remote-write-receiver; one query there sums the fleet."""
+    prometheus = _tool("prometheus")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "JITWATCH_"))}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+
+    def spawn(name: str, cmd: list[str]) -> None:
+        out = open(tmp_path / f"{name}.log", "w")  # closed with the process's end
+        procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, text=True))
+
+    glob_dir = tmp_path / "global"
+    glob_dir.mkdir()
+    (glob_dir / "prometheus.yml").write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}}))
+    glob_port = free_port()
+    spawn("global", [prometheus, f"--config.file={glob_dir / 'prometheus.yml'}",
+                     f"--storage.tsdb.path={glob_dir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{glob_port}",
+                     "--web.enable-remote-write-receiver", "--log.level=warn"])  # fmt: skip
+    glob = f"http://127.0.0.1:{glob_port}"
+    _wait("the global Prometheus", lambda: urllib.request.urlopen(glob + "/-/ready", timeout=2).status == 200)
+
+    targets = []
+    for host, serving in HOSTS.items():
+        journal = tmp_path / host / "journal"
+        _journal(journal, host, serving)
+        port = free_port()
+        spawn(host, [sys.executable, "-m", "jitwatch", "serve", "--host", "127.0.0.1", "--port", str(port),
+                     "--journal-dir", str(journal)])  # fmt: skip
+        targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"host": host}})
+        _wait(f"{host}'s sidecar", lambda port=port: _http_json(f"http://127.0.0.1:{port}/livez"))
+    zone_dir = tmp_path / "zone"
+    zone_dir.mkdir()
+    (zone_dir / "sidecars.json").write_text(json.dumps(targets))
+    zone_cfg = yaml.safe_load((FLEET / "scrape.yml").read_text())
+    zone_cfg["global"].update(scrape_interval="1s", evaluation_interval="1s", scrape_timeout="1s")
+    zone_cfg.pop("rule_files")
+    zone_cfg["scrape_configs"][0]["file_sd_configs"] = [
+        {"files": [str(zone_dir / "sidecars.json")], "refresh_interval": "1s"}
+    ]
+    zone_cfg["remote_write"] = [  # the block scrape.yml documents, pointed at the test's global
+        {
+            "url": f"{glob}/api/v1/write",
+            "write_relabel_configs": [{"source_labels": ["__name__"], "regex": "jitwatch_.*", "action": "keep"}],
+        }
+    ]
+    (zone_dir / "prometheus.yml").write_text(yaml.safe_dump(zone_cfg))
+    spawn("zone", [prometheus, f"--config.file={zone_dir / 'prometheus.yml'}",
+                   f"--storage.tsdb.path={zone_dir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{free_port()}",
+                   "--log.level=warn"])  # fmt: skip
+    fleet_sum = 'sum(jitwatch_compiles_total{phase="serving"})'
+    total = sum(HOSTS.values())
+    _wait(
+        "remote-written series summing the fleet on the global Prometheus",
+        lambda: (r := _query(glob, fleet_sum)) and float(r[0]["value"][1]) == total,
+    )
+    assert {r["metric"]["host"] for r in _query(glob, 'jitwatch_compiles_total{phase="serving"}')} == set(HOSTS)
+    assert _query(glob, "up") == []  # only jitwatch_* series were kept by the relabel rule
