@@ -167,6 +167,13 @@ ALL_VARIABLES = (
     JITWATCH_COLLECTIVE_DEADLINE_S,
 )
 
+SIDECAR_ONLY_VARIABLES = (JITWATCH_HOST, JITWATCH_PORT, JITWATCH_TOKEN, JITWATCH_STALE_SECONDS)
+"""Read by the sidecar and ``jitwatch status`` only: a worker (``install()``, the vLLM plugin) does
+not stop for a bad value of one of these."""
+
+WORKER_VARIABLES = (*(v for v in ALL_VARIABLES if v not in SIDECAR_ONLY_VARIABLES), "RANK", "LOCAL_RANK")
+"""What a worker reads (see :meth:`Settings.for_worker`)."""
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9400
 DEFAULT_RETENTION_EVENTS = 100_000
@@ -525,6 +532,13 @@ class Settings:
             ),
             errors=tuple(errors.items()),
         )
+
+    @classmethod
+    def for_worker(cls, env: dict[str, str] | os._Environ[str] | None = None) -> Settings:
+        """:meth:`from_env` for a worker: raises :class:`ConfigError` only for a variable a worker
+        reads (:data:`WORKER_VARIABLES`); a bad sidecar-only value (``JITWATCH_PORT=abc``) is left
+        to the sidecar to report."""
+        return cls.from_env(env, strict=False).require(*WORKER_VARIABLES)
 
     def require(self, *variables: str) -> Settings:
         """Raise :class:`ConfigError` for the first unusable variable among ``variables`` (all of

@@ -74,7 +74,8 @@ def create_monitor(
     """A new, not yet installed :class:`Monitor` writing to the journal of ``settings``.
 
     Args:
-        settings: default :meth:`Settings.from_env` (raises :class:`~jitwatch.errors.ConfigError`).
+        settings: default :meth:`Settings.for_worker` (raises :class:`~jitwatch.errors.ConfigError`
+            for a variable a worker reads; sidecar-only ones such as ``JITWATCH_PORT`` are not its concern).
         mode: default ``settings.mode``. In ``off`` mode no journal writer is created.
         identity: default :meth:`WorkerIdentity.from_settings`.
         backends: default those ``settings.backends`` (``JITWATCH_BACKENDS``) names.
@@ -83,7 +84,7 @@ def create_monitor(
     Raises:
         jitwatch.errors.BackendError: ``JITWATCH_BACKENDS`` names an unknown backend.
     """
-    settings = settings or Settings.from_env()
+    settings = settings or Settings.for_worker()
     resolved = parse_mode(mode) if mode is not None else settings.mode
     identity = identity or WorkerIdentity.from_settings(settings)
     if sink is None:
@@ -126,14 +127,15 @@ def install(
     whose library the host has not imported yet hooks in when it does.
 
     Raises:
-        jitwatch.errors.ConfigError: a ``JITWATCH_*`` variable has an unusable value.
+        jitwatch.errors.ConfigError: a ``JITWATCH_*`` variable a worker reads has an unusable value
+            (not for the sidecar-only ``JITWATCH_HOST``/``PORT``/``TOKEN``/``STALE_SECONDS``).
         jitwatch.errors.BackendError: ``JITWATCH_BACKENDS`` names an unknown backend.
     """
     global _monitor
     with _monitor_lock:
         if _monitor is not None:
             return _monitor
-        settings = Settings.from_env()
+        settings = Settings.for_worker()
         if journal_dir is not None:
             settings = replace(settings, journal_dir=Path(journal_dir))
         if identity is None:

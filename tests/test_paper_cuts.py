@@ -377,3 +377,16 @@ def test_status_end_to_end_with_hostile_journal_text(tmp_path: Path) -> None:
     flat = res.stdout.replace("\n", "").replace("│", "").replace(" ", "")
     assert "k[/]\\x1b[2J\\x1b]0;owned\\x07[bold]x" in flat, res.stdout
     assert max(len(line) for line in res.stdout.splitlines()) <= 80
+
+
+def test_worker_ignores_sidecar_only_settings(tmp_path: Path) -> None:
+    """``install()`` in a real process: a bad ``JITWATCH_PORT`` (read by the sidecar only) does not
+    stop a worker; a bad worker variable (``JITWATCH_QUEUE_SIZE``) still does, naming it."""
+    code = "import jitwatch; m = jitwatch.install(); print('installed', m.mode.value); jitwatch.uninstall()"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update(JITWATCH_DIR=str(tmp_path / "j"), JITWATCH_PORT="abc", JITWATCH_TOKEN="", JITWATCH_BACKENDS="none")
+    ok = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "installed warn" in ok.stdout, ok.stderr
+    env["JITWATCH_QUEUE_SIZE"] = "lots"
+    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "JITWATCH_QUEUE_SIZE='lots'" in bad.stderr

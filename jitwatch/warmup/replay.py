@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from jitwatch.backends.triton.resolve import resolve_kernel
 from jitwatch.backends.triton.specialization import verified_preload_data
 from jitwatch.config import JITWATCH_MANIFEST, Settings
-from jitwatch.errors import KernelNotResolved, ManifestEntryRefused, ManifestError
+from jitwatch.errors import ConfigError, KernelNotResolved, ManifestEntryRefused, ManifestError
 from jitwatch.warmup.manifest import Manifest, ManifestEntry, load
 
 if TYPE_CHECKING:
@@ -543,13 +543,17 @@ def replay_from_env(
 
     Call it inside the worker's warmup (``with monitor.warmup(): replay_from_env(monitor)``) so the
     replayed compiles are recorded as warmup compiles. Uses ``settings`` (default: the monitor's,
-    else :meth:`Settings.from_env`): ``manifest``, ``manifest_allow``, ``replay_parallel``,
+    else :meth:`Settings.for_worker`): ``manifest``, ``manifest_allow``, ``replay_parallel``,
     ``replay_workers``. Returns ``None`` when no manifest is set, when the monitor is already
     serving (replaying then would be post-warmup compiles) or when the manifest does not load;
     never raises, logs why.
     """
     if settings is None:
-        settings = monitor.settings if monitor is not None else Settings.from_env()
+        try:
+            settings = monitor.settings if monitor is not None else Settings.for_worker()
+        except ConfigError as exc:
+            log.error("jitwatch: not replaying a warmup manifest: %s", exc)
+            return None
     path = settings.manifest
     if path is None:
         return None

@@ -84,7 +84,7 @@ def register() -> None:
     """
     global _registered
     try:
-        settings = Settings.from_env()
+        settings = Settings.for_worker()
     except ConfigError as exc:  # report; stop vLLM only in error mode
         _failure("register", exc)
         return
@@ -162,7 +162,7 @@ def worker_ranks(worker: Any, settings: Settings | None = None) -> dict[str, int
     ``parallel_config.data_parallel_rank``; ``JITWATCH_TP_RANK`` / ``_PP_RANK`` / ``_DP_RANK``
     replace the detected values.
     """
-    settings = settings or Settings.from_env()
+    settings = settings or Settings.for_worker()
     rank = getattr(worker, "rank", None)
     try:
         import torch.distributed as dist
@@ -216,7 +216,7 @@ class WorkerState:
         from jitwatch.integrations.vllm.slot_mapping import detect
 
         worker = self.worker
-        settings = Settings.from_env()
+        settings = Settings.for_worker()
         ranks = worker_ranks(worker, settings)
         self.slot_mapping = detect(
             vllm_config=getattr(worker, "vllm_config", None), setting=settings.slot_mapping_warmup
