@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -216,3 +217,27 @@ def test_bad_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
 def test_serve_rejects_bad_port() -> None:
     result = runner.invoke(app, ["serve", "--port", "70000"])
     assert result.exit_code == 2
+
+
+def _command_paths(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = []
+    for name, cmd in sorted(group.commands.items()):
+        paths.append((*prefix, name))
+        if getattr(cmd, "commands", None):  # a group (typer's own click classes, not click's)
+            paths.extend(_command_paths(cmd, (*prefix, name)))
+    return paths
+
+
+def test_every_command_has_help() -> None:
+    """``--help`` works for every command and subcommand: help text is printed literally, so
+    ``redis://HOST:PORT[/DB]`` is not read as rich markup (it crashed three commands)."""
+    import typer.main
+
+    paths = _command_paths(typer.main.get_command(app))
+    assert ("cache", "check") in paths and ("warmup", "merge") in paths
+    for path in paths:
+        res = CliRunner().invoke(app, [*path, "--help"])
+        assert res.exit_code == 0, (path, res.output, res.exception)
+        assert "Usage" in res.output
+    res = CliRunner().invoke(app, ["cache", "check", "--help"])
+    assert "[/DB]" in res.output

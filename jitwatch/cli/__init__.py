@@ -290,7 +290,10 @@ def _short(text: str, width: int = 80) -> str:
     return cut + "…"
 
 
-LocationHelp = "a .json file, a directory (NFS-style store of NAME.json), or redis://HOST:PORT[/DB][/NAME][?prefix=P]"
+# Help text is rich markup (typer's default): a literal "[" is written "\\[".
+LocationHelp = (
+    "a .json file, a directory (NFS-style store of NAME.json), or redis://HOST:PORT\\[/DB]\\[/NAME]\\[?prefix=P]"
+)
 
 
 @manifest_app.command("export")
@@ -626,7 +629,7 @@ def cache_check(
     ] = None,
     redis_url: Annotated[
         str | None,
-        typer.Option("--redis", help="Triton's Redis remote cache: redis://HOST:PORT[/DB] (TRITON_REDIS_HOST/PORT)."),
+        typer.Option("--redis", help="Triton's Redis remote cache: redis://HOST:PORT\\[/DB] (TRITON_REDIS_HOST/PORT)."),
     ] = None,
     key_format: Annotated[
         str, typer.Option(help="Triton's TRITON_REDIS_KEY_FORMAT of that cache.")
