@@ -187,6 +187,23 @@ class _CompileEvent:
         return event
 
 
+def _stamp(ev: Event, ident: WorkerIdentity) -> Event:
+    ev.pid, ev.host = ident.pid, ident.host
+    return ev
+
+
+class _Stamped:
+    """A deferred event stamped with the worker's pid and host when the writer builds it."""
+
+    __slots__ = ("ident", "inner")
+
+    def __init__(self, inner: DeferredEvent, ident: WorkerIdentity) -> None:
+        self.inner, self.ident = inner, ident
+
+    def to_event(self) -> Event:
+        return _stamp(self.inner.to_event(), self.ident)
+
+
 class Monitor:
     """Records compiles, autotune runs and phase changes of one worker process, for every backend.
 
@@ -520,12 +537,11 @@ class Monitor:
         if serving and self.mode is Mode.ERROR:
             self._serving_compile(capture)
 
-    def _submit_all(self, events: list[Event]) -> None:
+    def _submit_all(self, events: Sequence[Event | DeferredEvent]) -> None:
         if not events or self._state != "installed" or self.mode is Mode.OFF:
             return
         for ev in events:
-            ev.pid, ev.host = self.identity.pid, self.identity.host
-            self.sink.submit(ev)
+            self.sink.submit(_Stamped(ev, self.identity) if not isinstance(ev, Event) else _stamp(ev, self.identity))
 
     def _describe(self, capture: Capture) -> str:
         label = self._labels.get(capture.backend) or f"{capture.backend} compile"

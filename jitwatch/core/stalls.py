@@ -31,6 +31,52 @@ MAX_COMPILES_LISTED = 20
 """Compiles listed per ``request_stall`` event (all are summed)."""
 
 
+class _StallEvent:
+    """A ``request_stall`` event built on the journal writer's thread (:meth:`to_event`), so the
+    request's own thread only appends a reference."""
+
+    __slots__ = ("compiles", "ident_attrs", "latency_s", "name", "rank", "request_id", "start_wall")
+
+    def __init__(
+        self,
+        request_id: int,
+        name: str | None,
+        start_wall: float,
+        latency_s: float,
+        rank: int,
+        compiles: list[tuple[str, str, float]],
+        ident_attrs: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.request_id, self.name, self.start_wall, self.latency_s = request_id, name, start_wall, latency_s
+        self.rank, self.compiles, self.ident_attrs = rank, compiles, ident_attrs
+
+    def to_event(self) -> Event:
+        by_backend: dict[str, float] = {}
+        for backend, _, seconds in self.compiles:
+            by_backend[backend] = by_backend.get(backend, 0.0) + seconds
+        attrs: dict[str, Any] = {
+            **self.ident_attrs(),
+            "request_id": self.request_id,
+            "latency_s": self.latency_s,
+            "compiles": len(self.compiles),
+            "compile_seconds_by_backend": by_backend,
+            "compiled": [
+                {"backend": b, "kernel": k, "duration_s": s} for b, k, s in self.compiles[:MAX_COMPILES_LISTED]
+            ],
+        }
+        if self.name:
+            attrs["request"] = self.name
+        return Event(
+            kind=EventKind.REQUEST_STALL,
+            ts=self.start_wall + self.latency_s,
+            start_ts=self.start_wall,
+            duration_s=sum(by_backend.values()),
+            rank=self.rank,
+            phase=Phase.SERVING,
+            attrs=attrs,
+        )
+
+
 class RequestStalls:
     """Per-request compile time of one monitor (thread-safe)."""
 
@@ -58,8 +104,9 @@ class RequestStalls:
         latency_s: float,
         rank: int,
         ident_attrs: Callable[[], dict[str, Any]],
-    ) -> list[Event]:
-        """The request ended: the events to journal now (usually none)."""
+    ) -> list[Event | _StallEvent]:
+        """The request ended: the events to journal now (usually none; a stall is built later,
+        on the writer's thread)."""
         compiles = self.open.pop(request_id, None)
         if not serving:
             return []
@@ -68,35 +115,11 @@ class RequestStalls:
                 self._undelayed += 1
                 self.requests_total += 1
                 due = time.monotonic() - self._last_flush >= REQUESTS_FLUSH_S
-            return self.pending(rank, ident_attrs()) if due else []
-        by_backend: dict[str, float] = {}
-        for backend, _, seconds in compiles:
-            by_backend[backend] = by_backend.get(backend, 0.0) + seconds
+            return list(self.pending(rank, ident_attrs())) if due else []
         with self._lock:
             self.delayed_total += 1
             self.requests_total += 1
-        total = sum(by_backend.values())
-        attrs: dict[str, Any] = {
-            **ident_attrs(),
-            "request_id": request_id,
-            "latency_s": latency_s,
-            "compiles": len(compiles),
-            "compile_seconds_by_backend": by_backend,
-            "compiled": [{"backend": b, "kernel": k, "duration_s": s} for b, k, s in compiles[:MAX_COMPILES_LISTED]],
-        }
-        if name:
-            attrs["request"] = name
-        return [
-            Event(
-                kind=EventKind.REQUEST_STALL,
-                ts=start_wall + latency_s,
-                start_ts=start_wall,
-                duration_s=total,
-                rank=rank,
-                phase=Phase.SERVING,
-                attrs=attrs,
-            )
-        ]
+        return [_StallEvent(request_id, name, start_wall, latency_s, rank, compiles, ident_attrs)]
 
     def pending(self, rank: int, ident_attrs: dict[str, Any]) -> list[Event]:
         """A ``requests`` event for the requests that compiled nothing since the last one."""
