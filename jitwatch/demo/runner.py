@@ -140,10 +140,14 @@ class _Sidecar:
     def __init__(self, host: str, port: int, journal_dir: Path) -> None:
         import uvicorn
 
-        from jitwatch.sidecar import create_app
+        from jitwatch.config import Settings
+        from jitwatch.sidecar import create_app, server_options
 
-        app = create_app(journal_dir=journal_dir, token=None)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        settings = Settings.from_env()
+        app = create_app(journal_dir=journal_dir, token=None, settings=settings)
+        # The same guards as `jitwatch serve` (head timeout, connection cap, Host check).
+        served, options = server_options(app, host, port, None, settings, log_level="warning", access_log=False)
+        config = uvicorn.Config(served, **options)
         self.server = uvicorn.Server(config)
         # uvicorn leaves signal handlers alone when it runs outside the main thread (Ctrl-C stays ours).
         self.thread = threading.Thread(target=self.server.run, name="jitwatch-demo-sidecar", daemon=True)
