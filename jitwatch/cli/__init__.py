@@ -361,6 +361,14 @@ def warmup_merge(
         except (ManifestError, StoreError) as exc:
             raise _fail(str(exc)) from None
         many = len(found) > 1 or not found[0][0].endswith(".json")
+        if many and loc.rstrip("/") == output.rstrip("/"):
+            # The output store read as an input: its own `name` is this merge's earlier result, and
+            # merging it again would count every host twice (hosts 2 → 4 → 6 on each run).
+            if any(src == name for src, _ in found):
+                typer.echo(
+                    plain(f"jitwatch: skipped {name!r} in {safe_location(loc)}: it is this merge's output"), err=True
+                )
+            found = [(src, m) for src, m in found if src != name]
         pairs.extend((f"{safe_location(loc)}:{src}" if many else src, m) for src, m in found)
     manifest, report = merge(pairs)
     try:

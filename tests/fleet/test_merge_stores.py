@@ -193,3 +193,17 @@ def test_cli_merge_bad_input_exits_2(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text("{")
     res = runner.invoke(app, ["warmup", "merge", str(tmp_path / "x.json"), "-o", str(tmp_path / "m.json")])
     assert res.exit_code == 2 and "not valid JSON" in res.stderr
+
+
+def test_cli_merge_into_its_own_store_again_does_not_recount_hosts(host_a: Manifest, tmp_path: Path) -> None:
+    """The docs' pipeline merges a store into itself (``merge STORE -o STORE --name fleet``) on
+    every deploy: the earlier ``fleet`` result is not an input, so host counts stay put."""
+    store = tmp_path / "store"
+    write_manifest(str(store), host_a, name="host-a")
+    write_manifest(str(store), _host_b(host_a), name="host-b")
+    for _ in range(3):
+        res = runner.invoke(app, ["warmup", "merge", str(store), "-o", str(store), "--name", "fleet", "--json"])
+        assert res.exit_code == 0, res.output
+        assert sorted(json.loads(res.stdout)["inputs"]) == [f"{store}:host-a", f"{store}:host-b"]
+    once, _ = merge([("a", host_a), ("b", _host_b(host_a))])
+    assert [e.hosts for e in load(store / "fleet.json").entries] == [e.hosts for e in once.entries] == [2, 1]
