@@ -4,9 +4,14 @@ serving batches 1, 17, 64, 300, 1, 17 — in two processes sharing Inductor's an
 
 Checked in each process: every request that stalls (latency minus the same batch's steady-state
 latency above 10 ms) has at least one recorded event inside it (a Dynamo compile or load, a
-CUDA-graph recording, a Triton compile or autotune); serving Dynamo recompiles carry Dynamo's
-reason; CUDA-graph recordings appear as graph captures. In the warm process the Dynamo compiles
-are recorded as loads (``cache_hit``) with their cost: the restart stall is not silent.
+CUDA-graph recording, a Triton compile, an Inductor autotune sweep) — with one measured exception,
+kept explicit: the first call of a *new size on a graph that is already dynamic* (batches 64 and
+300 after 17) compiles nothing, yet stalled 15 ms once in the cold process on the H200 (torch
+2.11; 5 ms warm): cudagraph trees' warmup run of the new size and the first GEMM of that shape,
+neither a JIT compile with a hook. Such a request may stall up to :data:`UNHOOKED_MAX_S` without
+an event; anything else unattributed fails. Serving Dynamo recompiles carry Dynamo's reason;
+CUDA-graph recordings appear as graph captures. In the warm process the Dynamo compiles are
+recorded as loads (``cache_hit``) with their cost: the restart stall is not silent.
 
 The scenario itself is ``tests/gpu/torch_compile_scenario.py`` (one process per run); with
 ``JITWATCH_GPU_OUT`` set, each run's JSON document is written there (``scripts/gpu/torch_compile.sh``).
@@ -26,6 +31,10 @@ import pytest
 SCENARIO = Path(__file__).with_name("torch_compile_scenario.py")
 ROOT = Path(__file__).resolve().parents[2]
 STALL_S = 0.010
+NEW_SIZE_ON_DYNAMIC = {"req2-b64", "req3-b300"}
+"""Requests whose batch size is new but the graph already dynamic: nothing compiles."""
+UNHOOKED_MAX_S = 0.025
+"""The stall such a request may show without any recorded event (measured: 15 ms cold, 5 ms warm)."""
 EXTRA_ARGS = os.environ.get("JITWATCH_SCENARIO_ARGS", "").split()
 """Extra scenario arguments (e.g. ``--device cpu --backend eager --mode default`` for a dry run)."""
 
@@ -68,7 +77,7 @@ def _summary(doc: dict[str, Any]) -> str:
     lines = [f"[{doc['label']}] torch {doc['torch']} on {doc['device']}, warmup {doc['warmup_s']:.2f}s"]
     for r in doc["requests"]:
         evs = ", ".join(
-            f"{e['backend']}/{e['kind']} {e.get('compile_id') or e['kernel']} {1e3 * (e['duration_s'] or 0):.1f}ms"
+            f"{e['backend']}/{e['kind']} {e['kernel']} {e.get('compile_id') or ''} {1e3 * (e['duration_s'] or 0):.1f}ms"
             + (" load" if e.get("cache_hit") else "")
             for e in r["events"]
         )
@@ -87,10 +96,17 @@ def test_two_processes_every_serving_stall_is_attributed(tmp_path: Path) -> None
     for doc in (cold, warm):
         stalls = _stalls(doc)
         report.append(_summary(doc))
-        unattributed = [r["request"] for r in stalls if not r["events"]]
-        assert not unattributed, f"{doc['label']}: stalls without a recorded event: {unattributed}\n" + "\n".join(
-            report
+        unattributed = [r for r in stalls if not r["events"]]
+        bad = [
+            r["request"]
+            for r in unattributed
+            if r["request"] not in NEW_SIZE_ON_DYNAMIC or r["stall_s"] > UNHOOKED_MAX_S
+        ]
+        report.append(
+            f"  unattributed stalls > {1e3 * STALL_S:.0f} ms: "
+            + (", ".join(f"{r['request']} {1e3 * r['stall_s']:.1f} ms" for r in unattributed) or "none")
         )
+        assert not bad, f"{doc['label']}: stalls without a recorded event: {bad}\n" + "\n".join(report)
         tc_serving = [e for r in doc["requests"] for e in r["events"] if e["backend"] == "torch_compile"]
         recompiles = [e for e in tc_serving if e["kind"] == "compile"]
         assert recompiles, f"{doc['label']}: no serving Dynamo compile recorded"

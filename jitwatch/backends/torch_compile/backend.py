@@ -22,6 +22,10 @@ Mechanisms (torch 2.11-2.13; each looked up at install time, a missing one degra
   AOTAutograd cache hits/misses, the failure if the compile failed. Without it (option off, or
   a torch that lacks it) the compile finishes at the end callback with what the start knew.
 
+* Inductor's runtime autotuning: ``torch._inductor.runtime.triton_heuristics.CachingAutotuner
+  .benchmark_all_configs`` (wrapped when the host's Inductor imports that module) → an
+  ``autotune`` capture per sweep.
+
 While a Dynamo compile is open, :func:`jitwatch.backends.base.enter_parent` marks the thread, so
 the Triton kernels Inductor compiles meanwhile carry ``attrs.parent = "torch_compile:<id>"``.
 
@@ -32,6 +36,7 @@ into detail on the journal writer's thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
@@ -43,6 +48,10 @@ from typing import Any
 from jitwatch.backends.base import BackendStatus, Capture, CompileKind, LibraryBackend, enter_parent, exit_parent
 from jitwatch.backends.torch_compile.reasons import FIXES, reason_class
 from jitwatch.errors import ServingCompileError
+from jitwatch.importhook import when_imported
+
+AUTOTUNER_MODULE = "torch._inductor.runtime.triton_heuristics"
+"""Where Inductor's ``CachingAutotuner`` lives (torch 2.11-2.13)."""
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +237,10 @@ class TorchCompileBackend(LibraryBackend):
         self._orig_clear: Any = None
         self._metrics_context: Any = None
         self._degraded: list[str] = []
+        self._autotuner_cls: Any = None
+        self._orig_bench: Any = None
+        self._wrapped_bench: Any = None
+        self._cancel_autotuner_wait: Any = None
 
     # ------------------------------------------------------------------ install
     def hook_in(self, module: ModuleType) -> BackendStatus:
@@ -275,10 +288,56 @@ class TorchCompileBackend(LibraryBackend):
                 hooks.append("torch._dynamo.utils.log_compilation_event")
             else:
                 self._degraded.append("no torch._dynamo.utils.log_compilation_event: no compile breakdown")
+        self._cancel_autotuner_wait = when_imported(
+            AUTOTUNER_MODULE, self._hook_autotuner, on_error=lambda name, exc: self.report_error(name, exc)
+        )
+        hooks.append(f"{AUTOTUNER_MODULE}.CachingAutotuner.benchmark_all_configs (when Inductor loads it)")
         degraded = "; ".join(self._degraded) or None
         if degraded:
             degraded = f"torch_compile backend degraded on torch {self.version()}: {degraded}"
         return BackendStatus(self.name, "active", self.version(), tuple(hooks), degraded)
+
+    def _hook_autotuner(self, module: ModuleType) -> None:
+        """Wrap Inductor's ``CachingAutotuner.benchmark_all_configs``: the benchmark sweep over a
+        Triton kernel's configs that Inductor runs at the kernel's first launch (runtime
+        autotuning; its ``TRITON_AUTOTUNING`` callback is disabled upstream). Recorded as an
+        ``autotune`` capture named after the kernel, with the Dynamo ``compile_id`` it belongs to."""
+        cls = getattr(module, "CachingAutotuner", None)
+        original = getattr(cls, "benchmark_all_configs", None)
+        if cls is None or not callable(original) or self.sink is None:
+            return
+        backend = self
+
+        @functools.wraps(original)
+        def benchmark_all_configs(autotuner: Any, *args: Any, **kwargs: Any) -> Any:
+            sink = backend.sink
+            if sink is None:
+                return original(autotuner, *args, **kwargs)
+            try:
+                meta = getattr(autotuner, "inductor_meta", None) or {}
+                name = str(meta.get("kernel_name") or getattr(getattr(autotuner, "fn", None), "__name__", "kernel"))
+                token = sink.begin(backend.name, name)
+            except Exception as exc:  # noqa: BLE001
+                backend.report_error("CachingAutotuner.benchmark_all_configs", exc)
+                return original(autotuner, *args, **kwargs)
+            try:
+                result = original(autotuner, *args, **kwargs)
+            except BaseException:
+                sink.cancel(token)
+                raise
+            try:
+                detail = {
+                    "trigger": "inductor_autotune",
+                    "configs": len(getattr(autotuner, "launchers", ()) or ()),
+                    "compile_id": str(getattr(autotuner, "compile_id", None)),
+                }
+                sink.finish(token, Capture(backend.name, name, kind=CompileKind.AUTOTUNE, detail=detail))
+            except Exception as exc:  # noqa: BLE001
+                backend.report_error("CachingAutotuner.benchmark_all_configs", exc)
+            return result
+
+        self._autotuner_cls, self._orig_bench, self._wrapped_bench = cls, original, benchmark_all_configs
+        cls.benchmark_all_configs = benchmark_all_configs
 
     def _register(self) -> None:
         handler = self._handler
@@ -299,6 +358,13 @@ class TorchCompileBackend(LibraryBackend):
                     lst.remove(fn)
         if self._utils is not None and getattr(self._utils, "log_compilation_event", None) is self._wrapped_log:
             self._utils.log_compilation_event = self._orig_log
+        if self._cancel_autotuner_wait is not None:
+            self._cancel_autotuner_wait()
+            self._cancel_autotuner_wait = None
+        cls = self._autotuner_cls
+        if cls is not None and vars(cls).get("benchmark_all_configs") is self._wrapped_bench:
+            cls.benchmark_all_configs = self._orig_bench
+        self._autotuner_cls = self._orig_bench = self._wrapped_bench = None
         with self._lock:
             opened = list(self._open.values())
             self._open.clear()

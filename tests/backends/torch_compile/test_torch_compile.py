@@ -324,3 +324,16 @@ def test_lazy_backward_compile_is_recorded(tc: MonitorHarness) -> None:
         pytest.skip("this torch compiled the backward eagerly (no LAZY_BACKWARD callback)")
     (bwd,) = [e for e in events if e.attrs["trigger"] == "lazy_backward"]
     assert bwd.kernel == events[0].kernel and bwd.attrs["compile_id"] == events[0].attrs["compile_id"]
+
+
+def test_inductor_runtime_autotuner_is_wrapped_and_restored(fresh_dynamo: None) -> None:
+    """Inductor benchmarks a Triton kernel's configs at its first launch (GPU only; exercised by
+    tests/gpu/test_torch_compile_gpu.py); here: the wrap goes in and comes out exactly."""
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    original = heuristics.CachingAutotuner.__dict__["benchmark_all_configs"]
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        wrapped = heuristics.CachingAutotuner.__dict__["benchmark_all_configs"]
+        assert wrapped is not original and wrapped.__wrapped__ is original
+        (status,) = [s for s in h.monitor.backend_statuses.values() if s.name == "torch_compile"]
+        assert any("benchmark_all_configs" in hook for hook in status.hooks)
+    assert heuristics.CachingAutotuner.__dict__["benchmark_all_configs"] is original
