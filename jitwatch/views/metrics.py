@@ -2,8 +2,9 @@
 
 The sidecar answers ``GET /metrics`` by opening the journal read-only and turning its aggregates
 (:meth:`~jitwatch.store.journal.Journal.kernel_stats`, ``histogram``, ``counters``, ``latest_workers``,
-``kernel_label_counts``, ``count_events``) into metric families. Nothing is kept in process
-memory between scrapes and prometheus_client's multiprocess mode is not used (vLLM sets its own
+``kernel_label_counts``, ``count_events``) into metric families. The only thing kept between
+scrapes is the last body per ``Accept`` header, reused while the journal is unchanged
+(:class:`MetricsRenderer`); prometheus_client's multiprocess mode is not used (vLLM sets its own
 ``PROMETHEUS_MULTIPROC_DIR``; see ``docs/metrics.md``). Counters stay monotonic because the
 aggregates are never decremented, even when retention retires old events.
 
