@@ -534,7 +534,7 @@ class Journal:
                 if is_corruption(exc2):
                     raise JournalCorruptError(f"{self.path}: {exc2}") from exc2
                 raise
-        except (JournalVersionError, JournalCorruptError):
+        except (JournalVersionError, JournalCorruptError, FileNotFoundError):
             self._conn.close()
             raise
         self._tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -560,6 +560,12 @@ class Journal:
             return migrations.prepare(self._conn, self.path)
         info = migrations.read_info(self._conn)
         if info is None:
+            if self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                # An empty database: a worker created the file and has not committed the schema
+                # yet (one transaction, migrations.prepare). Not corrupt; not a journal yet either.
+                raise FileNotFoundError(
+                    f"{self.path}: empty database, not a jitwatch journal yet (a worker may be creating it)"
+                )
             raise JournalCorruptError(f"{self.path}: not a jitwatch journal (no schema version)")
         migrations.check_readable(self.path, info)
         return info

@@ -103,7 +103,7 @@ def run_concurrent(tmp_path: Path, sidecar_factory, workers: int, n: int) -> dic
     journal_dir = tmp_path / "journal"
     sc = sidecar_factory(journal_dir)
     stop = threading.Event()
-    polls = {"http": 0, "errors": 0, "regressions": 0, "journal_reads": 0}
+    polls = {"http": 0, "errors": 0, "regressions": 0, "journal_reads": 0, "journal_not_yet": 0}
     last_total = [0.0]
 
     def poll() -> None:
@@ -120,12 +120,22 @@ def run_concurrent(tmp_path: Path, sidecar_factory, workers: int, n: int) -> dic
                             polls["regressions"] += 1
                         last_total[0] = total
                 if (journal_dir / JOURNAL_FILE).exists():
-                    with Journal(journal_dir, readonly=True) as j:
-                        j.count_events()
-                        polls["journal_reads"] += 1
+                    try:
+                        with Journal(journal_dir, readonly=True) as j:
+                            j.count_events()
+                            polls["journal_reads"] += 1
+                    except FileNotFoundError:  # the file exists, its schema is not committed yet
+                        polls["journal_not_yet"] += 1
                 time.sleep(0.05)
 
-    reader = threading.Thread(target=poll, daemon=True)
+    def poll_or_record() -> None:
+        try:
+            poll()
+        except Exception as exc:  # noqa: BLE001 -- a dead poller must fail the test, not end its checks silently
+            failure.append(exc)
+
+    failure: list[Exception] = []
+    reader = threading.Thread(target=poll_or_record, daemon=True)
     reader.start()
     t0 = time.monotonic()
     procs = [run_writer(journal_dir, str(w), str(n), str(max(1, n // 10))) for w in range(workers)]
@@ -137,6 +147,7 @@ def run_concurrent(tmp_path: Path, sidecar_factory, workers: int, n: int) -> dic
         assert p.returncode == 0, f"writer failed rc={p.returncode}: {out[-500:]} {err[-2000:]}"
         assert out.strip().endswith(f"done {n + 1} 0"), out[-300:]
     check_journal(journal_dir, workers, n)
+    assert not failure, failure
     assert polls["errors"] == 0, polls
     assert polls["regressions"] == 0, polls
     assert polls["http"] > 0

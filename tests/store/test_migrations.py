@@ -316,3 +316,15 @@ def test_revision_2_journal_gets_recompile_stats_and_counts_reasons(tmp_path: Pa
     assert set(rows) == {("size mismatch", Phase.SERVING), ("other", Phase.SERVING)}
     size = rows[("size mismatch", Phase.SERVING)]
     assert (size.count, size.seconds, size.last_reason, size.label) == (2, 1.0, reason, "f")
+
+
+def test_an_empty_database_is_not_yet_a_journal_not_a_corrupt_one(tmp_path: Path) -> None:
+    """A worker creates the file, then commits the schema in one transaction: a reader in between
+    sees an empty database. That is "no journal yet" (FileNotFoundError, as for a missing file),
+    never corruption, which would make a sidecar report the journal down or a CLI say corrupt."""
+    (tmp_path / JOURNAL_FILE).touch()
+    with pytest.raises(FileNotFoundError, match="not a jitwatch journal yet"):
+        Journal(tmp_path, readonly=True)
+    Journal(tmp_path).close()  # a writer then creates the schema in that same file
+    with Journal(tmp_path, readonly=True) as j:
+        assert j.count_events() == 0
