@@ -531,7 +531,17 @@ def build(
     directory or Redis store). Same errors."""
     with Journal(journal_dir, readonly=True) as journal:
         manifest = record_from_journal(journal, phases=None if all_phases else (Phase.SERVING,), rank=rank)
+        others: dict[str, int] = {}
+        for row in journal.stats():  # compiles of backends a manifest cannot replay, by backend
+            if row.kind == EventKind.COMPILE.value and row.backend != "triton" and (rank is None or row.rank == rank):
+                if all_phases or row.phase == Phase.SERVING:
+                    others[row.backend] = others.get(row.backend, 0) + row.count
     problems = screen(manifest)
+    for backend, n in sorted(others.items()):
+        problems[f"{backend} compiles"] = (
+            f"left out ({n}): manifests record and replay Triton kernels only; "
+            f"docs/backends/ says how to warm {backend}"
+        )
     for kernel, why in (resolve_sources(manifest, allow) if allow else {}).items():
         problems[kernel] = f"no source hash: {why}"
     return manifest, problems

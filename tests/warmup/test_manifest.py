@@ -177,3 +177,22 @@ def test_cli_export(recorded: MonitorHarness, tmp_path: Path) -> None:
     assert all(e.source_hash == kf.scale_copy.cache_key for e in m.entries)
     res = CliRunner().invoke(app, ["manifest", "export", "--journal-dir", str(tmp_path / "none"), "-o", str(out)])
     assert res.exit_code == 1
+
+
+def test_export_says_which_backends_it_leaves_out(tmp_path: Path) -> None:
+    """A journal whose serving compiles include torch.compile recompiles: the manifest holds the
+    Triton entries only, and the export says how many compiles of which backend it left out
+    (it used to write "0 specializations" and say nothing)."""
+    from jitwatch.core.events import EventKind, Phase
+    from jitwatch.testing import JournalBuilder
+    from jitwatch.warmup.manifest import build
+
+    jb = JournalBuilder(tmp_path)
+    tc = {"backend": "torch_compile", "kernel": "f", "duration_s": 0.2}
+    jb.write(*(jb.event(EventKind.COMPILE, jb.t0 + i, key=f"0/{i}", phase=Phase.SERVING, **tc) for i in range(3)))
+    jb.write(jb.event(EventKind.COMPILE, jb.t0 - 1, key="0/0", phase=Phase.WARMUP, **tc))
+    manifest, problems = build(tmp_path)
+    assert manifest.entries == []
+    assert "left out (3): manifests record and replay Triton kernels only" in problems["torch_compile compiles"]
+    _, problems = build(tmp_path, all_phases=True)
+    assert problems["torch_compile compiles"].startswith("left out (4)")
