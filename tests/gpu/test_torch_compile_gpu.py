@@ -86,6 +86,7 @@ def _summary(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.timeout(480)
 def test_two_processes_every_serving_stall_is_attributed(tmp_path: Path) -> None:
     out_dir = Path(os.environ.get("JITWATCH_GPU_OUT") or tmp_path)
     out_dir.mkdir(parents=True, exist_ok=True)
