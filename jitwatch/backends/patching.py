@@ -16,7 +16,8 @@ of the original:
   is passed to ``on_error`` (the backend counts it with ``CompileSink.hook_error``, which logs it)
   and the original runs or its result is returned as if jitwatch were absent. The one deliberate
   exception is :class:`jitwatch.errors.ServingCompileError` (``error`` mode), raised from
-  ``after`` once the compile is recorded;
+  ``after`` once the compile is recorded, or from ``before`` to refuse a compile at its start
+  (``CompileSink.admit``: the original then never runs);
 * **undo**: :meth:`Patch.restore` puts the original back when the attribute still holds this
   wrapper, and otherwise (someone wrapped *our* wrapper afterwards, e.g. vLLM's JIT monitor
   installed after jitwatch) turns the wrapper into a pass-through, so the other wrapper's chain
@@ -47,9 +48,9 @@ class Around(Protocol):
 
     ``before(args, kwargs)`` runs first and returns a state (``None``: nothing to record for this
     call, e.g. an in-memory cache hit). When it returned a state, ``after(state, result)`` runs
-    after the original returned and ``failed(state, exc)`` after it raised. ``after`` may raise
-    :class:`~jitwatch.errors.ServingCompileError`; anything else raised by these three is a
-    jitwatch bug and goes to the patch's ``on_error``.
+    after the original returned and ``failed(state, exc)`` after it raised. ``before`` and
+    ``after`` may raise :class:`~jitwatch.errors.ServingCompileError`; anything else raised by
+    these three is a jitwatch bug and goes to the patch's ``on_error``.
     """
 
     def before(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
@@ -130,6 +131,8 @@ def wrap_function(
             return function(*args, **kwargs)
         try:
             state = around.before(args, kwargs)
+        except ServingCompileError:
+            raise  # error mode refusing a compile at its start (CompileSink.admit)
         except Exception as exc:  # noqa: BLE001 - a jitwatch bug must not stop the host's call
             report(exc)
             state = None

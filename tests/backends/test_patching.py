@@ -250,3 +250,25 @@ def test_spec_describes_tensors_constexprs_and_long_calls() -> None:
     assert len(describe("x" * 500)) == 120
     out = describe_call(tuple(range(MAX_ITEMS + 3)), {"block_m": 64})
     assert len(out["args"]) == MAX_ITEMS and out["args_omitted"] == 3 and out["kwargs"] == {"block_m": 64}
+
+
+def test_serving_compile_error_from_before_refuses_the_call() -> None:
+    lib = make_library()
+    calls: list[str] = []
+
+    class Refuse(Recorder):
+        def before(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            raise ServingCompileError("refused at its start")
+
+    original = lib.compile
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append("compiled")
+        return original(*args, **kwargs)
+
+    lib.compile = counting  # type: ignore[attr-defined]
+    errors = Errors()
+    patch_attribute(lib, "compile", Refuse(), where="fakelib.compile", on_error=errors)
+    with pytest.raises(ServingCompileError, match="refused at its start"):
+        lib.compile("k", (1,))
+    assert calls == [] and errors.seen == []

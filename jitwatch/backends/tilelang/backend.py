@@ -125,12 +125,15 @@ class _Build:
             execution_backend = _arg(args, kwargs, 3, "execution_backend", "tvm_ffi")
             target = _arg(args, kwargs, 4, "target", "auto")
         name = kernel_name(func)
-        return (sink.begin(self.backend.name, name), name, func, target, out_idx, execution_backend, _take_key(func))
+        state = (sink.begin(self.backend.name, name), name, func, target, out_idx, execution_backend, _take_key(func))
+        if not self.load:
+            # a real compile is known before it runs: error mode refuses it here, before the
+            # lowering and nvcc (CompileSink.admit records it and raises ServingCompileError)
+            sink.admit(state[0], self._capture(state))
+        return state
 
-    def after(self, state: Any, result: Any) -> None:
-        token, name, func, target, out_idx, execution_backend, key = state
-        sink = self.backend.sink
-        assert sink is not None
+    def _capture(self, state: Any) -> Capture:
+        _token, name, func, target, out_idx, execution_backend, key = state
         load = self.load
 
         def detail() -> dict[str, Any]:
@@ -142,7 +145,12 @@ class _Build:
                 "spec": buffer_spec(func),
             }
 
-        sink.finish(token, Capture(self.backend.name, name, key=key, cache_hit=load, detail=detail))
+        return Capture(self.backend.name, name, key=key, cache_hit=load, detail=detail)
+
+    def after(self, state: Any, result: Any) -> None:
+        sink = self.backend.sink
+        assert sink is not None
+        sink.finish(state[0], self._capture(state))
 
     def failed(self, state: Any, exc: BaseException) -> None:
         sink = self.backend.sink

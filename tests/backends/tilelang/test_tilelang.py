@@ -96,6 +96,9 @@ def test_error_mode_raises_for_the_serving_compile_only(tmp_path: Path) -> None:
     # compiles (and is refused) again, and only the warmup kernel is on disk
     assert [r["phase"] for r in out["records"]] == ["warmup", "serving", "serving"]
     assert lib["cache_entries"] == [out["records"][0]["key"]]
+    # refused at its start (CompileSink.admit), before lowering and nvcc: far shorter than a compile
+    warm, refused, _again = out["records"]
+    assert refused["cache_hit"] is False and refused["duration_s"] < warm["duration_s"] / 5
 
 
 @pytest.mark.parametrize("order", ["vllm-first", "jitwatch-first"])
