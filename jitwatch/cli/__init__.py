@@ -11,6 +11,7 @@ configuration errors print one ``jitwatch: ...`` line and exit 2; runtime failur
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -629,11 +630,25 @@ cache_app = typer.Typer(help="Compile caches: check a Triton cache against a man
 app.add_typer(cache_app, name="cache")
 
 
+def triton_cache_dir() -> Path:
+    """The directory Triton's own file cache uses (``triton.knobs.cache.dir``, Triton 3.6-3.9):
+    ``TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache`` (``TRITON_HOME`` defaulting to the
+    home directory). Read from the environment, without importing Triton."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return Path(os.environ["TRITON_CACHE_DIR"])
+    return Path(os.environ.get("TRITON_HOME") or Path.home()) / ".triton" / "cache"
+
+
 @cache_app.command("check")
 def cache_check(
     manifest: Annotated[str, typer.Argument(help="The keys production needs: a .json manifest or redis://…/NAME.")],
     cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", help="A local Triton cache directory (what TRITON_CACHE_DIR names).")
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            help="A local Triton cache directory. Default (no --redis): Triton's own, TRITON_CACHE_DIR"
+            " else ~/.triton/cache.",
+        ),
     ] = None,
     redis_url: Annotated[
         str | None,
@@ -661,8 +676,13 @@ def cache_check(
     from jitwatch.fleet.cache_check import LocalCache, RedisCache, TritonCache, check, scan
     from jitwatch.fleet.stores import read_one
 
-    if (cache_dir is None) == (redis_url is None):
-        raise _fail("give exactly one of --cache-dir DIR and --redis redis://HOST:PORT")
+    if cache_dir is not None and redis_url is not None:
+        raise _fail("give one of --cache-dir DIR and --redis redis://HOST:PORT, not both")
+    if cache_dir is None and redis_url is None:
+        cache_dir = triton_cache_dir()
+        typer.echo(
+            f"cache: {cache_dir} (Triton's default: TRITON_CACHE_DIR, else $TRITON_HOME/.triton/cache)", err=True
+        )
     try:
         wanted = read_one(manifest, key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key)
         cache: TritonCache = (

@@ -129,8 +129,16 @@ def test_cli_exit_codes(recorded: Manifest, triton_cache: Path, tmp_path: Path) 
     bad = runner.invoke(app, ["cache", "check", str(manifest), "--cache-dir", str(empty), "--json"])
     assert bad.exit_code == 1
     assert json.loads(bad.stdout)["missing"] == 2
-    usage = runner.invoke(app, ["cache", "check", str(manifest)])
-    assert usage.exit_code == 2 and "exactly one of" in usage.stderr
+    usage = runner.invoke(app, ["cache", "check", str(manifest), "--cache-dir", str(empty), "--redis", "redis://x:1"])
+    assert usage.exit_code == 2 and "not both" in usage.stderr
+    # neither: Triton's own cache, as the worker would use it (TRITON_CACHE_DIR here)
+    default = runner.invoke(app, ["cache", "check", str(manifest)], env={"TRITON_CACHE_DIR": str(triton_cache)})
+    assert default.exit_code == 0, default.output
+    assert f"cache: {triton_cache}" in default.stderr and "complete: 2 keys" in default.stdout
+    home = runner.invoke(
+        app, ["cache", "check", str(manifest)], env={"TRITON_CACHE_DIR": "", "TRITON_HOME": str(tmp_path)}
+    )
+    assert home.exit_code == 2 and f"{tmp_path}/.triton/cache" in home.output
     nodir = runner.invoke(app, ["cache", "check", str(manifest), "--cache-dir", str(tmp_path / "nope")])
     assert nodir.exit_code == 2 and "no such Triton cache directory" in nodir.stderr
 
