@@ -476,11 +476,13 @@ def warmup_replay(
     if report.failed or report.refused:
         raise typer.Exit(1)
     if report.skipped and not (report.compiled or report.cached):
-        raise _fail(
-            f"every entry was skipped ({report.skipped}), nothing compiled: pass --allow MODULE_PREFIX "
-            "(or set JITWATCH_MANIFEST_ALLOW) for the kernels' modules, or import them first",
-            1,
+        fix = (
+            "make the kernels' modules importable (PYTHONPATH; see the skip reasons above)"
+            if _allow(allow)
+            else "pass --allow MODULE_PREFIX (or set JITWATCH_MANIFEST_ALLOW) for the kernels' modules, "
+            "or import them first"
         )
+        raise _fail(f"every entry was skipped ({report.skipped}), nothing compiled: {fix}", 1)
 
 
 @app.command()

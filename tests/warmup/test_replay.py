@@ -257,3 +257,8 @@ def test_cli_replay_all_skipped_fails_with_a_hint(
     monkeypatch.setenv(JITWATCH_MANIFEST_ALLOW, name)
     res = CliRunner().invoke(app, ["warmup", "replay", str(path)])
     assert res.exit_code == 1 and "has no attribute" in res.output
+    assert "make the kernels' modules importable" in res.output and "pass --allow" not in res.output
+    # allowed but not importable: the skip says why (sys.path), the last line does not ask for --allow
+    missing = save(_entry_like(recorded, module="jw_no_such_module"), tmp_path / "missing.json")
+    res = CliRunner().invoke(app, ["warmup", "replay", str(missing), "--allow", "jw_no_such_module"])
+    assert res.exit_code == 1 and "is it on sys.path?" in res.output and "pass --allow" not in res.output

@@ -56,7 +56,12 @@ def resolve_kernel(module: str, qualname: str, *, allow: Sequence[str] | None) -
     try:
         mod = sys.modules.get(module) or importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - any import-time failure is a skip reason
-        raise KernelNotResolved(f"cannot import {module!r}: {type(exc).__name__}: {exc}") from None
+        hint = (
+            " (is it on sys.path? the `jitwatch` command does not add the current directory: set PYTHONPATH)"
+            if isinstance(exc, ModuleNotFoundError)
+            else ""
+        )
+        raise KernelNotResolved(f"cannot import {module!r}: {type(exc).__name__}: {exc}{hint}") from None
     obj: Any = mod
     for part in qualname.split("."):
         try:
