@@ -257,10 +257,19 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, dict):
-        return {_text(str(k)): _clean(v) for k, v in value.items()}
+        return {_text(_safe_str(k)): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
-    return _text(str(value))
+    return _text(_safe_str(value))
+
+
+def _safe_str(value: Any) -> str:
+    """``str(value)``, or ``<unprintable TYPE>`` when the object's ``__str__`` raises: a host
+    object in an event's attrs must cost that value, never the event or its batch."""
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - any __str__ failure of a foreign object
+        return f"<unprintable {type(value).__name__}>"
 
 
 def _sanitize(ev: Event) -> tuple[Event, str]:
@@ -320,7 +329,7 @@ def _size(value: Any, budget: int) -> int:
         elif isinstance(v, dict):
             total += 2
             for k, x in v.items():
-                total += len(str(k)) + 3
+                total += len(_safe_str(k)) + 3
                 stack.append(x)
         elif isinstance(v, (list, tuple)):
             total += 2
@@ -348,7 +357,7 @@ def capped(ev: Event) -> Event:
         for k, v in ev.attrs.items():
             n = _size(v, MAX_ATTR_VALUE_CHARS)
             if n > MAX_ATTR_VALUE_CHARS or total + n > MAX_ATTRS_CHARS:
-                attrs[str(k)[:MAX_NAME_CHARS]] = "…[truncated]"
+                attrs[_safe_str(k)[:MAX_NAME_CHARS]] = "…[truncated]"
             else:
                 attrs[k] = v
                 total += n
@@ -377,6 +386,16 @@ _EVENT_ERRORS = (
 """What one event's own values can raise while it is stored (unstorable text or numbers, an int
 beyond SQLite's 64 bits): that event is dropped alone. Storage faults (``OperationalError``) and
 corruption still fail the whole batch, which the writer retries or counts."""
+
+
+def _own_fault(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while one event was prepared or inserted, is that event's own
+    problem (dropped alone): anything but a storage fault (``sqlite3.OperationalError``: full,
+    locked, read-only) or corruption, which fail the batch. Besides :data:`_EVENT_ERRORS` this
+    covers whatever a foreign object in ``attrs`` raises (a ``__str__`` that fails, say)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return False
+    return not (isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc))
 
 
 def _store_json(value: Any) -> str:
@@ -426,14 +445,16 @@ def _row_to_event(row: sqlite3.Row) -> Event:
         else:
             fields["key"] = spec.pop("key", None)
             attrs = {**spec, **attrs}
-    return Event(
-        **{
-            **fields,
-            "kind": kind,
-            "phase": phase,
-            "cache_hit": None if row["cache_hit"] is None else bool(row["cache_hit"]),
-            "attrs": attrs,
-        }
+    return capped(  # the write-time caps again: a row edited in the file is bounded for readers too
+        Event(
+            **{
+                **fields,
+                "kind": kind,
+                "phase": phase,
+                "cache_hit": None if row["cache_hit"] is None else bool(row["cache_hit"]),
+                "attrs": attrs,
+            }
+        )
     )
 
 
@@ -727,14 +748,18 @@ class Journal:
                     cur = conn.execute(insert, self._event_row(clean, attrs_json, None)[: 14 if dedup else 13])
                     self._apply(conn, clean, attrs_json)
                     ids.append(int(cur.lastrowid or 0))
-                except _EVENT_ERRORS as exc:
+                except Exception as exc:  # an event's own fault unless _own_fault says not
+                    if not _own_fault(exc):
+                        raise
                     conn.execute("ROLLBACK TO jitwatch_event")
                     self._count_bad(bad, ev.rank, exc)
                 conn.execute("RELEASE jitwatch_event")
                 continue
             try:
                 run.append(self._stat_row(conn, ev, dedup, new_specs, new_labels))
-            except _EVENT_ERRORS as exc:
+            except Exception as exc:  # an event's own fault unless _own_fault says not
+                if not _own_fault(exc):
+                    raise
                 self._count_bad(bad, ev.rank, exc)
         flush_run()
         if stats:

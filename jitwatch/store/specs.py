@@ -118,11 +118,22 @@ def canonical(spec: dict[str, Any]) -> str:
     return json.dumps(spec, separators=(",", ":"), default=str, allow_nan=False)
 
 
+MAX_DECODED_BYTES = 1 << 20
+"""Largest decompressed record :func:`decode` accepts (1 MiB). A record the journal's caps allow is
+far smaller (a key of at most 16,384 characters plus attrs of about 64 KiB); a larger one was not
+written by jitwatch, and inflating it (a few hundred bytes can hold gigabytes) would let anyone
+who can write the journal file make every reader allocate without bound."""
+
+
 def decode(data: bytes) -> dict[str, Any]:
-    """The fields of a stored record. Raises ``ValueError`` (``zlib.error`` included) or
-    ``KeyError`` (unknown dictionary) for a damaged record; parsed with ``json.loads`` only."""
+    """The fields of a stored record. Raises ``ValueError`` (``zlib.error`` included; also a record
+    inflating past :data:`MAX_DECODED_BYTES`) or ``KeyError`` (unknown dictionary) for a damaged
+    record; parsed with ``json.loads`` only."""
     dec = zlib.decompressobj(-15, _DICTS[data[0]])
-    out = json.loads(dec.decompress(data[1:]) + dec.flush())
+    raw = dec.decompress(data[1:], MAX_DECODED_BYTES)
+    if dec.unconsumed_tail or len(raw) >= MAX_DECODED_BYTES:
+        raise ValueError(f"specialization record inflates past {MAX_DECODED_BYTES} bytes")
+    out = json.loads(raw + dec.flush(MAX_DECODED_BYTES))
     if not isinstance(out, dict):
         raise ValueError("specialization record is not an object")
     return out

@@ -105,3 +105,49 @@ def test_redaction_is_structural(tmp_path: Path) -> None:
         (ev,) = j.events()
     assert ev.key == "[('~/x', 'D')]"
     assert ev.attrs == {"a": {"~/k": ["~/lib.bc", 'q"~"']}, "n": 3}
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+    __repr__ = __str__
+
+
+def test_foreign_object_whose_str_raises_costs_only_that_value(tmp_path: Path) -> None:
+    """A host object in attrs whose ``__str__`` raises (RuntimeError, not a storage error) used to
+    fail the whole batch ("cannot write its journal", 0 of 2 written): now that value is stored as
+    ``<unprintable TYPE>`` and both events are written, in either order."""
+    bad = _compile(attrs={"v": _Unprintable(), "nested": {_Unprintable(): 1}})
+    good = _compile(attrs={"ok": 1})
+    with Journal(tmp_path) as j:
+        j.write([bad, good])
+        j.write([good, bad])
+        events = j.events(kind=EventKind.COMPILE, newest_first=False)
+    assert len(events) == 4
+    weird = [e for e in events if "v" in e.attrs]
+    assert len(weird) == 2 and all(e.attrs["v"] == "<unprintable _Unprintable>" for e in weird)
+
+
+def test_an_inflating_specialization_record_is_refused_on_read(tmp_path: Path) -> None:
+    """Someone who can write the journal file replaces a specialization record with a few hundred
+    bytes inflating to 200 MB: readers refuse the record (the event keeps its other fields)
+    instead of serving 200 MB keys from /jit."""
+    import sqlite3
+    import zlib
+
+    from jitwatch.store import specs
+
+    with Journal(tmp_path) as j:
+        j.write([_compile(attrs={"ok": 1, "signature": {"x": "*fp32"}})])
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    bomb = bytes([specs.DICT_ID]) + comp.compress(b'{"key":"' + b"k" * 200_000_000 + b'"}') + comp.flush()
+    assert len(bomb) < 300_000
+    con = sqlite3.connect(tmp_path / "journal.db")
+    con.execute("UPDATE specializations SET data = ?", (bomb,))
+    con.commit()
+    con.close()
+    with Journal(tmp_path, readonly=True) as j:
+        (ev,) = j.events(kind=EventKind.COMPILE)
+    assert ev.attrs.get("spec_unreadable") is True
+    assert len(ev.key or "") < 20_000
