@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.diagnosis import Diagnoser, ExplainFn, explainers_of
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import Journal
@@ -63,9 +64,21 @@ class InflightCompile(BaseModel):
     request_id: int | None = None
 
 
-def inflight_of(attrs: Mapping[str, Any], now: float) -> list[InflightCompile]:
+def inflight_of(
+    attrs: Mapping[str, Any], now: float, *, last_seen: float | None = None, stale_after: float = DEFAULT_STALE_SECONDS
+) -> list[InflightCompile]:
     """The in-flight compiles a worker row's ``attrs`` holds (written by
-    :meth:`jitwatch.store.journal.Journal.set_inflight`), oldest first, aged at ``now``."""
+    :meth:`jitwatch.store.journal.Journal.set_inflight`), oldest first, aged at ``now``.
+
+    None when the worker row was last refreshed (``last_seen`` or the list's own ``inflight_ts``,
+    Unix seconds) more than ``stale_after`` seconds ago: its writer refreshes it every second
+    while a compile runs, whatever the heartbeat setting, so a silent row
+    is a dead (``kill -9``) or frozen process whose list is no longer current; ageing it forever
+    would fire the collective-deadline alert for a process that is gone. The rank shows as stale
+    instead (``/readyz``, ``stale_ranks``)."""
+    refreshed = [t for t in (last_seen, attrs.get("inflight_ts")) if isinstance(t, int | float) and t == t]
+    if refreshed and stale_after > 0 and now - max(refreshed) > stale_after:
+        return []
     items = attrs.get("inflight")
     out: list[InflightCompile] = []
     for i in items if isinstance(items, list) else []:

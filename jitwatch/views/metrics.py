@@ -264,7 +264,7 @@ def journal_families(journal: Journal) -> list[Metric]:
     for rank in sorted(workers):
         w = workers[rank]
         r = [str(rank)]
-        running = inflight_of(w.attrs, now)
+        running = inflight_of(w.attrs, now, last_seen=w.last_ts)  # a dead worker's list is not current
         inflight_n.add_metric(r, float(len(running)))
         inflight_age.add_metric(r, running[0].age_s if running else 0.0)
         d = w.attrs.get("collective_deadline_s")

@@ -503,7 +503,7 @@ def build_status(
     stale = stale_ranks(workers, now, stale_after)
     ranks: list[RankStatus] = []
     for rank, w in sorted(workers.items()):
-        inflight = inflight_of(w.attrs, now)
+        inflight = inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after)
         ranks.append(
             RankStatus(
                 rank=rank,

@@ -319,7 +319,7 @@ def test_histogram_is_cumulative_with_sum_and_count(tmp_path: Path) -> None:
 
 def test_kernels_past_the_cap_fold_into_other_and_sum(tmp_path: Path) -> None:
     with Journal(tmp_path, max_kernels=1) as j:
-        j.write([ev(EventKind.WORKER_START, T0, attrs={"mode": "warn"})])
+        j.write([ev(EventKind.WORKER_START, T0, attrs={"mode": "warn", "heartbeat_s": 10})])
         j.write(
             [
                 ev(EventKind.COMPILE, T0 + i, phase=Phase.WARMUP, kernel=name, key=f"k{i}", duration_s=0.1)
@@ -339,7 +339,7 @@ def test_kernels_past_the_cap_fold_into_other_and_sum(tmp_path: Path) -> None:
 
 def test_retired_events_keep_counters(tmp_path: Path) -> None:
     with Journal(tmp_path, retention_events=2) as j:
-        j.write([ev(EventKind.WORKER_START, T0, attrs={"mode": "warn"})])
+        j.write([ev(EventKind.WORKER_START, T0, attrs={"mode": "warn", "heartbeat_s": 10})])
         j.write([ev(EventKind.COMPILE, T0 + i, phase=Phase.WARMUP, kernel="k", duration_s=0.1) for i in range(5)])
         assert j.prune(now=T0 + 10) == 4
     samples = {s.name: s.value for f in parse_text(render(tmp_path)[0].decode()) for s in f.samples}
@@ -449,3 +449,50 @@ def test_promtool_check_metrics(tmp_path: Path) -> None:
     text = render(tmp_path)[0]
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+
+
+def test_inflight_compile_of_a_dead_worker_stops_ageing(tmp_path: Path) -> None:
+    """A worker killed mid-compile leaves its in-flight list in its row. While its writer is alive
+    the row is refreshed every second and the compile ages; once the worker has been silent past
+    the stale window (60 s) the list is not current: no in-flight compile is exported for that
+    rank, so the critical collective-deadline alert does not fire for a process that is gone."""
+    import time
+
+    from jitwatch.views.status import build_status
+
+    now = time.time()
+    with Journal(tmp_path) as j:
+        j.write(
+            [
+                make_event(
+                    EventKind.WORKER_START, now - 30, host="h", pid=7, rank=0, attrs={"mode": "warn", "heartbeat_s": 10}
+                )
+            ]
+        )
+        j.write(
+            [
+                make_event(
+                    EventKind.WORKER_START,
+                    now - 300,
+                    host="h",
+                    pid=8,
+                    rank=1,
+                    attrs={"mode": "warn", "heartbeat_s": 10},
+                )
+            ]
+        )
+        item = {"backend": "triton", "kernel": "k", "start_ts": now - 20, "phase": "serving"}
+        assert j.set_inflight("h", 7, 0, [item], now - 1)  # alive: seen a second ago
+        assert j.set_inflight("h", 8, 1, [{**item, "start_ts": now - 290}], now - 200)  # silent 200 s
+
+    def v(name: str, rank: str) -> float:
+        (fam,) = [f for f in parse_text(render(tmp_path)[0].decode()) if f.name == name]
+        (s,) = [s for s in fam.samples if s.labels.get("rank") == rank]
+        return s.value
+
+    assert v("jitwatch_inflight_compiles", "0") == 1 and v("jitwatch_inflight_compile_age_seconds", "0") >= 20
+    assert v("jitwatch_inflight_compiles", "1") == 0 and v("jitwatch_inflight_compile_age_seconds", "1") == 0
+    with Journal(tmp_path, readonly=True) as j:
+        st = build_status(j)
+    by_rank = {r.rank: r for r in st.ranks}
+    assert len(by_rank[0].inflight) == 1 and by_rank[1].inflight == [] and by_rank[1].stale
