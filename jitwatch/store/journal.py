@@ -41,7 +41,7 @@ from typing import Any
 from urllib.parse import quote
 
 from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAULT_RETENTION_SECONDS
-from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.core.events import RECOMPILE_REASON_CLASSES, Event, EventKind, Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.redact import may_need_redaction, redact
 from jitwatch.store import migrations, readsafe, safety, specs
@@ -131,18 +131,14 @@ STAT_KINDS = (EventKind.COMPILE, EventKind.AUTOTUNE, EventKind.GRAPH_CAPTURE)
 FIRST_COMPILE_CLASS = "first compile"
 """``attrs.reason_class`` of a compile that is not a recompile (not counted in ``recompile_stats``)."""
 
-_REASON_CLASS_MAX = 40
-
 
 def reason_class_label(value: Any) -> str | None:
     """The ``reason_class`` label of a compile event's ``attrs.reason_class``: ``None`` when absent
-    or a first compile; a value that is not a short plain phrase (a third-party backend putting
-    free text there) becomes ``other``, so the label stays bounded."""
+    or a first compile; a value outside :data:`~jitwatch.core.events.RECOMPILE_REASON_CLASSES` (a
+    third-party backend putting free text there) becomes ``other``, so the label stays bounded."""
     if not isinstance(value, str) or not value or value == FIRST_COMPILE_CLASS:
         return None
-    if len(value) > _REASON_CLASS_MAX or not all(c.isalnum() or c in " _-" for c in value):
-        return "other"
-    return value
+    return value if value in RECOMPILE_REASON_CLASSES else "other"
 
 
 @dataclass(frozen=True)

@@ -151,3 +151,16 @@ def test_an_inflating_specialization_record_is_refused_on_read(tmp_path: Path) -
         (ev,) = j.events(kind=EventKind.COMPILE)
     assert ev.attrs.get("spec_unreadable") is True
     assert len(ev.key or "") < 20_000
+
+
+def test_reason_class_label_is_bounded_to_the_known_classes(tmp_path: Path) -> None:
+    """A backend (third-party, say) that puts free text in ``attrs.reason_class`` cannot grow the
+    ``reason_class`` label: anything outside RECOMPILE_REASON_CLASSES is stored as ``other``."""
+    from jitwatch.core.events import RECOMPILE_REASON_CLASSES
+
+    phrases = [f"expected 8 actual {n}" for n in range(20)] + ["size mismatch"]
+    with Journal(tmp_path) as j:
+        j.write([_compile(backend="toyjit", attrs={"reason_class": p, "reason": p}) for p in phrases])
+        classes = {r.reason_class: r.count for r in j.recompile_stats()}
+    assert classes == {"other": 20, "size mismatch": 1}
+    assert set(classes) <= set(RECOMPILE_REASON_CLASSES)

@@ -17,23 +17,12 @@ from __future__ import annotations
 
 import re
 
+from jitwatch.core.events import RECOMPILE_REASON_CLASSES
+
 FIRST_COMPILE = "first compile"
 """A frame's first compile (no previous cache entry failed a guard)."""
 
-REASON_CLASSES: tuple[str, ...] = (
-    FIRST_COMPILE,
-    "size mismatch",
-    "stride mismatch",
-    "dtype mismatch",
-    "device mismatch",
-    "requires_grad mismatch",
-    "rank mismatch",
-    "value change",
-    "type change",
-    "identity change",
-    "global state",
-    "other",
-)
+REASON_CLASSES: tuple[str, ...] = RECOMPILE_REASON_CLASSES
 """Every value :func:`reason_class` returns (the ``reason_class`` label's whole domain)."""
 
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = (

@@ -136,6 +136,7 @@ def test_warn_once_per_function_and_reason(tc: MonitorHarness, caplog: pytest.Lo
         torch._dynamo.reset()  # same function, same guard failure again after a reset
         f(torch.randn(8, 4), True)
         f(torch.randn(3, 4), True)
+        assert tc.flush()  # the warn line comes from the journal writer's thread (with its reason)
     warned = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
     # the post-reset 0/0 is a first compile (its own warning); the repeated size mismatch is not warned again
     assert len(warned) == 2, warned
