@@ -303,7 +303,11 @@ class MissingKey(BaseModel):
 class KernelCoverage(BaseModel):
     """Specialization coverage of one kernel (by Triton's ``fn.name``, its qualified name)."""
 
-    backend: str = Field(default="triton", description="Coverage is computed for Triton kernels.")
+    backend: str = Field(
+        default="triton",
+        description="The JIT backend. Triton kernels get per-argument classes; other backends (torch.compile,"
+        " the DSL backends) are covered by exact key: covered/total count keys, not classes.",
+    )
     kernel: str
     module: str | None = None
     covered: int = Field(description="Covered classes, summed over arguments.")
@@ -537,7 +541,62 @@ def coverage_for_journal(
     so also bounded by retention; every rank unless ``rank`` is given). Read-only; raises
     ``sqlite3.Error`` only. Cost: one indexed query plus a ``literal_eval`` per event (~10k/s)."""
     events = journal.events(kind=EventKind.COMPILE, backend="triton", rank=rank, limit=limit, newest_first=True)
-    return coverage_from_events(events, kernels=kernels, widths=widths, expected=expected, known=known)
+    report = coverage_from_events(events, kernels=kernels, widths=widths, expected=expected, known=known)
+    everything = journal.events(kind=EventKind.COMPILE, rank=rank, limit=limit, newest_first=True)
+    report.kernels.extend(coverage_by_key([e for e in everything if e.backend not in ("", "triton")]))
+    return report
+
+
+def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
+    """Coverage by exact key for backends without per-argument classes (torch.compile, the DSL
+    backends): per (backend, kernel), each key first compiled in serving and never before is
+    missing, with the reason the event carries (Dynamo's guard failure for torch.compile) or
+    "compiled in serving". So ``--require-complete`` fails on a serving recompile of any backend."""
+    warm: dict[tuple[str, str], set[str]] = {}
+    serving: dict[tuple[str, str], dict[str, Any]] = {}
+    modules: dict[tuple[str, str], str | None] = {}
+    for ev in sorted(events, key=lambda e: (e.ts, e.id or 0)):
+        if ev.kind is not EventKind.COMPILE or not ev.kernel:
+            continue
+        k = (ev.backend, ev.kernel)
+        modules.setdefault(k, ev.attrs.get("module") if isinstance(ev.attrs.get("module"), str) else None)
+        key = ev.key or ""
+        if ev.phase is Phase.SERVING:
+            if key not in warm.get(k, set()):
+                serving.setdefault(k, {}).setdefault(key, ev)
+        else:
+            warm.setdefault(k, set()).add(key)
+    out: list[KernelCoverage] = []
+    for k in sorted(set(warm) | set(serving)):
+        missing = []
+        for key, ev in serving.get(k, {}).items():
+            reason = ev.attrs.get("reason")
+            fixes = ev.attrs.get("fixes")
+            missing.append(
+                MissingKey(
+                    key=key or None,
+                    source="serving",
+                    reason=str(reason) if reason else "compiled in serving",
+                    reason_kind=str(ev.attrs.get("reason_kind") or ("compiler" if reason else "serving")),
+                    fixes=[str(f) for f in fixes] if isinstance(fixes, list) else [],
+                )
+            )
+        n_warm = len(warm.get(k, set()))
+        out.append(
+            KernelCoverage(
+                backend=k[0],
+                kernel=k[1],
+                module=modules.get(k),
+                covered=n_warm,
+                total=n_warm + len(missing),
+                ratio=n_warm / (n_warm + len(missing)) if n_warm + len(missing) else 1.0,
+                warmup_keys=n_warm,
+                serving_keys=len(missing),
+                flags_known=False,
+                missing=missing,
+            )
+        )
+    return out
 
 
 def expected_from_journal(journal: Journal, *, source: str = "journal", limit: int = 20_000) -> list[Expected]:
@@ -573,6 +632,8 @@ def coverage_ratio_samples(report: CoverageReport, labels: Mapping[str, str] | N
     """
     pooled: dict[str, list[int]] = {}
     for k in report.kernels:
+        if k.backend != "triton":  # argument-class coverage is Triton's; others are covered by key
+            continue
         label = (labels or {}).get(k.kernel, k.kernel)
         acc = pooled.setdefault(label, [0, 0])
         acc[0] += k.covered
@@ -613,6 +674,7 @@ __all__ = [
     "arg_infos_from_kernel",
     "classify",
     "classify_call",
+    "coverage_by_key",
     "coverage_for_journal",
     "coverage_from_events",
     "coverage_ratio_samples",

@@ -4,6 +4,7 @@ checked one to one against torch's own ``torch._dynamo.utils.get_compilation_met
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -136,7 +137,7 @@ def test_warn_once_per_function_and_reason(tc: MonitorHarness, caplog: pytest.Lo
         torch._dynamo.reset()  # same function, same guard failure again after a reset
         f(torch.randn(8, 4), True)
         f(torch.randn(3, 4), True)
-        assert tc.flush()  # the warn line comes from the journal writer's thread (with its reason)
+        assert tc.monitor.flush()  # the warn line comes from the journal writer's thread (with its reason)
     warned = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
     # the post-reset 0/0 is a first compile (its own warning); the repeated size mismatch is not warned again
     assert len(warned) == 2, warned
@@ -338,3 +339,27 @@ def test_inductor_runtime_autotuner_is_wrapped_and_restored(fresh_dynamo: None) 
         (status,) = [s for s in h.monitor.backend_statuses.values() if s.name == "torch_compile"]
         assert any("benchmark_all_configs" in hook for hook in status.hooks)
     assert heuristics.CachingAutotuner.__dict__["benchmark_all_configs"] is original
+
+
+def test_coverage_require_complete_fails_on_a_serving_recompile(tc: MonitorHarness) -> None:
+    """`jitwatch coverage --require-complete` is a CI gate for every backend: a torch.compile
+    recompile in serving is a missing key (with Dynamo's reason); a run whose serving shapes were
+    all warmed passes. (It used to pass whatever torch.compile did: coverage was Triton-only.)"""
+    from typer.testing import CliRunner
+
+    from jitwatch.cli import app
+
+    f = torch.compile(scale, backend="eager")
+    with tc.monitor.warmup():
+        f(torch.randn(8, 4), True)
+    f(torch.randn(8, 4), True)  # warmed shape: no compile
+    assert tc.monitor.flush()
+    ok = CliRunner().invoke(app, ["coverage", "--journal-dir", str(tc.journal_dir), "--require-complete"])
+    assert ok.exit_code == 0, ok.output
+    f(torch.randn(3, 4), True)  # serving recompile
+    assert tc.monitor.flush()
+    res = CliRunner().invoke(app, ["coverage", "--journal-dir", str(tc.journal_dir), "--require-complete", "--json"])
+    assert res.exit_code == 1, res.output
+    assert "scale [serving]: " in res.stderr and "size mismatch at index 0" in res.stderr
+    (k,) = [k for k in json.loads(res.stdout)["kernels"] if k["backend"] == "torch_compile"]
+    assert k["warmup_keys"] == 1 and k["serving_keys"] == 1 and k["missing"][0]["reason_kind"] == "compiler"
