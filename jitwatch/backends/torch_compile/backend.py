@@ -40,6 +40,7 @@ import functools
 import logging
 import sys
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import CodeType, ModuleType
@@ -462,6 +463,7 @@ class TorchCompileBackend(LibraryBackend):
             with self._lock:
                 opened = self._open.get(key)
             if opened is None:
+                self._unopened(metrics)
                 return
             if opened.parent_set:  # the end callback did not run (e.g. an exception path)
                 exit_parent(opened.parent_prev)
@@ -471,6 +473,44 @@ class TorchCompileBackend(LibraryBackend):
             self.report_error("torch._dynamo.utils.log_compilation_event", exc)
             return
         self._finish(opened, metrics)  # may raise ServingCompileError only in error mode
+
+    def _unopened(self, metrics: Any) -> None:
+        """A metrics record with no compile opened for it. Dynamo hitting its recompile limit
+        (``torch._dynamo.config.recompile_limit``, 8 by default) fires no start callback, only this
+        record (``fail_type`` ``Unsupported``, ``fail_reason`` "Dynamo recompile limit exceeded"):
+        from then on the frame runs eagerly, a silent performance cliff. It is recorded as a compile
+        that fell back (``attrs.fallback: "eager"``), with the guard failure that triggered it, so
+        it is warned about, counted and alerted on in serving like any compile; error mode does not
+        raise here (Dynamo has already given up on the frame; raising would only break the call)."""
+        reason = str(getattr(metrics, "fail_reason", "") or "")
+        if self.sink is None or "recompile limit" not in reason.lower():
+            return
+        guard = getattr(metrics, "recompile_reason", None)
+        detail: dict[str, Any] = {
+            "compile_id": str(getattr(metrics, "compile_id", None)),
+            "trigger": "dynamo",
+            "fallback": "eager",
+            "fail_type": str(getattr(metrics, "fail_type", "") or ""),
+            "reason": f"recompile limit exceeded: the frame now runs eagerly (last guard failure: {guard})",
+            "reason_class": reason_class(str(guard)) if guard else "other",
+            "fixes": [
+                "find why it recompiles (the guard failure above) and warm or mark that dimension dynamic;"
+                " raising torch._dynamo.config.recompile_limit only postpones the cliff"
+            ],
+        }
+        compile_id = detail["compile_id"]
+        name = str(getattr(metrics, "co_name", None) or self._names.get(f"{compile_id.partition('/')[0]}/0") or "")
+        name = name or f"frame {compile_id.partition('/')[0]}"
+        location = getattr(metrics, "co_filename", None)
+        if location:
+            detail["location"] = f"{location}:{getattr(metrics, 'co_firstlineno', '')}"  # redacted by the journal
+        start = getattr(metrics, "start_time", None)
+        took = getattr(metrics, "entire_frame_compile_time_s", None)
+        self.sink.record(
+            Capture(self.name, name, key=detail["reason"], detail=detail),
+            start_ts=float(start) if isinstance(start, int | float) else time.time(),
+            duration_s=float(took) if isinstance(took, int | float) else 0.0,
+        )
 
     # ------------------------------------------------------------------ captures
     def _close(self, opened: _Open) -> None:

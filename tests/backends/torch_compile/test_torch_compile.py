@@ -363,3 +363,23 @@ def test_coverage_require_complete_fails_on_a_serving_recompile(tc: MonitorHarne
     assert "scale [serving]: " in res.stderr and "size mismatch at index 0" in res.stderr
     (k,) = [k for k in json.loads(res.stdout)["kernels"] if k["backend"] == "torch_compile"]
     assert k["warmup_keys"] == 1 and k["serving_keys"] == 1 and k["missing"][0]["reason_kind"] == "compiler"
+
+
+def test_recompile_limit_fallback_to_eager_is_recorded(tc: MonitorHarness, caplog: pytest.LogCaptureFixture) -> None:
+    """Dynamo hitting its recompile limit fires no start callback, only a metrics record; the frame
+    then runs eagerly for good. It is recorded as a serving compile that fell back (and warned
+    about), not dropped: before, the journal held the warmup compiles only."""
+    f = torch.compile(scale, backend="eager", dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=2), caplog.at_level(logging.WARNING, logger="jitwatch"):
+        with tc.monitor.warmup():
+            f(torch.randn(8, 4), True)
+            f(torch.randn(9, 4), True)
+        for n in (3, 5, 6):
+            f(torch.randn(n, 4), True)
+        assert tc.monitor.flush()
+    serving = [e for e in _tc_events(tc) if e.phase is Phase.SERVING]
+    assert len(serving) >= 1
+    fell = [e for e in serving if e.attrs.get("fallback") == "eager"]
+    assert fell and fell[0].attrs["reason"].startswith("recompile limit exceeded")
+    assert fell[0].attrs["reason_class"] == "size mismatch" and fell[0].kernel == "scale"
+    assert any("recompile limit exceeded" in r.getMessage() for r in caplog.records)
