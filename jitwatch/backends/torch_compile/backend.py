@@ -81,6 +81,58 @@ class _Open:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+_CLEAR_MARK = "__jitwatch_reregister__"
+_clear_lock = threading.Lock()
+
+
+def _reregister_after_clear(handler: Any, backend: TorchCompileBackend) -> None:
+    """Make ``handler.clear`` (what ``torch._dynamo.reset()`` calls to empty the callback lists)
+    register ``backend``'s callbacks again afterwards. One wrapper per handler serves every live
+    backend (several monitors, install/uninstall in any order), and it wraps whatever ``clear`` is
+    at that moment — the class's, or a host's own wrapper, which keeps working."""
+    with _clear_lock:
+        current = handler.clear
+        found: set[Any] | None = getattr(current, _CLEAR_MARK, None)
+        if found is None:
+            live: set[Any] = set()
+            wrapped = current
+
+            def clear() -> None:
+                wrapped()
+                for b in list(live):
+                    b._register()
+
+            setattr(clear, _CLEAR_MARK, live)
+            clear.__wrapped__ = wrapped  # type: ignore[attr-defined]
+            handler.clear = clear
+            found = live
+        found.add(backend)
+
+
+def _stop_reregistering(handler: Any, backend: TorchCompileBackend) -> None:
+    """Undo :func:`_reregister_after_clear` for ``backend``; the wrapper itself is removed when no
+    backend needs it and it is still the outermost ``clear`` (a host that wrapped ``clear`` after
+    jitwatch keeps its wrapper; jitwatch's inside it then re-registers nobody)."""
+    with _clear_lock:
+        current = handler.clear
+        live = getattr(current, _CLEAR_MARK, None)
+        if live is None:  # wrapped by someone after us: find ours inside the chain
+            inner = getattr(current, "__wrapped__", None)
+            while inner is not None and getattr(inner, _CLEAR_MARK, None) is None:
+                inner = getattr(inner, "__wrapped__", None)
+            live = getattr(inner, _CLEAR_MARK, None) if inner is not None else None
+            if live is not None:
+                live.discard(backend)
+            return
+        live.discard(backend)
+        if not live:
+            wrapped = current.__wrapped__
+            if id(getattr(wrapped, "__self__", None)) == id(handler) and "clear" in vars(handler):
+                del handler.clear  # the class's own method again
+            else:
+                handler.clear = wrapped
+
+
 def _frame_info() -> tuple[str | None, str | None]:
     """The name and ``file:line`` of the frame Dynamo is compiling, from the ``code`` argument of
     ``torch._dynamo.convert_frame._compile`` on this thread's stack
@@ -235,7 +287,7 @@ class TorchCompileBackend(LibraryBackend):
         self._config: Any = None
         self._orig_log: Any = None
         self._wrapped_log: Any = None
-        self._orig_clear: Any = None
+        self._orig_clear: Any = None  # True while this backend re-registers after reset()
         self._metrics_context: Any = None
         self._degraded: list[str] = []
         self._autotuner_cls: Any = None
@@ -252,15 +304,8 @@ class TorchCompileBackend(LibraryBackend):
         self._degraded = []
         self._handler = handler
         self._register()
-        if "clear" not in vars(handler):  # survive torch._dynamo.reset(), which clears the handler
-            original_clear = handler.clear
-
-            def clear() -> None:
-                original_clear()
-                self._register()
-
-            handler.clear = clear  # type: ignore[method-assign]
-            self._orig_clear = original_clear
+        _reregister_after_clear(handler, self)  # survive torch._dynamo.reset(), which clears the handler
+        self._orig_clear = True
         dynamo_utils: Any = None
         dynamo_config: Any = None
         try:
@@ -352,8 +397,8 @@ class TorchCompileBackend(LibraryBackend):
     def unhook(self) -> None:
         handler = self._handler
         if handler is not None:
-            if self._orig_clear is not None and vars(handler).get("clear") is not None:
-                del handler.clear
+            if self._orig_clear is not None:
+                _stop_reregistering(handler, self)
             for lst, fn in ((handler.start_callbacks, self._on_start), (handler.end_callbacks, self._on_end)):
                 while fn in lst:
                     lst.remove(fn)

@@ -383,3 +383,54 @@ def test_recompile_limit_fallback_to_eager_is_recorded(tc: MonitorHarness, caplo
     assert fell and fell[0].attrs["reason"].startswith("recompile limit exceeded")
     assert fell[0].attrs["reason_class"] == "size mismatch" and fell[0].kernel == "scale"
     assert any("recompile limit exceeded" in r.getMessage() for r in caplog.records)
+
+
+def _count_after_reset(h: MonitorHarness) -> int:
+    torch._dynamo.reset()
+    f = torch.compile(scale, backend="eager")
+    f(torch.randn(4, 4), True)
+    assert h.monitor.flush()
+    return len(_tc_events(h))
+
+
+def test_reset_keeps_every_monitor_registered_whoever_wrapped_clear(fresh_dynamo: None) -> None:
+    """``torch._dynamo.reset()`` empties the callback lists; jitwatch registers again after it:
+    (a) when the host wrapped ``callback_handler.clear`` before jitwatch, (b) for a second monitor
+    after the first uninstalled, and (c) uninstall leaves a host wrapper made after jitwatch's."""
+    from torch._dynamo.callback import callback_handler as handler
+
+    host_calls: list[str] = []
+    host_inner = handler.clear
+
+    def host_clear() -> None:  # (a) the host's wrapper, installed first
+        host_calls.append("host")
+        host_inner()
+
+    handler.clear = host_clear
+    try:
+        with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+            assert _count_after_reset(h) == 1 and host_calls
+        assert handler.clear is host_clear  # uninstall gave the host's wrapper back
+    finally:
+        del handler.clear
+    # (b) two monitors' backends on one handler, A uninstalled first
+    a, b = TorchCompileBackend(), TorchCompileBackend()
+    with monitored(mode="warn", backends=[b], compile_only=False) as hb:
+        with monitored(mode="warn", backends=[a], compile_only=False):
+            pass
+        assert _count_after_reset(hb) == 1
+    assert "clear" not in vars(handler)  # back to the class's own method
+    # (c) the host wraps clear after jitwatch: uninstall keeps the host's wrapper
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False):
+        inner = handler.clear
+
+        def host_after() -> None:
+            inner()
+
+        handler.clear = host_after
+    try:
+        assert handler.clear is host_after
+        torch._dynamo.reset()  # still works, and re-registers nobody
+        assert not any(getattr(cb, "__self__", None) for cb in handler.start_callbacks if "jitwatch" in repr(cb))
+    finally:
+        del handler.clear
