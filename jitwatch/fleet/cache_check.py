@@ -28,6 +28,7 @@ import base64
 import json
 import os
 import re
+import stat
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -290,6 +291,8 @@ class LocalCache:
                     return "corrupt", f"{grp.name} lists {name} outside this cache: {recorded}", files, size
                 try:
                     st = os.stat(real)
+                    if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
+                        return "corrupt", f"{name} is not a regular file", files, size
                     if st.st_size > MAX_FILE_BYTES:
                         return "corrupt", f"{name} is over {MAX_FILE_BYTES} bytes", files, size
                     with open(real, "rb") as f:

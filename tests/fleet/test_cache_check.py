@@ -5,9 +5,11 @@ metadata file of another kernel, a cache copied to another path), and against a 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -191,3 +193,20 @@ def test_scan_finds_corrupt_entries_outside_the_manifest(
     assert full.exit_code == 1
     assert "whole cache: 2 entries scanned, 1 corrupt" in full.stdout
     assert f"corrupt entry {recorded.entries[1].cache_key[:16]}" in full.stdout  # type: ignore[index]
+
+
+def test_fifo_in_the_cache_is_corrupt_not_a_hang(recorded: Manifest, triton_cache: Path) -> None:
+    """A FIFO planted where a cache file should be made `cache check` block forever on open():
+    now any file that is not a regular file is reported corrupt without being opened."""
+    import threading
+
+    ptx = next(_entry_dir(triton_cache, recorded, 1).glob("*.ptx"))
+    ptx.unlink()
+    os.mkfifo(ptx)
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(check(recorded, LocalCache(triton_cache))), daemon=True)
+    t.start()
+    t.join(20)
+    assert out, "cache check blocked on a FIFO"
+    bad = out[0].results[1]
+    assert bad.status == "corrupt" and "not a regular file" in (bad.reason or "")
