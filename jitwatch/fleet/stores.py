@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
 
 from jitwatch.errors import ManifestError, StoreError
 from jitwatch.warmup.manifest import MAX_MANIFEST_BYTES, Manifest, dumps, loads, save, seal
@@ -51,11 +51,15 @@ def safe_location(location: str) -> str:
     if not location.startswith(("redis://", "rediss://")):
         return location
     parts = urlsplit(location)
+    query = "&".join(
+        f"{k}=***" if k.lower() in ("password", "pass", "auth") else f"{k}={v}"
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    )
     if parts.password is None:
-        return location
+        return urlunsplit(parts._replace(query=query)) if parts.query else location
     host = parts.hostname or ""
     netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class ManifestStore(Protocol):
@@ -180,7 +184,9 @@ def parse_location(location: str, *, client: Any | None = None) -> Location:
     Raises:
         StoreError: a malformed ``redis://`` location or name.
     """
-    if location.startswith(("redis://", "rediss://", "unix://")):
+    if location.startswith("unix://"):
+        raise StoreError("unix:// Redis sockets are not supported: use redis://HOST:PORT[/DB][/NAME]")
+    if location.startswith(("redis://", "rediss://")):
         parts = urlsplit(location)
         segs = [s for s in parts.path.split("/") if s]
         db = "0"
@@ -190,6 +196,12 @@ def parse_location(location: str, *, client: Any | None = None) -> Location:
             raise StoreError(f"{safe_location(location)}: expected redis://HOST:PORT[/DB][/NAME]")
         name = check_name(segs[0]) if segs else None
         query = parse_qs(parts.query)
+        unknown = sorted(set(query) - {"prefix"})
+        if unknown:  # a ?password= would otherwise be dropped silently (and printed)
+            raise StoreError(
+                f"{safe_location(location)}: only ?prefix= is understood, not {', '.join(unknown)}"
+                " (a password goes in the URL: redis://:PASSWORD@HOST:PORT)"
+            )
         prefix = query.get("prefix", [REDIS_PREFIX])[0]
         url = urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", ""))
         return Location(RedisStore(url, prefix, client=client), name)

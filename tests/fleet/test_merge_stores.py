@@ -207,3 +207,18 @@ def test_cli_merge_into_its_own_store_again_does_not_recount_hosts(host_a: Manif
         assert sorted(json.loads(res.stdout)["inputs"]) == [f"{store}:host-a", f"{store}:host-b"]
     once, _ = merge([("a", host_a), ("b", _host_b(host_a))])
     assert [e.hosts for e in load(store / "fleet.json").entries] == [e.hosts for e in once.entries] == [2, 1]
+
+
+def test_redis_location_query_password_and_unix_sockets_are_refused_clearly() -> None:
+    """``?password=`` used to be dropped silently (the connection went without it) and printed
+    verbatim; ``unix://`` was accepted and then always failed. Both are clear errors now, and
+    the message never shows the password."""
+    with pytest.raises(StoreError) as err:
+        parse_location("redis://127.0.0.1:1/0/a?password=hunter2")
+    assert "hunter2" not in str(err.value) and "password=***" in str(err.value)
+    assert "redis://:PASSWORD@HOST:PORT" in str(err.value)
+    with pytest.raises(StoreError, match="unix:// Redis sockets are not supported"):
+        parse_location("unix:///var/run/redis.sock")
+    assert safe_location("redis://h:1/0/a?prefix=p&password=x") == "redis://h:1/0/a?prefix=p&password=***"
+    res = runner.invoke(app, ["warmup", "merge", "redis://127.0.0.1:1/0/a/b?password=hunter2", "-o", "x.json"])
+    assert res.exit_code == 2 and "hunter2" not in res.output
