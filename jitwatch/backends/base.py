@@ -56,6 +56,26 @@ Detail = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 """Backend-specific detail of a capture, or a callable that builds it on the writer thread."""
 
 
+RECOMPILE_REASON_CLASSES: tuple[str, ...] = (
+    "first compile",
+    "size mismatch",
+    "stride mismatch",
+    "dtype mismatch",
+    "device mismatch",
+    "requires_grad mismatch",
+    "rank mismatch",
+    "value change",
+    "type change",
+    "identity change",
+    "global state",
+    "other",
+)
+"""The whole domain of a compile's ``attrs.reason_class`` (the ``reason_class`` label of
+``jitwatch_recompiles_total``): what a backend may classify a recompile as. The journal stores any
+other value as ``other``, so no backend (a third-party one included) can grow the label's
+cardinality; a new class is added here, in one place."""
+
+
 @dataclass(slots=True)
 class Capture:
     """One compile as a backend saw it (backend-neutral).

@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from jitwatch.backends.base import RECOMPILE_REASON_CLASSES
 from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAULT_RETENTION_SECONDS
-from jitwatch.core.events import RECOMPILE_REASON_CLASSES, Event, EventKind, Phase
+from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.redact import may_need_redaction, redact
 from jitwatch.store import migrations, readsafe, safety, specs

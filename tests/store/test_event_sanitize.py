@@ -156,7 +156,7 @@ def test_an_inflating_specialization_record_is_refused_on_read(tmp_path: Path) -
 def test_reason_class_label_is_bounded_to_the_known_classes(tmp_path: Path) -> None:
     """A backend (third-party, say) that puts free text in ``attrs.reason_class`` cannot grow the
     ``reason_class`` label: anything outside RECOMPILE_REASON_CLASSES is stored as ``other``."""
-    from jitwatch.core.events import RECOMPILE_REASON_CLASSES
+    from jitwatch.backends.base import RECOMPILE_REASON_CLASSES
 
     phrases = [f"expected 8 actual {n}" for n in range(20)] + ["size mismatch"]
     with Journal(tmp_path) as j:

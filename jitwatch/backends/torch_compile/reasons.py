@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from jitwatch.core.events import RECOMPILE_REASON_CLASSES
+from jitwatch.backends.base import RECOMPILE_REASON_CLASSES
 
 FIRST_COMPILE = "first compile"
 """A frame's first compile (no previous cache entry failed a guard)."""
