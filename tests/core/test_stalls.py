@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from jitwatch.backends.base import BackendStatus, Capture, CompileSink
@@ -79,15 +80,19 @@ def test_request_compile_seconds_histogram_and_delayed_counter(tmp_path: Path) -
     got = samples(text)
     rank = (("rank", "1"),)
     assert got[("jitwatch_request_compile_seconds_count", rank)] == 5
-    assert got[("jitwatch_request_compile_seconds_bucket", (("le", "0.001"), ("rank", "1")))] == 3
-    assert got[("jitwatch_request_compile_seconds_bucket", (("le", "0.025"), ("rank", "1")))] == 3
-    assert got[("jitwatch_request_compile_seconds_bucket", (("le", "0.05"), ("rank", "1")))] == 4
-    assert got[("jitwatch_request_compile_seconds_bucket", (("le", "0.25"), ("rank", "1")))] == 4
-    assert got[("jitwatch_request_compile_seconds_bucket", (("le", "0.5"), ("rank", "1")))] == 5
-    assert 0.33 < got[("jitwatch_request_compile_seconds_sum", rank)] < 0.6
     assert got[("jitwatch_requests_delayed_total", (("backend", "sleepy"), ("rank", "1")))] == 2
-
     stalls = read_events(tmp_path, EventKind.REQUEST_STALL)
+    # The histogram holds exactly the per-request compile seconds the stall events carry (3
+    # requests compiled nothing); buckets are checked against those measured values, not against
+    # the sleeps, so a loaded machine that stretches a 30 ms compile past 50 ms cannot fail it.
+    observed = [0.0, 0.0, 0.0] + [e.duration_s or 0.0 for e in stalls]
+    buckets = {dict(k[1])["le"]: v for k, v in got.items() if k[0] == "jitwatch_request_compile_seconds_bucket"}
+    assert len(buckets) > 5 and buckets["+Inf"] == 5
+    for le, count in buckets.items():
+        assert count == sum(v <= float(le) for v in observed), le
+    assert got[("jitwatch_request_compile_seconds_sum", rank)] == pytest.approx(sum(observed), rel=1e-6, abs=1e-9)
+    assert 0.33 <= sum(observed)  # the sleeps are a floor on what was measured
+
     assert [(e.attrs["request"], e.attrs["compiles"]) for e in stalls] == [("req-2", 2), ("req-4", 1)]
     assert [c["kernel"] for c in stalls[0].attrs["compiled"]] == ["a", "b"]
     assert stalls[0].attrs["latency_s"] >= stalls[0].duration_s >= 0.3
