@@ -416,6 +416,10 @@ def _on_readonly_fs_without_wal(path: Path) -> bool:
     return readonly_fs and not Path(f"{path}-wal").exists()
 
 
+def _same(ev: Event) -> Event:
+    return ev
+
+
 def _row_to_event(row: sqlite3.Row) -> Event:
     """The event of an ``events`` row. Raises ``ValueError`` (or pydantic's ``ValidationError``,
     a ``ValueError``) for a row that makes no sense: unknown kind or phase, a time or rank that is
@@ -433,16 +437,23 @@ def _row_to_event(row: sqlite3.Row) -> Event:
     for name in ("kernel", "key", "backend", "host"):
         if name in fields and fields[name] is not None and not isinstance(fields[name], str):
             fields[name] = str(fields[name])
-    attrs = readsafe.json_object(fields["attrs"])
+    raw_attrs = fields["attrs"]
+    stored = len(raw_attrs) if isinstance(raw_attrs, str | bytes) else 0  # stored text, characters
+    attrs = readsafe.json_object(raw_attrs)
     if spec_data is not None:
         try:
-            spec = specs.decode(spec_data)
+            spec, size = specs.decode_sized(spec_data)
         except (ValueError, KeyError, IndexError, zlib.error):
             attrs["spec_unreadable"] = True  # a damaged record costs that detail, not the event
         else:
+            stored += size
             fields["key"] = spec.pop("key", None)
             attrs = {**spec, **attrs}
-    return capped(  # the write-time caps again: a row edited in the file is bounded for readers too
+    names = (fields.get(n) for n in ("key", "kernel", "host", "backend"))
+    oversized = stored > MAX_ATTRS_CHARS or any(isinstance(v, str) and len(v) > MAX_NAME_CHARS for v in names)
+    # The write-time caps again, for a row edited in the file: checked on the stored sizes (cheap),
+    # applied only to a row over them, so ordinary reads pay nothing (/jit reads 20k events).
+    return (capped if oversized else _same)(
         Event(
             **{
                 **fields,

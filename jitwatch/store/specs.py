@@ -129,14 +129,20 @@ def decode(data: bytes) -> dict[str, Any]:
     """The fields of a stored record. Raises ``ValueError`` (``zlib.error`` included; also a record
     inflating past :data:`MAX_DECODED_BYTES`) or ``KeyError`` (unknown dictionary) for a damaged
     record; parsed with ``json.loads`` only."""
+    return decode_sized(data)[0]
+
+
+def decode_sized(data: bytes) -> tuple[dict[str, Any], int]:
+    """:func:`decode` and the record's decompressed size in bytes (same errors)."""
     dec = zlib.decompressobj(-15, _DICTS[data[0]])
     raw = dec.decompress(data[1:], MAX_DECODED_BYTES)
     if dec.unconsumed_tail or len(raw) >= MAX_DECODED_BYTES:
         raise ValueError(f"specialization record inflates past {MAX_DECODED_BYTES} bytes")
-    out = json.loads(raw + dec.flush(MAX_DECODED_BYTES))
+    raw += dec.flush(MAX_DECODED_BYTES)
+    out = json.loads(raw)
     if not isinstance(out, dict):
         raise ValueError("specialization record is not an object")
-    return out
+    return out, len(raw)
 
 
-__all__ = ["DICT_ID", "SPEC_FIELDS", "canonical", "decode", "encode", "split"]
+__all__ = ["DICT_ID", "SPEC_FIELDS", "canonical", "decode", "decode_sized", "encode", "split"]

@@ -542,8 +542,10 @@ def coverage_for_journal(
     ``sqlite3.Error`` only. Cost: one indexed query plus a ``literal_eval`` per event (~10k/s)."""
     events = journal.events(kind=EventKind.COMPILE, backend="triton", rank=rank, limit=limit, newest_first=True)
     report = coverage_from_events(events, kernels=kernels, widths=widths, expected=expected, known=known)
-    everything = journal.events(kind=EventKind.COMPILE, rank=rank, limit=limit, newest_first=True)
-    report.kernels.extend(coverage_by_key([e for e in everything if e.backend not in ("", "triton")]))
+    others = sorted({row.backend for row in journal.stats()} - {"", "triton"})  # from the aggregates: cheap
+    for b in others:
+        keyed = journal.events(kind=EventKind.COMPILE, backend=b, rank=rank, limit=limit, newest_first=True)
+        report.kernels.extend(coverage_by_key(keyed))
     return report
 
 
