@@ -60,6 +60,19 @@ class Around(Protocol):
     def failed(self, state: Any, exc: BaseException) -> None: ...
 
 
+class CancelOnFailure:
+    """Mixin for an :class:`Around` whose state begins with the token its ``before`` got from
+    ``sink.begin``: when the wrapped call raises, that compile did not happen, so ``failed``
+    cancels it (nothing is recorded; the exception reaches the host unchanged)."""
+
+    backend: Any
+
+    def failed(self, state: Any, exc: BaseException) -> None:
+        sink = self.backend.sink
+        if sink is not None:
+            sink.cancel(state[0])
+
+
 _MISSING = object()
 
 
@@ -194,4 +207,4 @@ def unwrap_chain(function: Any) -> list[Any]:
     return out
 
 
-__all__ = ["Around", "ErrorHandler", "Patch", "patch_attribute", "unwrap_chain", "wrap_function"]
+__all__ = ["Around", "CancelOnFailure", "ErrorHandler", "Patch", "patch_attribute", "unwrap_chain", "wrap_function"]

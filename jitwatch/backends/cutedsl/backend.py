@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, LibraryBackend
-from jitwatch.backends.patching import Patch, patch_attribute
+from jitwatch.backends.patching import CancelOnFailure, Patch, patch_attribute
 from jitwatch.backends.spec import describe_call
 
 _local = threading.local()
@@ -44,7 +44,7 @@ def _stack() -> list[dict[str, Any]]:
     return stack
 
 
-class _Compile:
+class _Compile(CancelOnFailure):
     """Around ``CompilerBackend.compile(self, ctx)``."""
 
     def __init__(self, backend: CuteDSLBackend) -> None:
@@ -98,9 +98,7 @@ class _Compile:
 
     def failed(self, state: Any, exc: BaseException) -> None:
         _pop(state[4])
-        sink = self.backend.sink
-        if sink is not None:
-            sink.cancel(state[0])
+        super().failed(state, exc)
 
 
 def _pop(frame: dict[str, Any]) -> None:
@@ -124,7 +122,7 @@ class _ResolveCache:
         pass
 
 
-class _CompileCallable:
+class _CompileCallable(CancelOnFailure):
     """Fallback: around ``CompileCallable.__call__(self, func, *args, **kwargs)`` (``cute.compile``)."""
 
     def __init__(self, backend: CuteDSLBackend) -> None:
@@ -152,11 +150,6 @@ class _CompileCallable:
                 detail=lambda: {"entry": "cute.compile", "spec": describe_call(rest, kw)},
             ),
         )
-
-    def failed(self, state: Any, exc: BaseException) -> None:
-        sink = self.backend.sink
-        if sink is not None:
-            sink.cancel(state[0])
 
 
 class CuteDSLBackend(LibraryBackend):

@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, LibraryBackend
-from jitwatch.backends.patching import Patch, patch_attribute
+from jitwatch.backends.patching import CancelOnFailure, Patch, patch_attribute
 
 
 def _artifact(spec: Any) -> tuple[str | None, tuple[int, int] | None]:
@@ -45,7 +45,7 @@ def _artifact(spec: Any) -> tuple[str | None, tuple[int, int] | None]:
     return str(path), (st.st_mtime_ns, st.st_size)
 
 
-class _BuildAndLoad:
+class _BuildAndLoad(CancelOnFailure):
     """Around ``JitSpec.build_and_load(self)``."""
 
     def __init__(self, backend: FlashInferBackend) -> None:
@@ -83,11 +83,6 @@ class _BuildAndLoad:
             }
 
         sink.finish(token, Capture(self.backend.name, name, key=name, cache_hit=cache_hit, detail=detail))
-
-    def failed(self, state: Any, exc: BaseException) -> None:
-        sink = self.backend.sink
-        if sink is not None:
-            sink.cancel(state[0])
 
 
 class FlashInferBackend(LibraryBackend):

@@ -38,7 +38,7 @@ from types import ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, LibraryBackend
-from jitwatch.backends.patching import Patch, patch_attribute
+from jitwatch.backends.patching import CancelOnFailure, Patch, patch_attribute
 
 _local = threading.local()
 
@@ -98,7 +98,7 @@ def _take_key(func: Any) -> str | None:
     return entry[1] if entry is not None and entry[0] == id(func) else None
 
 
-class _Build:
+class _Build(CancelOnFailure):
     """Around ``JITKernel.__init__(self, func, out_idx, execution_backend, target, target_host,
     verbose, pass_configs, from_database, ...)`` and ``JITKernel.from_database(cls, func, ...)``."""
 
@@ -151,11 +151,6 @@ class _Build:
         sink = self.backend.sink
         assert sink is not None
         sink.finish(state[0], self._capture(state))
-
-    def failed(self, state: Any, exc: BaseException) -> None:
-        sink = self.backend.sink
-        if sink is not None:
-            sink.cancel(state[0])
 
 
 class TileLangBackend(LibraryBackend):
