@@ -287,7 +287,7 @@ class TorchCompileBackend(LibraryBackend):
         self._config: Any = None
         self._orig_log: Any = None
         self._wrapped_log: Any = None
-        self._orig_clear: Any = None  # True while this backend re-registers after reset()
+        self._reregistering = False  # listed by the handler's clear wrapper (_reregister_after_clear)
         self._metrics_context: Any = None
         self._degraded: list[str] = []
         self._autotuner_cls: Any = None
@@ -305,7 +305,7 @@ class TorchCompileBackend(LibraryBackend):
         self._handler = handler
         self._register()
         _reregister_after_clear(handler, self)  # survive torch._dynamo.reset(), which clears the handler
-        self._orig_clear = True
+        self._reregistering = True
         dynamo_utils: Any = None
         dynamo_config: Any = None
         try:
@@ -397,7 +397,7 @@ class TorchCompileBackend(LibraryBackend):
     def unhook(self) -> None:
         handler = self._handler
         if handler is not None:
-            if self._orig_clear is not None:
+            if self._reregistering:
                 _stop_reregistering(handler, self)
             for lst, fn in ((handler.start_callbacks, self._on_start), (handler.end_callbacks, self._on_end)):
                 while fn in lst:
@@ -419,7 +419,8 @@ class TorchCompileBackend(LibraryBackend):
                 self.sink.cancel(o.token)
             if o.parent_set:
                 exit_parent(o.parent_prev)
-        self._handler = self._utils = self._orig_clear = self._orig_log = self._wrapped_log = None
+        self._reregistering = False
+        self._handler = self._utils = self._orig_log = self._wrapped_log = None
 
     # ------------------------------------------------------------------ callbacks
     def _reason_now(self) -> str | None:
