@@ -31,6 +31,7 @@ BUILTIN: dict[str, str] = {
     "cutedsl": "jitwatch.backends.cutedsl:CuteDSLBackend",
     "tilelang": "jitwatch.backends.tilelang:TileLangBackend",
     "flashinfer": "jitwatch.backends.flashinfer:FlashInferBackend",
+    "deepgemm": "jitwatch.backends.deepgemm:DeepGemmBackend",
 }
 """Backends shipped with jitwatch: name → ``"module:Class"``."""
 

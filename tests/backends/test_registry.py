@@ -108,8 +108,8 @@ def test_out_of_tree_backend_through_the_entry_point(tmp_path: Path) -> None:
             for f in parse_text(httpx.get(base + "/metrics").text)
             for s in f.samples
         }
-        labels = (("backend", "toyjit"), ("kernel", "rope"), ("phase", "serving"))
-        assert samples[("jitwatch_compiles_total", labels)] == 1
+        assert samples[("jitwatch_compiles_total", (("backend", "toyjit"), ("phase", "serving")))] == 1
+        assert samples[("jitwatch_compile_seconds_total", (("backend", "toyjit"), ("kernel", "rope")))] >= 0
         serving = (("backend", "toyjit"), ("kernel", "rope"), ("rank", "0"))
         assert samples[("jitwatch_serving_compiles_total", serving)] == 1
         info = (("backend", "toyjit"), ("rank", "0"), ("state", "active"), ("version", ""))  # no toyjit dist
