@@ -18,6 +18,16 @@ request's latency: ``/jit``, ``/jit/events`` (default limit 100), ``/jit/events?
 ``/metrics`` on the sidecar, ``/metrics`` on the floor. Reported: p50/p90/p99 latency, requests
 per second, response size, errors, and the sidecar's RSS after the run.
 
+``--writer-rate N`` (events/s) is the fair case for a sidecar that caches: a separate writer
+process appends compile events (``N/10`` every 0.1 s, one transaction each, like a worker's writer
+thread; kernels, ranks and phases drawn like the journal's) for the whole measurement, so the
+journal keeps changing under the load (the writer's default retention prunes as it goes).
+
+``--before DIR`` serves a second sidecar from an older jitwatch source tree (e.g.
+``git archive 4a3985f jitwatch | tar -x -C DIR``) on the same journal, measured in the same run.
+Each sidecar answers one ``/metrics`` and one ``/jit`` before its measurement (a sidecar is scraped
+continuously; its first build is a one-off). The load average is recorded before and after.
+
 Run: ``python benchmarks/bench_sidecar.py --out results/sidecar.json`` (about 2 minutes).
 """
 
@@ -127,6 +137,9 @@ def _free_port() -> int:
 
 
 def serve_sidecar(journal_dir: str, port: int) -> None:
+    tree = os.environ.get("JITWATCH_BENCH_TREE")
+    if tree:  # an older jitwatch (--before), ahead of this checkout
+        sys.path.insert(0, tree)
     import uvicorn
 
     from jitwatch.sidecar import create_app
@@ -159,7 +172,7 @@ def _wait_up(port: int, path: str, timeout: float = 60.0) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             c.request("GET", path)
             r = c.getresponse()
             r.read()
@@ -170,6 +183,92 @@ def _wait_up(port: int, path: str, timeout: float = 60.0) -> None:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"server on {port} never answered {path}")
+
+
+def writer_batch(rng: random.Random, n: int, kernels: int, ranks: int) -> list[Any]:
+    """``n`` compile events as the writer appends them (95 % warmup, random kernel and rank)."""
+    from jitwatch.core.events import Event, EventKind, Phase
+
+    now = time.time()
+    batch = []
+    for _ in range(n):
+        rank = rng.randrange(ranks)
+        dur = rng.lognormvariate(-1.8, 0.8)
+        batch.append(
+            Event(
+                kind=EventKind.COMPILE,
+                ts=now,
+                start_ts=now - dur,
+                duration_s=dur,
+                rank=rank,
+                pid=1000 + rank,
+                host="bench-host",
+                phase=Phase.WARMUP if rng.random() < 0.95 else Phase.SERVING,
+                kernel=f"model.layers.ops.kernel_{rng.randrange(kernels):04d}",
+                key=f"[('*fp16', 'D'), ('i32', 'D'), ('constexpr', {rng.randrange(64)})]",
+                cache_hit=rng.random() < 0.3,
+                attrs={"module": "model.layers.ops", "options": {"num_warps": 4}, "tp_rank": rank},
+            )
+        )
+    return batch
+
+
+def refresh_probe(journal_dir: Path, n: int, batch: int, kernels: int, ranks: int) -> dict[str, Any]:
+    """In this process: one sidecar's live aggregates (:class:`jitwatch.views.live.LiveJournal`)
+    on the journal; the first ``/metrics`` (a full build), then ``n`` times: append ``batch``
+    events from another connection and time the ``/metrics`` body and the ``/jit`` document built
+    right after (every scrape sees a change, as with Prometheus's 15 s interval)."""
+    from jitwatch.store.journal import Journal
+    from jitwatch.views.live import LiveJournal
+
+    live = LiveJournal(journal_dir)
+    t0 = time.perf_counter()
+    live.render()
+    first = time.perf_counter() - t0
+    rng = random.Random(2)
+    metrics_s: list[float] = []
+    jit_s: list[float] = []
+    with Journal(journal_dir) as j:
+        for _ in range(n):
+            j.write(writer_batch(rng, batch, kernels, ranks))
+            t0 = time.perf_counter()
+            live.render()
+            metrics_s.append(time.perf_counter() - t0)
+            j.write(writer_batch(rng, batch, kernels, ranks))
+            t0 = time.perf_counter()
+            live.status(stale_after=60)
+            jit_s.append(time.perf_counter() - t0)
+    return {
+        "batch": batch,
+        "first_build_s": first,
+        "metrics_after_write_ms": summary(metrics_s, 1e3),
+        "jit_after_write_ms": summary(jit_s, 1e3),
+        "rebuilds": live.rebuilds,
+        "refreshes": live.refreshes,
+    }
+
+
+def write_events(journal_dir: str, rate: float, kernels: int, ranks: int) -> None:
+    """Append ``rate`` compile events per second (``rate/10`` every 0.1 s) until SIGTERM; prints
+    ``{"events": n, "batches": b, "seconds": s}`` on the way out."""
+    import signal
+
+    from jitwatch.store.journal import Journal
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    rng = random.Random(1)
+    per_batch = max(1, round(rate / 10))
+    written = batches = 0
+    t0 = time.perf_counter()
+    with Journal(journal_dir) as j:
+        while not stop.is_set():
+            batch = writer_batch(rng, per_batch, kernels, ranks)
+            j.write(batch)
+            written += len(batch)
+            batches += 1
+            stop.wait(0.1)
+    print(json.dumps({"events": written, "batches": batches, "seconds": time.perf_counter() - t0}))
 
 
 # --------------------------------------------------------------------------- load generator
@@ -239,6 +338,14 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per endpoint and concurrency")
     ap.add_argument("--concurrency", default="1,4")
     ap.add_argument("--journal", help="reuse this journal directory instead of building one")
+    ap.add_argument("--writer-rate", type=float, default=0.0, help="events/s appended during the measurement")
+    ap.add_argument("--before", help="an older jitwatch source tree: a second sidecar, same journal, same run")
+    ap.add_argument("--before-label", help="what --before is (e.g. the commit it was archived from), recorded")
+    ap.add_argument("--paths", default="/jit,/jit/events,/jit/events?limit=1000,/metrics", help="sidecar paths")
+    ap.add_argument(
+        "--refresh-probe", type=int, default=0, help="then N scrapes in-process, each right after a written batch"
+    )
+    ap.add_argument("--write", nargs=4, help=argparse.SUPPRESS)
     ap.add_argument("--serve-sidecar", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--serve-floor", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--load", nargs=4, help=argparse.SUPPRESS)
@@ -248,6 +355,9 @@ def main() -> None:
         return
     if args.serve_floor:
         serve_floor(args.serve_floor[0], int(args.serve_floor[1]))
+        return
+    if args.write:
+        write_events(args.write[0], float(args.write[1]), int(args.write[2]), int(args.write[3]))
         return
     if args.load:
         port, path, duration, conc = args.load
@@ -263,24 +373,42 @@ def main() -> None:
         print(f"journal: {result['journal']}")
     concs = [int(c) for c in args.concurrency.split(",")]
 
+    result["writer_rate"] = args.writer_rate
+    result["before_tree"] = args.before
+    result["before_label"] = args.before_label
+    result["loadavg_start"] = os.getloadavg()
+    paths = [p for p in args.paths.split(",") if p]
+    sidecars = ["sidecar", "sidecar_before"] if args.before else ["sidecar"]
     servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    writer: subprocess.Popen[str] | None = None
     try:
-        for name, flag, probe in (("sidecar", "--serve-sidecar", "/livez"), ("floor", "--serve-floor", "/metrics")):
+        for name in (*sidecars, "floor"):
             port = _free_port()
+            env = dict(os.environ)
+            if name == "sidecar_before":
+                env["JITWATCH_BENCH_TREE"] = str(Path(args.before).resolve())
+            flag = "--serve-floor" if name == "floor" else "--serve-sidecar"
             proc = subprocess.Popen(
                 [sys.executable, str(HERE), flag, str(jdir), str(port)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
+                env=env,
             )
             servers[name] = (proc, port)
-            _wait_up(port, probe)
-        targets = [
-            ("sidecar", "/jit"),
-            ("sidecar", "/jit/events"),
-            ("sidecar", "/jit/events?limit=1000"),
-            ("sidecar", "/metrics"),
-            ("floor", "/metrics"),
-        ]
+            _wait_up(port, "/metrics" if name == "floor" else "/livez", timeout=180)
+            if name != "floor":
+                _wait_up(port, "/metrics", timeout=180)  # the first build: a one-off, not measured
+                _wait_up(port, "/jit", timeout=180)
+        if args.writer_rate > 0:
+            cmd = [sys.executable, str(HERE), "--write", str(jdir), str(args.writer_rate), str(args.kernels)]
+            writer = subprocess.Popen(
+                [*cmd, str(args.ranks)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            time.sleep(0.5)
+        targets = [(name, path) for name in sidecars for path in paths] + [("floor", "/metrics")]
         rss_idle = {name: rss_bytes(p.pid) for name, (p, _) in servers.items()}
         runs = []
         for conc in concs:
@@ -289,29 +417,50 @@ def main() -> None:
                 r["server"] = name
                 runs.append(r)
                 print(
-                    f"{name:<8} {path:<24} c={conc} p50 {r['latency_ms']['median']:8.2f} ms p99 "
+                    f"{name:<14} {path:<24} c={conc} p50 {r['latency_ms']['median']:8.2f} ms p99 "
                     f"{r['latency_ms']['p99']:8.2f} ms {r['req_per_s']:8.1f} req/s {r['response_bytes']} B "
                     f"errors {r['errors']}"
                 )
         rss_after = {name: rss_bytes(p.pid) for name, (p, _) in servers.items()}
     finally:
+        if writer is not None:
+            writer.terminate()
+            out, _ = writer.communicate(timeout=30)
+            lines = out.strip().splitlines()
+            result["writer"] = json.loads(lines[-1]) if lines else None
+            print(f"writer: {result['writer']}")
         for proc, _ in servers.values():
             proc.terminate()
             proc.wait(10)
+    if args.refresh_probe:
+        batch = max(1, round(args.writer_rate / 10)) if args.writer_rate else 20
+        result["refresh"] = refresh_probe(jdir, args.refresh_probe, batch, args.kernels, args.ranks)
+        rp = result["refresh"]
+        print(
+            f"in-process, right after a {batch}-event batch: /metrics p50 {rp['metrics_after_write_ms']['median']:.2f}"
+            f" ms p99 {rp['metrics_after_write_ms']['p99']:.2f} ms; /jit p50 {rp['jit_after_write_ms']['median']:.2f}"
+            f" ms p99 {rp['jit_after_write_ms']['p99']:.2f} ms; first build {rp['first_build_s']:.2f} s"
+        )
+    result["loadavg_end"] = os.getloadavg()
     result.update({"runs": runs, "rss_idle_mib": _mib(rss_idle), "rss_after_mib": _mib(rss_after)})
     write_result(args.out, "sidecar", result)
     print(f"RSS idle {result['rss_idle_mib']} MiB, after load {result['rss_after_mib']} MiB")
+    print(f"load average: start {result['loadavg_start']}, end {result['loadavg_end']}")
     for conc in concs:
         floor = next(r for r in runs if r["server"] == "floor" and r["concurrency"] == conc)
-        side = next(
-            r for r in runs if r["server"] == "sidecar" and r["path"] == "/metrics" and r["concurrency"] == conc
-        )
-        ratio = side["latency_ms"]["median"] / floor["latency_ms"]["median"]
-        print(
-            f"c={conc}: sidecar /metrics p50 {side['latency_ms']['median']:.2f} ms vs floor "
-            f"{floor['latency_ms']['median']:.2f} ms ({ratio:.1f}x)"
-            f"; {side['req_per_s']:.0f} vs {floor['req_per_s']:.0f} req/s"
-        )
+        for name in sidecars:
+            side = next(
+                (r for r in runs if r["server"] == name and r["path"] == "/metrics" and r["concurrency"] == conc),
+                None,
+            )
+            if side is None or not side["requests"] or not floor["requests"]:
+                continue
+            ratio = side["latency_ms"]["median"] / floor["latency_ms"]["median"]
+            print(
+                f"c={conc}: {name} /metrics p50 {side['latency_ms']['median']:.2f} ms vs floor "
+                f"{floor['latency_ms']['median']:.2f} ms ({ratio:.2f}x)"
+                f"; {side['req_per_s']:.0f} vs {floor['req_per_s']:.0f} req/s"
+            )
 
 
 def _mib(d: dict[str, int]) -> dict[str, float]:

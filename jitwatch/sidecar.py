@@ -14,9 +14,12 @@ Routes (see ``docs/sidecar.md``):
   warmup and is not stale (stopped heartbeating for ``stale_after`` seconds); 503 otherwise,
   with the reason.
 
-Every request opens the journal read-only (``Journal(..., readonly=True)``) and closes it again;
-the sidecar never writes. With a token (``JITWATCH_TOKEN`` / ``--token``) every route except
-``/livez`` and ``/readyz`` needs ``Authorization: Bearer <token>`` (401 otherwise).
+``/metrics`` and ``/jit`` are answered from an in-memory copy of the journal's aggregates, refreshed
+incrementally on each request through one long-lived read-only connection
+(:mod:`jitwatch.views.live`); ``/jit/events`` and ``/readyz`` open the journal read-only
+(``Journal(..., readonly=True)``) per request and close it again. The sidecar never writes.
+With a token (``JITWATCH_TOKEN`` / ``--token``) every route except ``/livez`` and ``/readyz``
+needs ``Authorization: Bearer <token>`` (401 otherwise).
 
 Fail-safe serving (:mod:`jitwatch.httpguard`): every journal read runs on a daemon thread with a
 deadline (``JITWATCH_READ_TIMEOUT_SECONDS``, 5 s; at most 8 at once) and the endpoint answers 503
@@ -57,7 +60,7 @@ from jitwatch.httpguard import (
     install_accept_error_filter,
 )
 from jitwatch.store.journal import Journal
-from jitwatch.views.metrics import render as render_metrics
+from jitwatch.views.live import live
 from jitwatch.views.status import DEFAULT_KERNELS_LIMIT, JitStatus, Readiness, build_status, readiness
 
 log = logging.getLogger(__name__)
@@ -222,6 +225,13 @@ def create_app(
         backend: Annotated[str | None, BackendQuery] = None,
     ) -> Any:
         def read() -> JitStatus:
+            try:  # from the live in-memory aggregates (jitwatch.views.live)
+                doc = live(directory).status(kernels_limit=kernels, stale_after=stale, backend=backend)
+            except sqlite3.Error as exc:
+                log.warning("jitwatch: journal read failed: %s", exc)
+                return build_status(None, error=f"journal unreadable: {type(exc).__name__}")
+            if doc is not None:
+                return doc
             with open_journal() as (journal, error):
                 try:
                     return build_status(journal, error=error, kernels_limit=kernels, stale_after=stale, backend=backend)
@@ -294,7 +304,7 @@ def create_app(
     async def get_metrics(request: Request) -> Response:
         accept = request.headers.get("accept")
         try:
-            body, content_type = await reads.call(lambda: render_metrics(directory, accept))
+            body, content_type = await reads.call(lambda: live(directory).render(accept, stale))
         except CallTimeout as exc:
             return Response(content=timed_out(exc) + "\n", status_code=503, media_type="text/plain")
         return Response(content=body, media_type=None, headers={"Content-Type": content_type})

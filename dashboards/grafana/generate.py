@@ -306,14 +306,22 @@ def compiles_by_phase() -> timeseries.Panel:
     )
 
 
+SERVING_CHANGED = (
+    f"(jitwatch_serving_compiles_total{{{BSEL}}} > jitwatch_serving_compiles_total{{{BSEL}}} offset 1m)"
+    f" or (jitwatch_serving_compiles_total{{{BSEL}}} unless jitwatch_serving_compiles_total{{{BSEL}}} offset 1m)"
+)
+"""Serving counters that grew, or were born, in the minute before the evaluation time."""
+
+
 def serving_compiles_table() -> table.Panel:
     return (
         table.Panel()
         .title("Serving-phase compiles by kernel")
         .description(
             "Kernels (graphs, functions) a backend compiled after warmup (phase serving), per backend: "
-            "total count over all ranks, how many ranks compiled it, and the time of the latest one "
-            "(per rank: jitwatch_serving_compiles_total). The specialization key is deliberately "
+            "total count over all ranks, how many ranks compiled it, and the minute of the latest one "
+            "within the dashboard's time range (from jitwatch_serving_compiles_total, per rank; exact "
+            "times are in /jit). The specialization key is deliberately "
             "NOT a Prometheus label (unbounded cardinality), so it cannot be shown here: the last key "
             "of each kernel is in the sidecar's /jit (kernels[].last_key, or `jitwatch status`), every "
             "key in /jit/events?phase=serving&backend=BACKEND. "
@@ -331,7 +339,13 @@ def serving_compiles_table() -> table.Panel:
         .with_target(
             _q(
                 "B",
-                f'max by (backend, kernel) (jitwatch_last_compile_timestamp_seconds{{phase="serving", {KSEL}}}) * 1000',
+                # When a (backend, kernel, rank) serving counter last grew or was born (the sidecar
+                # creates it at its first serving compile), to the minute, latest over ranks: the
+                # current minute first (subquery steps sit on whole minutes), else the latest step
+                # of the dashboard's range. Per-kernel timestamps are not exported (cardinality, see
+                # jitwatch.views.contract); the serving counter already is.
+                f"max by (backend, kernel) (timestamp({SERVING_CHANGED}) "
+                f"or max_over_time(timestamp({SERVING_CHANGED})[$__range:1m])) * 1000",
                 instant=True,
                 fmt=PromQueryFormat.TABLE,
             )

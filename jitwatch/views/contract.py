@@ -11,12 +11,14 @@ Specialization keys are never labels (unbounded); they live in ``/jit`` and the 
 ``kernel`` values are capped (``JITWATCH_MAX_KERNELS``, default 500): kernels first seen after the
 cap share ``kernel="_other"``.
 
-Cardinality by design: per-kernel families carry no ``rank`` (ranks summed; the kernel-by-rank
-product was ~96 % of all series on a fleet journal and no alert or panel used it); per-rank
-figures come from the duration histogram (``jitwatch_compile_duration_seconds``, per backend,
-phase and rank); the kernel-by-rank product exists only for serving compiles
-(``jitwatch_serving_compiles_total``), which the post-warmup-compile alert needs and which are
-rare by definition.
+Cardinality by design (for a fleet journal of 100k compiles over 500 kernels and 8 ranks: 3,776
+series, ``benchmarks/bench_series.py``): the only kernel-by-rank product is
+``jitwatch_serving_compiles_total``, which the post-warmup-compile alert needs and which is rare by
+definition. The one other per-kernel family, ``jitwatch_compile_seconds_total``, has neither rank
+nor phase (one series per kernel). Compile counts by phase are ``jitwatch_compiles_total`` (no
+kernel, no rank), per rank the duration histogram (``jitwatch_compile_duration_seconds``, per
+backend, phase and rank); the latest compile time is per backend and phase. Per-kernel counts and
+times by phase and rank are in ``/jit`` and the events.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "jitwatch_compiles_total",
         "counter",
-        ("backend", "kernel", "phase"),
+        ("backend", "phase"),
         "",
-        "JIT compiles by backend, kernel and phase, all ranks summed (Triton: in-memory cache misses; "
+        "JIT compiles by backend and phase, all kernels and ranks summed (Triton: in-memory cache misses; "
         "loads from a persistent cache included). Per rank: jitwatch_compile_duration_seconds_count; per "
-        "kernel and rank during serving: jitwatch_serving_compiles_total.",
+        "kernel and rank during serving: jitwatch_serving_compiles_total; per kernel and phase: /jit "
+        "kernels[].compiles_startup / compiles_warmup / compiles_serving.",
     ),
     MetricSpec(
         "jitwatch_serving_compiles_total",
@@ -57,9 +60,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "jitwatch_compile_seconds_total",
         "counter",
-        ("backend", "kernel", "phase"),
+        ("backend", "kernel"),
         "seconds",
-        "Wall time spent compiling (Triton: from jit_cache_hook to jit_post_compile_hook).",
+        "Wall time spent compiling each kernel, all phases and ranks summed (Triton: from jit_cache_hook to "
+        "jit_post_compile_hook). Per phase and rank: jitwatch_compile_duration_seconds_sum.",
     ),
     MetricSpec(
         "jitwatch_compile_disk_cache_hits_total",
@@ -121,9 +125,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "jitwatch_last_compile_timestamp_seconds",
         "gauge",
-        ("backend", "kernel", "phase"),
+        ("backend", "phase"),
         "seconds",
-        "Unix time of the kernel's most recent compile in this phase, on any rank.",
+        "Unix time of the backend's most recent compile in this phase, any kernel, any rank (per kernel: "
+        "/jit kernels[].last_compile_ts).",
     ),
     MetricSpec(
         "jitwatch_autotune_runs_total",

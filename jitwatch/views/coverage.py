@@ -61,7 +61,7 @@ from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import resolve_kernel
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.errors import KernelNotResolved
-from jitwatch.store.journal import OTHER_KERNEL, Journal
+from jitwatch.store.journal import OTHER_KERNEL, Journal, StatRow
 
 ArgKind = Literal["pointer", "int", "constexpr", "float", "bool", "unknown"]
 
@@ -643,10 +643,16 @@ def coverage_ratio_samples(report: CoverageReport, labels: Mapping[str, str] | N
     return {label: (c / t if t else 1.0) for label, (c, t) in pooled.items()}
 
 
+def coverage_labels(stats: Iterable[StatRow]) -> dict[str, str]:
+    """Triton kernel name → its metric label, from aggregate rows (:meth:`Journal.stats`): the
+    ``labels`` of :func:`coverage_ratio_samples` (only Triton kernels have ratio samples, so a
+    kernel of the same name in another backend never lends its label)."""
+    return {row.kernel: row.label for row in stats if row.backend == "triton"}
+
+
 def journal_coverage_ratios(journal: Journal) -> dict[str, float]:
     """``coverage_ratio_samples`` for a journal, with its own kernel labels (for the collector)."""
-    labels = {row.kernel: row.label for row in journal.stats()}
-    return coverage_ratio_samples(coverage_for_journal(journal), labels)
+    return coverage_ratio_samples(coverage_for_journal(journal), coverage_labels(journal.stats()))
 
 
 def kernels_for_report(report: CoverageReport, allow: Sequence[str]) -> dict[str, Any]:
@@ -679,6 +685,7 @@ __all__ = [
     "coverage_by_key",
     "coverage_for_journal",
     "coverage_from_events",
+    "coverage_labels",
     "coverage_ratio_samples",
     "enumerate_classes",
     "expected_from_journal",

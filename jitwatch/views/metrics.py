@@ -1,10 +1,11 @@
 """Prometheus metrics built from the journal: a custom ``prometheus_client`` collector.
 
-The sidecar answers ``GET /metrics`` by opening the journal read-only and turning its aggregates
-(:meth:`~jitwatch.store.journal.Journal.kernel_stats`, ``histogram``, ``counters``, ``latest_workers``,
-``kernel_label_counts``, ``count_events``) into metric families. The only thing kept between
-scrapes is the last body per ``Accept`` header, reused while the journal is unchanged
-(:class:`MetricsRenderer`); prometheus_client's multiprocess mode is not used (vLLM sets its own
+The journal's aggregates (:meth:`~jitwatch.store.journal.Journal.stats`, ``recompile_stats``,
+``histogram``, ``counters``, ``latest_workers``, ``kernel_label_counts``, ``count_events``) become
+metric families here (:func:`journal_families`, :func:`families_from`). The sidecar answers
+``GET /metrics`` from an in-memory copy of those aggregates refreshed incrementally, with one
+formatted line kept per series (:mod:`jitwatch.views.live`, byte-identical to
+:func:`render_uncached`); prometheus_client's multiprocess mode is not used (vLLM sets its own
 ``PROMETHEUS_MULTIPROC_DIR``; see ``docs/metrics.md``). Counters stay monotonic because the
 aggregates are never decremented, even when retention retires old events.
 
@@ -22,16 +23,15 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import math
 import os
 import platform
 import sqlite3
-import stat
-import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
+from typing import Any, Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -44,14 +44,19 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encode
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.events import Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.store.journal import (
     COMPILE_DURATION_BUCKETS,
-    JOURNAL_FILE,
     OTHER_KERNEL,
     REQUESTS_DELAYED_COUNTER,
     Journal,
+    RecompileRow,
+    StatRow,
+    WorkerRow,
+    backend_counter_of,
+    request_histogram_of,
 )
 from jitwatch.views.contract import BY_NAME
 from jitwatch.views.diagnosis import inflight_of
@@ -93,19 +98,13 @@ def _counter(name: str) -> CounterMetricFamily:
 
 
 KernelKey = tuple[str, str, str]
-"""(backend, kernel label, phase) — the labels of every per-kernel family (ranks summed)."""
-
-
-def _per_kernel_counter(
-    name: str, values: dict[KernelKey, float], *, present: dict[KernelKey, float]
-) -> CounterMetricFamily:
-    """Counter family over (backend, kernel label, phase), with a series only where
-    ``present`` is non-zero (a kernel that only autotuned has no compile series, and vice versa)."""
-    fam = _counter(name)
-    for key in sorted(values):
-        if present[key]:
-            fam.add_metric(list(key), values[key])
-    return fam
+"""(backend, kernel label, phase) — the labels of the autotune and graph-capture families (ranks summed)."""
+PhaseKey = tuple[str, str]
+"""(backend, phase) — ``jitwatch_compiles_total`` and ``jitwatch_last_compile_timestamp_seconds``."""
+LabelKey = tuple[str, str]
+"""(backend, kernel label) — ``jitwatch_compile_seconds_total`` (phases and ranks summed)."""
+RecompileKey = tuple[str, str, str, str, str]
+"""(backend, kernel label, reason class, phase, rank) of the recompile families."""
 
 
 def _gauge(name: str) -> GaugeMetricFamily:
@@ -119,6 +118,20 @@ def _info(name: str) -> InfoMetricFamily:
     return InfoMetricFamily(name.removesuffix("_info"), spec.help, labels=[])
 
 
+def journal_up_family(up: bool) -> GaugeMetricFamily:
+    """``jitwatch_journal_up``: 1 when the journal was read, 0 when it was missing or unreadable."""
+    family = _gauge("jitwatch_journal_up")
+    family.add_metric([], 1.0 if up else 0.0)
+    return family
+
+
+def build_info_family() -> InfoMetricFamily:
+    """``jitwatch_build_info`` with :func:`build_info_labels`."""
+    family = _info("jitwatch_build_info")
+    family.add_metric([], build_info_labels())
+    return family
+
+
 def _opt(value: object) -> str:
     return "" if value is None else str(value)
 
@@ -127,124 +140,308 @@ def _coverage_ratios(journal: Journal, labels: dict[str, str]) -> dict[str, floa
     """``jitwatch.views.coverage.journal_coverage_ratios`` (with the report cached between scrapes, see
     :func:`jitwatch.views.status.cached_coverage`); a failure there costs only this family."""
     from jitwatch.views.coverage import coverage_ratio_samples
-    from jitwatch.views.status import cached_coverage
+    from jitwatch.views.status import guarded_coverage
 
-    try:
-        return coverage_ratio_samples(cached_coverage(journal), labels)
-    except sqlite3.Error:
-        raise
-    except Exception as exc:  # noqa: BLE001 - an unparsable key must not take /metrics down
-        log.warning("jitwatch: specialization coverage failed: %s: %s", type(exc).__name__, exc)
+    report = guarded_coverage(journal)
+    return {} if report is None else coverage_ratio_samples(report, labels)
+
+
+def coverage_family(coverage: dict[str, float]) -> GaugeMetricFamily:
+    """``jitwatch_specialization_coverage_ratio`` from the ratios per kernel label
+    (:func:`jitwatch.views.coverage.coverage_ratio_samples`: ``_other`` pooled); Triton's alone."""
+    family = _gauge("jitwatch_specialization_coverage_ratio")
+    for label, ratio in sorted(coverage.items()):
+        family.add_metric(["triton", label], ratio)
+    return family
+
+
+INFLIGHT_FAMILIES = ("jitwatch_inflight_compiles", "jitwatch_inflight_compile_age_seconds")
+"""The families that change with the clock alone (compiles age while they run)."""
+
+
+def inflight_families(
+    workers: dict[int, WorkerRow], now: float, stale_after: float = DEFAULT_STALE_SECONDS
+) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    """``jitwatch_inflight_compiles`` and ``jitwatch_inflight_compile_age_seconds`` per rank,
+    aged at ``now`` (Unix seconds); a worker silent for more than ``stale_after`` seconds (the
+    sidecar's ``--stale-after``, the same window ``/jit`` uses) has no current list
+    (:func:`inflight_of`)."""
+    inflight_n = _gauge(INFLIGHT_FAMILIES[0])
+    inflight_age = _gauge(INFLIGHT_FAMILIES[1])
+    for rank in sorted(workers):
+        w = workers[rank]
+        running = inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after)
+        inflight_n.add_metric([str(rank)], float(len(running)))
+        inflight_age.add_metric([str(rank)], running[0].age_s if running else 0.0)
+    return inflight_n, inflight_age
+
+
+class AggregateSource(Protocol):
+    """What the families are built from: a read-only :class:`~jitwatch.store.journal.Journal`, or
+    the sidecar's in-memory copy of its aggregates (:class:`jitwatch.views.live.LiveAggregates`)."""
+
+    def histogram(self) -> dict[tuple[str, int, Phase], list[int]]: ...
+    def counters(self) -> dict[tuple[int, str], float]: ...
+    def latest_workers(self) -> dict[int, WorkerRow]: ...
+    def kernel_label_counts(self) -> tuple[int, int]: ...
+    def count_events(self) -> int: ...
+
+
+SUMMED_KINDS = ("compile", "autotune", "graph_capture")
+"""Stat-row kinds exported per kernel (ranks summed)."""
+
+
+@dataclass
+class KernelSums:
+    """The per-kernel aggregates every big family is drawn from, keyed by the families' label
+    values in contract order (``rank`` as a string), summed over ranks and over the kernels folded
+    into ``_other`` (counts exactly, seconds with :func:`math.fsum`: the same floats however they
+    are computed, a full build here or per changed key in :mod:`jitwatch.views.live`)."""
+
+    kinds: dict[str, dict[KernelKey, float]] = field(
+        default_factory=lambda: {k + s: {} for k in SUMMED_KINDS for s in ("", "_s")}
+    )
+    """``autotune``/``graph_capture`` counts and ``…_s`` seconds per (backend, label, phase) (the
+    ``compile`` entries stay empty: compiles are summed per ``bp``, ``bk``, ``bpr`` and ``serving``)."""
+    phase_compiles: dict[PhaseKey, float] = field(default_factory=dict)
+    """Compiles per (backend, phase), kernels and ranks summed."""
+    last_ts: dict[PhaseKey, float] = field(default_factory=dict)
+    """Latest compile per (backend, phase), any kernel and rank (Unix seconds)."""
+    label_compiles: dict[LabelKey, float] = field(default_factory=dict)
+    """Compiles per (backend, kernel label), phases and ranks summed."""
+    label_seconds: dict[LabelKey, float] = field(default_factory=dict)
+    """Compile seconds per (backend, kernel label), phases and ranks summed."""
+    serving: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    """Serving compiles per (backend, label, rank)."""
+    hits: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    """Disk-cache hits per (backend, phase, rank); same keys as ``hist_sum``."""
+    hist_sum: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    """Compile seconds per (backend, phase, rank): the duration histogram's ``_sum``."""
+    recompiles: dict[RecompileKey, float] = field(default_factory=dict)
+    recompile_s: dict[RecompileKey, float] = field(default_factory=dict)
+
+    def series(self) -> dict[str, tuple[dict[Any, float], dict[Any, float] | None]]:
+        """``{family: (values, present)}`` of every family drawn from these sums: a series per key
+        of ``values`` (sorted), only where ``present`` is non-zero when given."""
+        k = self.kinds
+        return {
+            "jitwatch_compiles_total": (self.phase_compiles, self.phase_compiles),
+            "jitwatch_compile_seconds_total": (self.label_seconds, self.label_compiles),
+            "jitwatch_serving_compiles_total": (self.serving, self.serving),
+            "jitwatch_compile_disk_cache_hits_total": (self.hits, None),
+            "jitwatch_last_compile_timestamp_seconds": (self.last_ts, None),
+            "jitwatch_autotune_runs_total": (k["autotune"], k["autotune"]),
+            "jitwatch_autotune_seconds_total": (k["autotune_s"], k["autotune"]),
+            "jitwatch_graph_captures_total": (k["graph_capture"], k["graph_capture"]),
+            "jitwatch_graph_capture_seconds_total": (k["graph_capture_s"], k["graph_capture"]),
+            "jitwatch_recompiles_total": (self.recompiles, None),
+            "jitwatch_recompile_seconds_total": (self.recompile_s, None),
+        }
+
+
+KERNEL_FAMILIES = frozenset(KernelSums().series())
+"""Families drawn from :class:`KernelSums` (the big ones: per kernel)."""
+
+
+STAT_GROUPS = ("kernel", "serving", "bpr", "bp", "bk")
+"""The series-key groups of :func:`stat_series_keys`."""
+
+
+def stat_series_keys(row: StatRow) -> dict[str, tuple[str, ...]]:
+    """The series keys a :class:`StatRow` feeds, per group: ``kernel`` (backend, label, phase) for
+    the autotune and graph-capture count/seconds families, and for compiles ``bpr`` (backend, phase, rank: disk-cache
+    hits, the histogram's ``_sum``), ``bp`` (backend, phase: compiles and the latest compile time),
+    ``bk`` (backend, label: compile seconds) and, in serving, ``serving`` (backend, label, rank)."""
+    if row.kind not in SUMMED_KINDS:
         return {}
+    label = row.label or OTHER_KERNEL
+    if row.kind != "compile":  # autotune and graph-capture families; compiles have their own groups
+        return {"kernel": (row.backend, label, row.phase.value)}
+    keys: dict[str, tuple[str, ...]] = {
+        "bpr": (row.backend, row.phase.value, str(row.rank)),
+        "bp": (row.backend, row.phase.value),
+        "bk": (row.backend, label),
+    }
+    if row.phase is Phase.SERVING:
+        keys["serving"] = (row.backend, label, str(row.rank))
+    return keys
 
 
-def journal_families(journal: Journal) -> list[Metric]:
+def recompile_key(row: RecompileRow) -> RecompileKey:
+    return (row.backend, row.label or OTHER_KERNEL, row.reason_class, row.phase.value, str(row.rank))
+
+
+def sum_kernel_group(sums: KernelSums, key: KernelKey, rows: Iterable[StatRow]) -> None:
+    """Set ``key``'s counts and seconds from all of its rows (any order).
+
+    Counts are integers (exact in a float); seconds are summed with :func:`math.fsum` (correctly
+    rounded, so the same whatever the order or the way the rows arrived: a full build here, or
+    only the changed keys in :mod:`jitwatch.views.live`)."""
+    counts: dict[str, int] = {}
+    seconds: dict[str, list[float]] = {}
+    for row in rows:
+        counts[row.kind] = counts.get(row.kind, 0) + row.count
+        seconds.setdefault(row.kind, []).append(row.seconds)
+    for kind in SUMMED_KINDS:
+        if kind in counts:
+            sums.kinds[kind][key] = float(counts[kind])
+            sums.kinds[kind + "_s"][key] = math.fsum(seconds[kind])
+        else:
+            sums.kinds[kind].pop(key, None)
+            sums.kinds[kind + "_s"].pop(key, None)
+
+
+def sum_phase_group(sums: KernelSums, key: PhaseKey, counts: Iterable[int], last_ts: Iterable[float | None]) -> None:
+    """Set the compiles of (backend, phase) ``key`` and its latest compile time (Unix seconds) from
+    its compile rows' counts and ``last_ts`` values (any order; exact)."""
+    sums.phase_compiles[key] = float(sum(counts))
+    latest = max((t for t in last_ts if t is not None), default=None)
+    if latest is None:
+        sums.last_ts.pop(key, None)
+    else:
+        sums.last_ts[key] = latest
+
+
+def sum_label_group(sums: KernelSums, key: LabelKey, rows: Iterable[StatRow]) -> None:
+    """Set the compiles and compile seconds (:func:`math.fsum`) of (backend, label) ``key`` from
+    its compile rows (any order)."""
+    rows = list(rows)
+    sums.label_compiles[key] = float(sum(r.count for r in rows))
+    sums.label_seconds[key] = math.fsum(r.seconds for r in rows)
+
+
+def sum_rank_group(sums: KernelSums, key: tuple[str, str, str], hits: Iterable[int], seconds: Iterable[float]) -> None:
+    """Set the disk-cache hits and the duration histogram's ``_sum`` (:func:`math.fsum`) of
+    (backend, phase, rank) ``key`` from its compile rows' ``cache_hits`` and ``seconds`` (any order)."""
+    sums.hits[key] = float(sum(hits))
+    sums.hist_sum[key] = math.fsum(seconds)
+
+
+def sum_serving_group(sums: KernelSums, key: tuple[str, str, str], counts: Iterable[int]) -> None:
+    """Set the serving compiles of (backend, label, rank) ``key`` from its serving compile rows' counts."""
+    sums.serving[key] = float(sum(counts))
+
+
+def sum_recompile_group(sums: KernelSums, key: RecompileKey, rows: Iterable[RecompileRow]) -> None:
+    """Set the recompiles and recompile seconds (:func:`math.fsum`) of ``key`` from its rows (any order)."""
+    rows = list(rows)
+    sums.recompiles[key] = float(sum(r.count for r in rows))
+    sums.recompile_s[key] = math.fsum(r.seconds for r in rows)
+
+
+def kernel_sums(stats: Iterable[StatRow], recompiles: Iterable[RecompileRow]) -> KernelSums:
+    """:class:`KernelSums` of every row: counts summed exactly, seconds with :func:`math.fsum`."""
+    sums = KernelSums()
+    groups: dict[str, dict[Any, list[StatRow]]] = {g: {} for g in STAT_GROUPS}
+    for row in stats:
+        for group, key in stat_series_keys(row).items():
+            groups[group].setdefault(key, []).append(row)
+    for kkey, rows in groups["kernel"].items():
+        sum_kernel_group(sums, kkey, rows)
+    for bpr, rows in groups["bpr"].items():
+        sum_rank_group(sums, bpr, (r.cache_hits for r in rows), (r.seconds for r in rows))
+    for skey, rows in groups["serving"].items():
+        sum_serving_group(sums, skey, (r.count for r in rows))
+    for bp, rows in groups["bp"].items():
+        sum_phase_group(sums, bp, (r.count for r in rows), (r.last_ts for r in rows))
+    for bk, rows in groups["bk"].items():
+        sum_label_group(sums, bk, rows)
+    recs: dict[RecompileKey, list[RecompileRow]] = {}
+    for rrow in recompiles:
+        recs.setdefault(recompile_key(rrow), []).append(rrow)
+    for rkey, rrows in recs.items():
+        sum_recompile_group(sums, rkey, rrows)
+    return sums
+
+
+def journal_families(journal: Journal, stale_after: float = DEFAULT_STALE_SECONDS) -> list[Metric]:
     """Every journal-derived family (``jitwatch_journal_up`` and build info excluded).
 
     Raises ``sqlite3.Error`` when the journal cannot be read; callers turn that into
     ``jitwatch_journal_up 0``.
     """
     stats = journal.stats()
-    hist = journal.histogram()
-    counters = journal.counters()
-    hook_errors = journal.backend_counter("hook_errors")
-    workers = journal.latest_workers()
-    named, folded = journal.kernel_label_counts()
-    n_events = journal.count_events()
+    sums = kernel_sums(stats, journal.recompile_stats())
+    from jitwatch.views.coverage import coverage_labels
 
-    # ---- per (backend, kernel label, phase, rank, kind): rows folded into "_other" are summed.
-    sums: dict[str, dict[KernelKey, float]] = {
-        kind: defaultdict(float)
-        for kind in ("compile", "autotune", "graph_capture", "compile_s", "autotune_s", "graph_capture_s")
-    }
-    last_ts: dict[KernelKey, float] = {}
-    serving: dict[tuple[str, str, str], float] = defaultdict(float)  # (backend, kernel label, rank)
-    hits: dict[tuple[str, str, str], float] = defaultdict(float)
-    hist_sum: dict[tuple[str, str, str], float] = defaultdict(float)
-    for row in stats:
-        label = row.label or OTHER_KERNEL
-        key = (row.backend, label, row.phase.value)
-        if row.kind not in ("compile", "autotune", "graph_capture"):
-            continue
-        sums[row.kind][key] += row.count
-        sums[row.kind + "_s"][key] += row.seconds
-        if row.kind == "compile":
-            if row.phase is Phase.SERVING:
-                serving[(row.backend, label, str(row.rank))] += row.count
-            if row.last_ts is not None:
-                last_ts[key] = max(last_ts.get(key, row.last_ts), row.last_ts)
-            bpr = (row.backend, row.phase.value, str(row.rank))
-            hits[bpr] += row.cache_hits
-            hist_sum[bpr] += row.seconds
+    kernel_labels = coverage_labels(stats)
+    return families_from(
+        journal, sums, _coverage_ratios(journal, kernel_labels), now=time.time(), stale_after=stale_after
+    )
+
+
+def _buckets(counts: Iterable[int]) -> list[tuple[str, float]]:
+    """A histogram's cumulative ``(le, count)`` pairs from its per-bucket ``counts`` (one per
+    :data:`COMPILE_DURATION_BUCKETS` edge, then ``+Inf``)."""
+    out: list[tuple[str, float]] = []
+    cumulative = 0
+    for edge, n in zip((*COMPILE_DURATION_BUCKETS, float("inf")), counts, strict=True):
+        cumulative += n
+        out.append((floatToGoString(edge), float(cumulative)))
+    return out
+
+
+def families_from(
+    source: AggregateSource,
+    sums: KernelSums,
+    coverage: dict[str, float],
+    *,
+    now: float,
+    kernel_series: bool = True,
+    stale_after: float = DEFAULT_STALE_SECONDS,
+) -> list[Metric]:
+    """Every journal-derived family, in exposition order, from ``source``'s aggregates, the
+    per-kernel ``sums`` and the coverage ratios per kernel label; ``now`` (Unix seconds) ages
+    in-flight compiles (of workers heard from within ``stale_after`` seconds).
+    ``kernel_series=False``: the :data:`KERNEL_FAMILIES` come without samples (a caller that
+    keeps their lines itself fills them in)."""
+    hist = source.histogram()
+    counters = source.counters()
+    hook_errors = backend_counter_of(counters, "hook_errors")
+    workers = source.latest_workers()
+    named, folded = source.kernel_label_counts()
+    n_events = source.count_events()
+    series = sums.series()
+
+    def kernel_family(name: str) -> CounterMetricFamily | GaugeMetricFamily:
+        fam = _gauge(name) if BY_NAME[name].type == "gauge" else _counter(name)
+        if kernel_series:
+            values, present = series[name]
+            for key in sorted(values):
+                if present is None or present.get(key):
+                    fam.add_metric(list(key), values[key])
+        return fam
 
     out: list[Metric] = []
-
-    compiles = sums["compile"]
-    out.append(_per_kernel_counter("jitwatch_compiles_total", compiles, present=compiles))
-    out.append(_per_kernel_counter("jitwatch_compile_seconds_total", sums["compile_s"], present=compiles))
-    fam = _counter("jitwatch_serving_compiles_total")
-    for skey in sorted(serving):
-        if serving[skey]:
-            fam.add_metric(list(skey), serving[skey])
-    out.append(fam)
-
-    fam = _counter("jitwatch_compile_disk_cache_hits_total")
-    for bpr in sorted(hist_sum):
-        fam.add_metric(list(bpr), hits[bpr])
-    out.append(fam)
+    out.append(kernel_family("jitwatch_compiles_total"))
+    out.append(kernel_family("jitwatch_compile_seconds_total"))
+    out.append(kernel_family("jitwatch_serving_compiles_total"))
+    out.append(kernel_family("jitwatch_compile_disk_cache_hits_total"))
 
     spec = BY_NAME["jitwatch_compile_duration_seconds"]
     hfam = HistogramMetricFamily(spec.name, spec.help, labels=list(spec.labels), unit=spec.unit)
     for (backend, rank, phase), counts in sorted(hist.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2].value)):
-        buckets: list[tuple[str, float]] = []
-        cumulative = 0
-        for edge, n in zip((*COMPILE_DURATION_BUCKETS, float("inf")), counts, strict=True):
-            cumulative += n
-            buckets.append((floatToGoString(edge), float(cumulative)))
         bpr = (backend, phase.value, str(rank))
-        hfam.add_metric(list(bpr), buckets, hist_sum.get(bpr, 0.0))
+        hfam.add_metric(list(bpr), _buckets(counts), sums.hist_sum.get(bpr, 0.0))
     out.append(hfam)
 
     spec = BY_NAME["jitwatch_request_compile_seconds"]
     rfam = HistogramMetricFamily(spec.name, spec.help, labels=list(spec.labels), unit=spec.unit)
-    for rank, (rcounts, rsum) in sorted(journal.request_histogram().items()):
-        rbuckets: list[tuple[str, float]] = []
-        cumulative = 0
-        for edge, n in zip((*COMPILE_DURATION_BUCKETS, float("inf")), rcounts, strict=True):
-            cumulative += n
-            rbuckets.append((floatToGoString(edge), float(cumulative)))
-        rfam.add_metric([str(rank)], rbuckets, rsum)
+    for rank, (rcounts, rsum) in sorted(request_histogram_of(counters).items()):
+        rfam.add_metric([str(rank)], _buckets(rcounts), rsum)
     out.append(rfam)
     fam_d = _counter("jitwatch_requests_delayed_total")
-    for (backend, rank), value in sorted(journal.backend_counter(REQUESTS_DELAYED_COUNTER).items()):
+    for (backend, rank), value in sorted(backend_counter_of(counters, REQUESTS_DELAYED_COUNTER).items()):
         fam_d.add_metric([backend, str(rank)], value)
     out.append(fam_d)
 
-    fam_g = _gauge("jitwatch_last_compile_timestamp_seconds")
-    for key in sorted(last_ts):
-        fam_g.add_metric(list(key), last_ts[key])
-    out.append(fam_g)
-
-    autotune = sums["autotune"]
-    out.append(_per_kernel_counter("jitwatch_autotune_runs_total", autotune, present=autotune))
-    out.append(_per_kernel_counter("jitwatch_autotune_seconds_total", sums["autotune_s"], present=autotune))
-    captures = sums["graph_capture"]
-    out.append(_per_kernel_counter("jitwatch_graph_captures_total", captures, present=captures))
-    out.append(_per_kernel_counter("jitwatch_graph_capture_seconds_total", sums["graph_capture_s"], present=captures))
-
-    # ---- recompiles by reason class (journal revision 3): "_other" kernels summed.
-    recompiles: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
-    recompile_s: dict[tuple[str, str, str, str, str], float] = defaultdict(float)
-    for rrow in journal.recompile_stats():
-        rkey = (rrow.backend, rrow.label or OTHER_KERNEL, rrow.reason_class, rrow.phase.value, str(rrow.rank))
-        recompiles[rkey] += rrow.count
-        recompile_s[rkey] += rrow.seconds
-    fam = _counter("jitwatch_recompiles_total")
-    fam_s = _counter("jitwatch_recompile_seconds_total")
-    for rkey in sorted(recompiles):
-        fam.add_metric(list(rkey), recompiles[rkey])
-        fam_s.add_metric(list(rkey), recompile_s[rkey])
-    out += [fam, fam_s]
+    out.append(kernel_family("jitwatch_last_compile_timestamp_seconds"))
+    out.append(kernel_family("jitwatch_autotune_runs_total"))
+    out.append(kernel_family("jitwatch_autotune_seconds_total"))
+    out.append(kernel_family("jitwatch_graph_captures_total"))
+    out.append(kernel_family("jitwatch_graph_capture_seconds_total"))
+    out.append(kernel_family("jitwatch_recompiles_total"))
+    out.append(kernel_family("jitwatch_recompile_seconds_total"))
 
     # ---- per rank: the latest worker of each rank.
     complete = _gauge("jitwatch_warmup_complete")
@@ -257,16 +454,11 @@ def journal_families(journal: Journal) -> list[Metric]:
     last_seen = _gauge("jitwatch_worker_last_seen_timestamp_seconds")
     info = _info("jitwatch_worker_info")
     backend_info = _info("jitwatch_backend_info")
-    inflight_n = _gauge("jitwatch_inflight_compiles")
-    inflight_age = _gauge("jitwatch_inflight_compile_age_seconds")
+    inflight_n, inflight_age = inflight_families(workers, now, stale_after)
     deadline = _gauge("jitwatch_collective_deadline_seconds")
-    now = time.time()
     for rank in sorted(workers):
         w = workers[rank]
         r = [str(rank)]
-        running = inflight_of(w.attrs, now, last_seen=w.last_ts)  # a dead worker's list is not current
-        inflight_n.add_metric(r, float(len(running)))
-        inflight_age.add_metric(r, running[0].age_s if running else 0.0)
         d = w.attrs.get("collective_deadline_s")
         if isinstance(d, int | float) and not isinstance(d, bool):
             deadline.add_metric(r, float(d))
@@ -301,12 +493,7 @@ def journal_families(journal: Journal) -> list[Metric]:
     out += [complete, w_start, w_end, w_dur, w_compiles, first, started, last_seen, info, backend_info]
     out += [inflight_n, inflight_age, deadline]
 
-    # ---- specialization coverage (jitwatch.views.coverage), per kernel label; "_other" pooled.
-    cov = _gauge("jitwatch_specialization_coverage_ratio")
-    kernel_labels = {row.kernel: row.label for row in stats if row.backend == "triton"}
-    for label, ratio in sorted(_coverage_ratios(journal, kernel_labels).items()):
-        cov.add_metric(["triton", label], ratio)
-    out.append(cov)
+    out.append(coverage_family(coverage))
 
     # ---- counters: every rank seen anywhere gets a (possibly 0) series, so increase() works.
     # hook errors: every (backend, rank) of a worker's backends, plus any counted.
@@ -321,11 +508,11 @@ def journal_families(journal: Journal) -> list[Metric]:
     out += [errors, dropped]
     lookups = _counter("jitwatch_remote_cache_lookups_total")
     for result, base in (("hit", "remote_cache_hits"), ("miss", "remote_cache_misses")):
-        for (backend, rank), value in sorted(journal.backend_counter(base).items()):
+        for (backend, rank), value in sorted(backend_counter_of(counters, base).items()):
             lookups.add_metric([backend, str(rank), result], value)
     out.append(lookups)
     export_dropped = _counter("jitwatch_export_dropped_events_total")
-    for (exporter, rank), value in sorted(journal.backend_counter("export_dropped").items()):
+    for (exporter, rank), value in sorted(backend_counter_of(counters, "export_dropped").items()):
         export_dropped.add_metric([exporter, str(rank)], value)
     out.append(export_dropped)
 
@@ -345,11 +532,13 @@ class JournalCollector(Collector):
 
     The journal is opened read-only (``Journal(..., readonly=True)``) and closed again at each
     scrape, so worker restarts and a journal that appears later need no sidecar restart.
-    A missing, corrupt or locked journal yields only ``jitwatch_journal_up 0``.
+    A missing, corrupt or locked journal yields only ``jitwatch_journal_up 0``. ``stale_after``:
+    see :func:`inflight_families`.
     """
 
-    def __init__(self, journal_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, journal_dir: str | os.PathLike[str], stale_after: float = DEFAULT_STALE_SECONDS) -> None:
         self.journal_dir = Path(journal_dir)
+        self.stale_after = stale_after
 
     def describe(self) -> Iterable[Metric]:
         return []  # unknown until a scrape; keeps registration from reading the journal
@@ -358,38 +547,37 @@ class JournalCollector(Collector):
         families: list[Metric] | None
         try:
             with Journal(self.journal_dir, readonly=True) as journal:
-                families = journal_families(journal)
+                families = journal_families(journal, self.stale_after)
         except FileNotFoundError as exc:  # no worker has written yet: normal at startup
             log.debug("jitwatch: %s", exc)
             families = None
         except (OSError, JournalCorruptError, JournalVersionError, sqlite3.Error, ValueError) as exc:
             log.warning("jitwatch: journal in %s unreadable for /metrics: %s", self.journal_dir, exc)
             families = None
-        up = _gauge("jitwatch_journal_up")
-        up.add_metric([], 0.0 if families is None else 1.0)
-        yield up
+        yield journal_up_family(families is not None)
         if families is None:
             return
         yield from families
-        build = _info("jitwatch_build_info")
-        build.add_metric([], build_info_labels())
-        yield build
+        yield build_info_family()
 
 
-def make_registry(journal_dir: str | os.PathLike[str]) -> CollectorRegistry:
+def make_registry(journal_dir: str | os.PathLike[str], stale_after: float = DEFAULT_STALE_SECONDS) -> CollectorRegistry:
     """A fresh registry holding only a :class:`JournalCollector` (no process/GC collectors)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(JournalCollector(journal_dir))
+    registry.register(JournalCollector(journal_dir, stale_after))
     return registry
 
 
-def render_uncached(journal_dir: str | os.PathLike[str], accept: str | None = None) -> tuple[bytes, str]:
-    """One scrape built from the journal now: ``(body, content_type)`` for the ``Accept`` header.
+def render_uncached(
+    journal_dir: str | os.PathLike[str], accept: str | None = None, stale_after: float = DEFAULT_STALE_SECONDS
+) -> tuple[bytes, str]:
+    """One scrape built from the journal now: ``(body, content_type)`` for the ``Accept`` header;
+    ``stale_after``: see :func:`inflight_families`.
 
     ``application/openmetrics-text`` → OpenMetrics 1.0; anything else, including an ``Accept``
     header prometheus_client cannot parse, → Prometheus text 0.0.4.
     """
-    registry = make_registry(journal_dir)
+    registry = make_registry(journal_dir, stale_after)
     try:
         encoder, content_type = choose_encoder(accept or "")
         return encoder(registry), content_type
@@ -398,106 +586,16 @@ def render_uncached(journal_dir: str | os.PathLike[str], accept: str | None = No
         return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4
 
 
-RENDER_MAX_AGE_S = 60.0
-"""A cached scrape body is rebuilt after this many seconds even when the journal did not change."""
-
-
-class MetricsRenderer:
-    """``/metrics`` for one journal directory, rebuilt only when the journal changed.
-
-    Change detection is SQLite's own: ``PRAGMA data_version`` on a long-lived read-only
-    connection changes whenever *another* connection commits (SQLite ≥ 3.8.8; every writer is
-    another connection), and the file's device, inode and ctime are compared (a journal moved
-    aside, replaced or checkpointed into is reopened, which invalidates the cache). While neither
-    changed, a scrape is answered with the bytes built for the same ``Accept`` header and
-    exposition format (byte-identical to :func:`render_uncached`); concurrent scrapes of a
-    changed journal wait for one build instead of building it each (single flight). Nothing is
-    cached when the journal cannot be opened (``jitwatch_journal_up 0`` is rebuilt every time).
-    The cache lives in the sidecar process: a restarted sidecar, or a second sidecar on the same
-    journal, builds its own from the journal, so retention and restarts need nothing special.
-    """
-
-    def __init__(self, journal_dir: str | os.PathLike[str]) -> None:
-        self.journal_dir = Path(journal_dir)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._inode: tuple[int, int, int] | None = None
-        self._generation = 0
-        self._version: tuple[int, int] | None = None
-        self._built_at = 0.0
-        self._bodies: dict[str, tuple[bytes, str]] = {}  # Accept header → (body, content type)
-        self.builds = 0
-        """Scrapes that were built from the journal (the others were answered from the cache)."""
-
-    def _journal_version(self) -> tuple[int, int] | None:
-        """``(connection generation, data_version)``; ``None`` when it cannot be told."""
-        path = self.journal_dir / JOURNAL_FILE
-        try:
-            st = path.lstat()
-            if not stat.S_ISREG(st.st_mode):  # a link or FIFO: leave it to Journal's checks, uncached
-                self._close()
-                return None
-            # Any change of the file itself (replaced, moved aside, checkpointed into) reconnects:
-            # a new connection's data_version says nothing about the old one's.
-            ident = (st.st_dev, st.st_ino, st.st_ctime_ns)
-            if self._conn is None or ident != self._inode:
-                self._close()
-                self._conn = sqlite3.connect(  # used under self._lock only, from any server thread
-                    f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-                )
-                self._inode = ident
-                self._generation += 1
-            return (self._generation, int(self._conn.execute("PRAGMA data_version").fetchone()[0]))
-        except (OSError, sqlite3.Error):
-            self._close()
-            return None
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except sqlite3.Error:
-                pass
-        self._conn, self._inode = None, None
-
-    def render(self, accept: str | None = None) -> tuple[bytes, str]:
-        """``(body, content_type)`` like :func:`render_uncached`, from the cache when the journal
-        has not changed since it was built."""
-        fmt = accept or ""
-        with self._lock:
-            version = self._journal_version()
-            fresh = time.monotonic() - self._built_at < RENDER_MAX_AGE_S
-            if version is not None and version == self._version and fresh and fmt in self._bodies:
-                return self._bodies[fmt]
-            if version != self._version or not fresh:
-                self._bodies.clear()
-                self._version, self._built_at = version, time.monotonic()
-            result = render_uncached(self.journal_dir, accept)
-            self.builds += 1
-            if version is not None and b"jitwatch_journal_up 1" in result[0][:4096] and len(self._bodies) < 8:
-                self._bodies[fmt] = result  # per Accept header as sent (a few distinct ones per scraper)
-            return result
-
-
-_RENDERERS: dict[Path, MetricsRenderer] = {}
-_RENDERERS_LOCK = threading.Lock()
-
-
-def renderer(journal_dir: str | os.PathLike[str]) -> MetricsRenderer:
-    """The process's :class:`MetricsRenderer` for ``journal_dir`` (one per directory)."""
-    key = Path(journal_dir).resolve()
-    with _RENDERERS_LOCK:
-        r = _RENDERERS.get(key)
-        if r is None:
-            r = _RENDERERS[key] = MetricsRenderer(key)
-        return r
-
-
-def render(journal_dir: str | os.PathLike[str], accept: str | None = None) -> tuple[bytes, str]:
-    """One scrape: ``(body, content_type)`` for the ``Accept`` header given, through the
-    directory's :class:`MetricsRenderer` (rebuilt only when the journal changed).
+def render(
+    journal_dir: str | os.PathLike[str], accept: str | None = None, stale_after: float = DEFAULT_STALE_SECONDS
+) -> tuple[bytes, str]:
+    """One scrape: ``(body, content_type)`` for the ``Accept`` header given, from the directory's
+    live in-memory aggregates (:func:`jitwatch.views.live.live`: refreshed incrementally,
+    byte-identical to :func:`render_uncached`).
 
     ``application/openmetrics-text`` → OpenMetrics 1.0; anything else, including an ``Accept``
     header prometheus_client cannot parse, → Prometheus text 0.0.4.
     """
-    return renderer(journal_dir).render(accept)
+    from jitwatch.views.live import live  # live builds on this module
+
+    return live(journal_dir).render(accept, stale_after)

@@ -10,18 +10,20 @@ folding), because it is read by people, not stored as time series.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 from jitwatch.config import DEFAULT_STALE_SECONDS
-from jitwatch.core.events import EventKind, Phase
-from jitwatch.store.journal import Journal, WorkerRow
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.store.journal import Journal, RecompileRow, StatRow, WorkerRow, backend_counter_of
 from jitwatch.views.coverage import CoverageReport, KernelCoverage, coverage_for_journal
 from jitwatch.views.diagnosis import InflightCompile, inflight_of
 
@@ -83,7 +85,7 @@ class RankStatus(BaseModel):
     serving_compiles: int = Field(
         default=0,
         description="Compiles after warmup on this rank, summed over every worker that has held "
-        "the rank (like jitwatch_compiles_total); warmup_* fields describe the latest worker only.",
+        "the rank (like jitwatch_serving_compiles_total); warmup_* fields describe the latest worker only.",
     )
     first_request_latency_s: float | None = Field(
         default=None, description="Latency of the first request after warmup, seconds."
@@ -117,6 +119,28 @@ class KernelStatus(BaseModel):
     graph_capture_seconds: float = 0.0
     last_key: str | None = Field(default=None, description="Specialization key of the latest compile.")
     last_compile_ts: float | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class KernelAcc:
+    """:class:`KernelStatus`'s fields summed in plain Python (pydantic's ``__setattr__`` is slow),
+    plus the kernel's serving compiles per rank (see :func:`kernel_acc`)."""
+
+    backend: str
+    name: str
+    ranks: list[int] = dataclasses.field(default_factory=list)
+    compiles_startup: int = 0
+    compiles_warmup: int = 0
+    compiles_serving: int = 0
+    compile_seconds: float = 0.0
+    disk_cache_hits: int = 0
+    autotune_runs: int = 0
+    autotune_seconds: float = 0.0
+    graph_captures: int = 0
+    graph_capture_seconds: float = 0.0
+    last_key: str | None = None
+    last_compile_ts: float | None = None
+    serving_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 class ServingCompile(BaseModel):
@@ -254,7 +278,30 @@ class JitStatus(BaseModel):
     )
 
 
-def worst_requests(journal: Journal, limit: int = WORST_REQUESTS) -> list[StalledRequest]:
+class StatusSource(Protocol):
+    """What :func:`build_status` reads: a read-only :class:`~jitwatch.store.journal.Journal`, or the
+    sidecar's in-memory copy of it (:class:`jitwatch.views.live.LiveAggregates`)."""
+
+    def latest_workers(self) -> dict[int, WorkerRow]: ...
+    def stats(self) -> list[StatRow]: ...
+    def counters(self) -> dict[tuple[int, str], float]: ...
+    def count_events(self) -> int: ...
+    def recompile_stats(self) -> list[RecompileRow]: ...
+    def events(
+        self,
+        *,
+        kind: EventKind | Iterable[EventKind] | None = None,
+        phase: Phase | None = None,
+        kernel: str | None = None,
+        rank: int | None = None,
+        since: float | None = None,
+        limit: int = 100,
+        newest_first: bool = True,
+        backend: str | None = None,
+    ) -> list[Event]: ...
+
+
+def worst_requests(journal: StatusSource, limit: int = WORST_REQUESTS) -> list[StalledRequest]:
     """The ``limit`` requests with the most compile seconds among the newest ``request_stall``
     events, worst first."""
     out: list[StalledRequest] = []
@@ -411,13 +458,15 @@ DEFAULT_KERNELS_LIMIT = 100
 
 
 def build_status(
-    journal: Journal | None,
+    journal: StatusSource | None,
     *,
     error: str | None = None,
     now: float | None = None,
     kernels_limit: int = DEFAULT_KERNELS_LIMIT,
     stale_after: float = DEFAULT_STALE_SECONDS,
     backend: str | None = None,
+    coverage: list[KernelCoverage] | None = None,
+    parts: StatusParts | None = None,
 ) -> JitStatus:
     """Build the ``/jit`` document from ``journal`` (``None``: missing journal → empty status).
 
@@ -430,6 +479,13 @@ def build_status(
     ``kernels_limit`` bounds the ``kernels`` and ``coverage`` lists (most serving compiles first),
     so a journal with thousands of kernel names still gives a small, fast answer.
 
+    ``coverage``: the coverage section as computed already (the sidecar's live path); default
+    :func:`cached_coverage` of ``journal`` (which must then be a :class:`Journal`).
+
+    ``parts``: :func:`status_parts` of ``journal`` for the same ``backend`` and ``kernels_limit``,
+    computed already (the sidecar keeps them while the aggregates are unchanged); everything that
+    depends on the clock (staleness, readiness, in-flight ages) is computed here, at ``now``.
+
     Raises ``sqlite3.Error`` if the journal cannot be read mid-way (the sidecar catches it).
     """
     now = time.time() if now is None else now
@@ -438,67 +494,10 @@ def build_status(
         return JitStatus(
             generated_ts=now, journal_up=False, journal_error=error, ready=False, not_ready_reason=ready.reason
         )
-
-    workers = journal.latest_workers()
-    stats = journal.stats()
-    counters = journal.counters()
-    hook_errors = journal.backend_counter("hook_errors")
-
-    serving_by_rank: dict[int, int] = {}
-    kernels: dict[tuple[str, str], KernelStatus] = {}
-    per_backend: dict[str, BackendTotals] = {}
-    totals = Totals()
-    for row in stats:
-        if backend is not None and row.backend != backend:
-            continue
-        k = kernels.get((row.backend, row.kernel))
-        if k is None:
-            k = kernels[(row.backend, row.kernel)] = KernelStatus(backend=row.backend, name=row.kernel, ranks=[])
-        if row.rank not in k.ranks:
-            k.ranks.append(row.rank)
-        if row.kind == EventKind.AUTOTUNE.value:
-            k.autotune_runs += row.count
-            k.autotune_seconds += row.seconds
-            continue
-        if row.kind == EventKind.GRAPH_CAPTURE.value:
-            k.graph_captures += row.count
-            k.graph_capture_seconds += row.seconds
-            continue
-        if row.phase is Phase.STARTUP:
-            k.compiles_startup += row.count
-        elif row.phase is Phase.WARMUP:
-            k.compiles_warmup += row.count
-        else:
-            k.compiles_serving += row.count
-            serving_by_rank[row.rank] = serving_by_rank.get(row.rank, 0) + row.count
-        k.compile_seconds += row.seconds
-        k.disk_cache_hits += row.cache_hits
-        if row.last_ts is not None and (k.last_compile_ts is None or row.last_ts > k.last_compile_ts):
-            k.last_compile_ts = row.last_ts
-            k.last_key = row.last_key
-    for k in kernels.values():
-        k.ranks.sort()
-        b = per_backend.setdefault(k.backend, BackendTotals(name=k.backend))
-        b.kernels += 1
-        b.compiles_startup += k.compiles_startup
-        b.compiles_warmup += k.compiles_warmup
-        b.compiles_serving += k.compiles_serving
-        b.compile_seconds += k.compile_seconds
-        b.disk_cache_hits += k.disk_cache_hits
-        b.autotune_runs += k.autotune_runs
-        b.graph_captures += k.graph_captures
-    for (name, _rank), value in hook_errors.items():
-        if backend is None or name == backend:
-            per_backend.setdefault(name, BackendTotals(name=name)).hook_errors += int(value)
-    for b in per_backend.values():
-        totals.compiles_startup += b.compiles_startup
-        totals.compiles_warmup += b.compiles_warmup
-        totals.compiles_serving += b.compiles_serving
-        totals.compile_seconds += b.compile_seconds
-        totals.disk_cache_hits += b.disk_cache_hits
-        totals.autotune_runs += b.autotune_runs
-    totals.compiles = totals.compiles_startup + totals.compiles_warmup + totals.compiles_serving
-    totals.kernels = len(kernels)
+    if parts is None:
+        parts = status_parts(journal, kernels_limit=kernels_limit, backend=backend)
+    workers, serving_by_rank = parts.workers, parts.serving_by_rank
+    totals = parts.totals.model_copy()
 
     stale = stale_ranks(workers, now, stale_after)
     ranks: list[RankStatus] = []
@@ -536,6 +535,137 @@ def build_status(
         )
     totals.ranks = len(ranks)
     totals.ranks_ready = sum(r.ready for r in ranks)
+    ready = readiness(workers, now=now, stale_after=stale_after)
+    return JitStatus(
+        generated_ts=now,
+        journal_up=True,
+        mode=_mode(w.mode for w in workers.values()),
+        ready=ready.ready,
+        not_ready_reason=ready.reason,
+        ranks=ranks,
+        kernels=parts.kernels,
+        recent_serving_compiles=parts.recent_serving_compiles,
+        recompile_reasons=parts.recompile_reasons,
+        worst_requests=parts.worst_requests,
+        totals=totals,
+        backends=parts.backends,
+        coverage=_coverage_section(journal, coverage)[:kernels_limit] if backend in (None, "triton") else [],
+    )
+
+
+@dataclasses.dataclass
+class StatusParts:
+    """What :func:`build_status` reads from the aggregates and the event log, without the clock:
+    kept by the sidecar while the aggregates do not change (:mod:`jitwatch.views.live`)."""
+
+    workers: dict[int, WorkerRow]
+    serving_by_rank: dict[int, int]
+    kernels: list[KernelStatus]
+    backends: list[BackendTotals]
+    totals: Totals
+    """Everything but ``ranks`` and ``ranks_ready`` (judged at answer time)."""
+    recent_serving_compiles: list[ServingCompile]
+    recompile_reasons: list[RecompileReason]
+    worst_requests: list[StalledRequest]
+
+
+_BACKEND_SUMS = (
+    "kernels",
+    "compiles_startup",
+    "compiles_warmup",
+    "compiles_serving",
+    "compile_seconds",
+    "disk_cache_hits",
+    "autotune_runs",
+    "graph_captures",
+)
+""":class:`BackendTotals` fields summed over a backend's kernels (``kernels`` counted)."""
+
+
+def kernel_acc(backend: str, name: str, rows: Iterable[StatRow]) -> KernelAcc:
+    """One kernel's ``/jit`` entry summed over its aggregate rows (in :meth:`Journal.stats` order:
+    the float sums and the latest key on a tie depend on it)."""
+    k = KernelAcc(backend=backend, name=name)
+    for row in rows:
+        if row.rank not in k.ranks:
+            k.ranks.append(row.rank)
+        if row.kind == EventKind.AUTOTUNE.value:
+            k.autotune_runs += row.count
+            k.autotune_seconds += row.seconds
+            continue
+        if row.kind == EventKind.GRAPH_CAPTURE.value:
+            k.graph_captures += row.count
+            k.graph_capture_seconds += row.seconds
+            continue
+        if row.phase is Phase.STARTUP:
+            k.compiles_startup += row.count
+        elif row.phase is Phase.WARMUP:
+            k.compiles_warmup += row.count
+        else:
+            k.compiles_serving += row.count
+            k.serving_by_rank[row.rank] = k.serving_by_rank.get(row.rank, 0) + row.count
+        k.compile_seconds += row.seconds
+        k.disk_cache_hits += row.cache_hits
+        if row.last_ts is not None and (k.last_compile_ts is None or row.last_ts > k.last_compile_ts):
+            k.last_compile_ts = row.last_ts
+            k.last_key = row.last_key
+    k.ranks.sort()
+    return k
+
+
+def kernel_accs(stats: Iterable[StatRow]) -> dict[tuple[str, str], KernelAcc]:
+    """:func:`kernel_acc` of every (backend, kernel) of ``stats`` (:meth:`Journal.stats` order), in
+    that order."""
+    rows: dict[tuple[str, str], list[StatRow]] = {}
+    for row in stats:
+        rows.setdefault((row.backend, row.kernel), []).append(row)
+    return {key: kernel_acc(key[0], key[1], kr) for key, kr in rows.items()}
+
+
+def status_parts(
+    journal: StatusSource,
+    *,
+    kernels_limit: int = DEFAULT_KERNELS_LIMIT,
+    backend: str | None = None,
+    accs: dict[tuple[str, str], KernelAcc] | None = None,
+) -> StatusParts:
+    """The clock-free parts of :func:`build_status` (same arguments). ``accs``: :func:`kernel_accs`
+    of ``journal.stats()`` computed already (the sidecar keeps them per kernel), in (backend,
+    kernel) order. Raises ``sqlite3.Error``."""
+    workers = journal.latest_workers()
+    if accs is None:
+        accs = kernel_accs(journal.stats())
+    counters = journal.counters()
+    hook_errors = backend_counter_of(counters, "hook_errors")
+
+    serving_by_rank: dict[int, int] = {}
+    kernels = {key: k for key, k in accs.items() if backend is None or key[0] == backend}
+    sums: dict[str, dict[str, Any]] = {}  # plain dicts first: pydantic's __setattr__ is slow
+    for k in kernels.values():
+        for rank, n in k.serving_by_rank.items():
+            serving_by_rank[rank] = serving_by_rank.get(rank, 0) + n
+        acc = sums.get(k.backend)
+        if acc is None:
+            acc = sums[k.backend] = dict.fromkeys(_BACKEND_SUMS, 0)
+            acc["compile_seconds"] = 0.0
+        acc["kernels"] += 1
+        for f in _BACKEND_SUMS[1:]:
+            acc[f] += getattr(k, f)
+    per_backend = {name: BackendTotals(name=name, **acc) for name, acc in sums.items()}
+    totals = Totals()
+    for (name, _rank), value in hook_errors.items():
+        if backend is None or name == backend:
+            per_backend.setdefault(name, BackendTotals(name=name)).hook_errors += int(value)
+    for b in per_backend.values():
+        totals.compiles_startup += b.compiles_startup
+        totals.compiles_warmup += b.compiles_warmup
+        totals.compiles_serving += b.compiles_serving
+        totals.compile_seconds += b.compile_seconds
+        totals.disk_cache_hits += b.disk_cache_hits
+        totals.autotune_runs += b.autotune_runs
+    totals.compiles = totals.compiles_startup + totals.compiles_warmup + totals.compiles_serving
+    totals.kernels = len(kernels)
+
     totals.hook_errors = int(sum(b.hook_errors for b in per_backend.values()))
     totals.dropped_events = int(sum(v for (r, name), v in counters.items() if name == "dropped_events"))
     totals.retired_events = int(sum(v for (r, name), v in counters.items() if name == "retired_events"))
@@ -586,63 +716,111 @@ def build_status(
         reasons.values(), key=lambda r: (r.phase is not Phase.SERVING, -r.count, r.backend, r.kernel, r.reason_class)
     )[:kernels_limit]
 
-    ready = readiness(workers, now=now, stale_after=stale_after)
-    return JitStatus(
-        generated_ts=now,
-        journal_up=True,
-        mode=_mode(w.mode for w in workers.values()),
-        ready=ready.ready,
-        not_ready_reason=ready.reason,
-        ranks=ranks,
-        kernels=sorted(
-            kernels.values(), key=lambda k: (-k.compiles_serving, -(k.compiles_warmup + k.compiles_startup), k.name)
-        )[:kernels_limit],
+    return StatusParts(
+        workers=workers,
+        serving_by_rank=serving_by_rank,
+        kernels=[
+            KernelStatus(**{f: getattr(k, f) for f in KernelStatus.model_fields})
+            for k in sorted(
+                kernels.values(), key=lambda k: (-k.compiles_serving, -(k.compiles_warmup + k.compiles_startup), k.name)
+            )[:kernels_limit]
+        ],
+        backends=[per_backend[name] for name in sorted(per_backend)],
+        totals=totals,
         recent_serving_compiles=recent,
         recompile_reasons=recompile_reasons,
         worst_requests=worst_requests(journal),
-        totals=totals,
-        backends=[per_backend[name] for name in sorted(per_backend)],
-        coverage=_coverage(journal)[:kernels_limit] if backend in (None, "triton") else [],
     )
 
 
 _coverage_cache: dict[str, tuple[tuple[int, int | None, float], CoverageReport, float]] = {}
 _coverage_lock = threading.Lock()
+_coverage_computing: dict[str, threading.Lock] = {}  # one per journal file: single flight
+_coverage_background: set[str] = set()
 COVERAGE_REFRESH_S = 15.0
 """While compiles keep arriving, coverage is recomputed at most this often (seconds)."""
 
 
-def cached_coverage(journal: Journal) -> CoverageReport:
+def _coverage_key(journal: Journal) -> tuple[int, int | None, float]:
+    newest = journal.events(kind=EventKind.COMPILE, limit=1)
+    retired = sum(v for (_rank, name), v in journal.counters().items() if name == "retired_events")
+    return (journal.path.stat().st_ino, newest[0].id if newest else None, retired)  # inode: a replaced file
+
+
+def cached_coverage(journal: Journal, *, background: bool = False) -> CoverageReport:
     """``coverage_for_journal(journal)``, recomputed only when the journal's compile events changed.
 
     The report depends only on the newest compile events still kept, so it is cached per journal
     file under (file inode, newest ``compile`` event id, events retired so far): a scrape or ``/jit`` with no new
-    compile costs two indexed queries instead of re-parsing up to 20 000 keys (~2 s on one core).
+    compile costs two indexed queries instead of re-parsing up to 20 000 keys (~1 s on one core).
     While compiles keep arriving the report may lag by up to :data:`COVERAGE_REFRESH_S` seconds.
+    Concurrent callers that find it out of date compute it once (single flight, per journal file).
+    ``background=True``: when a report of the same file exists, return it at once and recompute in
+    a background thread (its own read-only connection) — the sidecar's live path, which must not
+    spend a second of a request on it; only the first report of a file is computed inline.
     Thread-safe. Raises ``sqlite3.Error`` like :func:`~jitwatch.views.coverage.coverage_for_journal`.
     """
-    newest = journal.events(kind=EventKind.COMPILE, limit=1)
-    retired = sum(v for (_rank, name), v in journal.counters().items() if name == "retired_events")
-    key = (journal.path.stat().st_ino, newest[0].id if newest else None, retired)  # inode: a replaced file
+    key = _coverage_key(journal)
     cache_id = str(journal.path.resolve())
     now = time.monotonic()
     with _coverage_lock:
         hit = _coverage_cache.get(cache_id)
+        computing = _coverage_computing.setdefault(cache_id, threading.Lock())
     if hit is not None and (hit[0] == key or (hit[0][0] == key[0] and now - hit[2] < COVERAGE_REFRESH_S)):
         return hit[1]  # unchanged, or changed but recomputed less than COVERAGE_REFRESH_S ago
-    report = coverage_for_journal(journal)
-    with _coverage_lock:
-        _coverage_cache[cache_id] = (key, report, now)
+    if background and hit is not None and hit[0][0] == key[0]:
+        _refresh_coverage_in_background(cache_id, journal.directory, computing)
+        return hit[1]
+    with computing:
+        with _coverage_lock:
+            hit = _coverage_cache.get(cache_id)
+        if hit is not None and hit[0] == key:
+            return hit[1]  # another caller computed it while this one waited
+        report = coverage_for_journal(journal)
+        with _coverage_lock:
+            _coverage_cache[cache_id] = (key, report, time.monotonic())
     return report
 
 
-def _coverage(journal: Journal) -> list[KernelCoverage]:
-    """``cached_coverage(journal).kernels``; a failure there (other than the journal's own
-    ``sqlite3.Error``) costs only the coverage section, never the whole ``/jit``."""
+def _refresh_coverage_in_background(cache_id: str, directory: Path, computing: threading.Lock) -> None:
+    with _coverage_lock:
+        if cache_id in _coverage_background:
+            return
+        _coverage_background.add(cache_id)
+
+    def run() -> None:
+        try:
+            with computing, Journal(directory, readonly=True) as journal:
+                key = _coverage_key(journal)
+                report = coverage_for_journal(journal)
+                with _coverage_lock:
+                    _coverage_cache[cache_id] = (key, report, time.monotonic())
+        except Exception as exc:  # noqa: BLE001 - the last report stays; the next request retries
+            log.debug("jitwatch: background coverage refresh failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            with _coverage_lock:
+                _coverage_background.discard(cache_id)
+
+    threading.Thread(target=run, name="jitwatch-coverage", daemon=True).start()
+
+
+def _coverage_section(journal: StatusSource, given: list[KernelCoverage] | None) -> list[KernelCoverage]:
+    if given is not None:
+        return given
+    if not isinstance(journal, Journal):
+        return []
+    report = guarded_coverage(journal)
+    return [] if report is None else report.kernels
+
+
+def guarded_coverage(journal: Journal, *, background: bool = False) -> CoverageReport | None:
+    """:func:`cached_coverage`, or ``None`` (logged as a warning) when it fails with anything but
+    the journal's own ``sqlite3.Error`` (re-raised): an unparsable key costs only the coverage
+    section of ``/jit`` or the coverage family of ``/metrics``, never the whole answer."""
     try:
-        return cached_coverage(journal).kernels
+        return cached_coverage(journal, background=background)
     except sqlite3.Error:
         raise
     except Exception as exc:  # noqa: BLE001
         log.warning("jitwatch: specialization coverage failed: %s: %s", type(exc).__name__, exc)
-        return []
+        return None

@@ -201,7 +201,8 @@ def test_panel_queries_follow_conventions(dash: dict[str, Any], title: str) -> N
         assert t["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         expr = t["expr"]
         windows = re.findall(r"\[([^\]]+)\]", expr)
-        assert all(w == "$__rate_interval" for w in windows), f"{title}: fixed range window in {expr}"
+        # rate windows follow Grafana's $__rate_interval; a subquery spans the dashboard's range
+        assert all(w in ("$__rate_interval", "$__range:1m") for w in windows), f"{title}: fixed range window in {expr}"
         if re.search(r"\b(rate|increase)\(", expr):
             assert windows
         assert 'instance=~"$instance"' in expr
@@ -324,3 +325,53 @@ def test_provisioning_files() -> None:
     mounts = compose["services"]["grafana"]["volumes"]
     path = provider["options"]["path"]
     assert any(m.startswith("./dashboards/grafana/jitwatch.json:" + path + "/") for m in mounts), mounts
+
+
+def test_last_serving_compile_column_through_promtool(dash: dict[str, Any], tmp_path: Path) -> None:
+    """The serving table's "last serving compile" column, evaluated by a real PromQL engine
+    (``promtool test rules`` with a ``promql_expr_test``): the minute a rank's serving counter last
+    grew or was born, latest over ranks; a change in the current minute reads as the evaluation time."""
+    from tests.observability.test_rules import find_tool
+
+    promtool = find_tool("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (run scripts/install-prometheus.sh)")
+    (panel,) = [p for p in panels(dash) if p["title"] == "Serving-phase compiles by kernel"]
+    (target,) = [t for t in panel["targets"] if t["refId"] == "B"]
+    expr = target["expr"]
+    for var, value in {"$instance": ".*", "$rank": ".*", "$backend": ".*", "$__range": "10m"}.items():
+        expr = expr.replace(var, value)
+    s = 'jitwatch_serving_compiles_total{{job="jitwatch",instance="a:9400",backend="triton",kernel="{k}",rank="{r}"}}'
+    tests = {
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": s.format(k="k", r="0"), "values": "_x3 1x6 2x12"},  # born 3m, grew at 10m
+                    {"series": s.format(k="k", r="1"), "values": "_x15 1x6"},  # born 15m
+                    {"series": s.format(k="old", r="0"), "values": "1x21"},  # born 0m: before both ranges
+                    {"series": s.format(k="new", r="0"), "values": "_x20 1"},  # born 20m
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": expr,
+                        "eval_time": "20m30s",
+                        "exp_samples": [
+                            {"labels": '{backend="triton",kernel="k"}', "value": 900 * 1000},
+                            {"labels": '{backend="triton",kernel="new"}', "value": 1230 * 1000},
+                        ],
+                    },
+                    {
+                        "expr": expr,
+                        "eval_time": "12m",
+                        "exp_samples": [{"labels": '{backend="triton",kernel="k"}', "value": 600 * 1000}],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "last_serving_compile_test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

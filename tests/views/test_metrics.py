@@ -245,13 +245,26 @@ def test_values_follow_the_journal(tmp_path: Path) -> None:
         return samples[(name, tuple(sorted(labels.items())))]
 
     tri = {"backend": "triton"}
-    assert v("jitwatch_compiles_total", **tri, kernel="add", phase="warmup") == 2
-    assert v("jitwatch_compiles_total", **tri, kernel="add", phase="serving") == 1
+    # compiles by phase (kernels and ranks summed), compile time by kernel (phases and ranks summed)
+    assert v("jitwatch_compiles_total", **tri, phase="startup") == 1
+    assert v("jitwatch_compiles_total", **tri, phase="warmup") == 3
+    assert v("jitwatch_compiles_total", **tri, phase="serving") == 1
+    assert v("jitwatch_compiles_total", backend="torch_compile", phase="serving") == 1
     assert v("jitwatch_serving_compiles_total", **tri, kernel="add", rank="0") == 1
     assert ("jitwatch_serving_compiles_total", (("backend", "triton"), ("kernel", "mul"), ("rank", "0"))) not in samples
-    assert v("jitwatch_compile_seconds_total", **tri, kernel="add", phase="warmup") == pytest.approx(0.3004)
+    assert v("jitwatch_compile_seconds_total", **tri, kernel="add") == pytest.approx(90.3004)
+    assert v("jitwatch_compile_seconds_total", **tri, kernel="mul") == pytest.approx(0.01)
     assert v("jitwatch_compile_disk_cache_hits_total", **tri, phase="warmup", rank="0") == 1
-    assert v("jitwatch_last_compile_timestamp_seconds", **tri, kernel="add", phase="warmup") == T0 + 3
+    assert v("jitwatch_last_compile_timestamp_seconds", **tri, phase="warmup") == T0 + 3.5
+    assert v("jitwatch_last_compile_timestamp_seconds", **tri, phase="serving") == T0 + 7
+    # no per-kernel series by phase outside the serving family (cardinality by design)
+    for name in (
+        "jitwatch_compiles_total",
+        "jitwatch_compile_seconds_total",
+        "jitwatch_last_compile_timestamp_seconds",
+    ):
+        keys = [dict(lab) for (n, lab) in samples if n == name]
+        assert keys and all("rank" not in k and not ("kernel" in k and "phase" in k) for k in keys), name
     assert v("jitwatch_autotune_runs_total", **tri, kernel="mul", phase="warmup") == 1
     assert v("jitwatch_autotune_seconds_total", **tri, kernel="mul", phase="warmup") == 1.5
     tc = {"backend": "torch_compile", "kernel": "forward", "phase": "serving"}
@@ -327,12 +340,12 @@ def test_kernels_past_the_cap_fold_into_other_and_sum(tmp_path: Path) -> None:
             ]
         )
     text = render(tmp_path)[0].decode()
-    compiles = {s.labels["kernel"]: s.value for s in families(text)["jitwatch_compiles"].samples}
-    assert compiles == {"first": 1, OTHER_KERNEL: 3}
-    seconds = [s for s in families(text)["jitwatch_compile_seconds"].samples if s.labels["kernel"] == OTHER_KERNEL]
-    assert len(seconds) == 1 and seconds[0].value == pytest.approx(0.3)
-    last = {s.labels["kernel"]: s.value for s in families(text)["jitwatch_last_compile_timestamp_seconds"].samples}
-    assert last[OTHER_KERNEL] == T0 + 3
+    seconds = {s.labels["kernel"]: s.value for s in families(text)["jitwatch_compile_seconds"].samples}
+    assert seconds == {"first": pytest.approx(0.1), OTHER_KERNEL: pytest.approx(0.3)}
+    compiles = [s.value for s in families(text)["jitwatch_compiles"].samples if s.name == "jitwatch_compiles_total"]
+    assert compiles == [4]
+    last = {s.labels["phase"]: s.value for s in families(text)["jitwatch_last_compile_timestamp_seconds"].samples}
+    assert last == {"warmup": T0 + 3}
     labels = {s.labels["state"]: s.value for s in families(text)["jitwatch_kernel_labels"].samples}
     assert labels == {"named": 1, "folded": 2}
 
@@ -433,10 +446,19 @@ def test_real_scrape_after_real_compiles(harness: MonitorHarness) -> None:
         "jitwatch_recompile_seconds_total",
     }, missing
     compiles = {
-        (s.labels["kernel"].rsplit(".", 1)[-1], s.labels["phase"]): s.value  # nested: qualified name
+        (s.labels["backend"], s.labels["phase"]): s.value
         for s in families(text)["jitwatch_compiles"].samples
+        if s.name == "jitwatch_compiles_total"
     }
-    assert compiles == {("scale_metrics_kernel", "warmup"): 1, ("scale_metrics_kernel", "serving"): 1}
+    assert compiles == {("triton", "warmup"): 1, ("triton", "serving"): 1}
+    serving = {  # nested: qualified name
+        (s.labels["kernel"].rsplit(".", 1)[-1], s.labels["rank"]): s.value
+        for s in families(text)["jitwatch_serving_compiles"].samples
+        if s.name == "jitwatch_serving_compiles_total"
+    }
+    assert serving == {("scale_metrics_kernel", "0"): 1}
+    (seconds,) = families(text)["jitwatch_compile_seconds"].samples[:1]
+    assert seconds.labels["kernel"].endswith("scale_metrics_kernel") and seconds.value > 0
 
 
 @pytest.mark.prometheus
@@ -496,3 +518,35 @@ def test_inflight_compile_of_a_dead_worker_stops_ageing(tmp_path: Path) -> None:
         st = build_status(j)
     by_rank = {r.rank: r for r in st.ranks}
     assert len(by_rank[0].inflight) == 1 and by_rank[1].inflight == [] and by_rank[1].stale
+
+
+@pytest.mark.parametrize("stale_after", [5.0, 0.0])
+def test_inflight_uses_the_sidecars_stale_window_like_jit(tmp_path: Path, stale_after: float) -> None:
+    """``--stale-after`` (here 5 s, and 0 = off) decides for ``/metrics`` what it decides for
+    ``/jit``: a worker silent for 20 s has no current in-flight list under a 5 s window (under the
+    default 60 s it would), and under 0 every list is current. Live and uncached renders agree."""
+    import time
+
+    from jitwatch.views.live import live
+    from jitwatch.views.metrics import render_uncached
+    from jitwatch.views.status import build_status
+
+    now = time.time()
+    with Journal(tmp_path) as j:
+        j.write([make_event(EventKind.WORKER_START, now - 60, host="h", pid=7, rank=0, attrs={"heartbeat_s": 1})])
+        item = {"backend": "triton", "kernel": "k", "start_ts": now - 40, "phase": "serving"}
+        assert j.set_inflight("h", 7, 0, [item], now - 20)  # silent for 20 s
+
+    def inflight(body: bytes) -> float:
+        (fam,) = [f for f in parse_text(body.decode()) if f.name == "jitwatch_inflight_compiles"]
+        (s,) = [s for s in fam.samples if s.labels.get("rank") == "0"]
+        return s.value
+
+    expected = 0.0 if stale_after == 5.0 else 1.0
+    assert inflight(render(tmp_path)[0]) == 1.0  # the default window (60 s): still current
+    assert inflight(render(tmp_path, None, stale_after)[0]) == expected
+    assert inflight(live(tmp_path).render(None, stale_after)[0]) == expected
+    assert inflight(render_uncached(tmp_path, None, stale_after)[0]) == expected
+    with Journal(tmp_path, readonly=True) as j:
+        (rank,) = build_status(j, stale_after=stale_after).ranks
+    assert len(rank.inflight) == expected

@@ -218,6 +218,24 @@ def test_render_status_tables(tmp_path: Path) -> None:
     assert "1/2 ranks ready" in out
 
 
+def test_render_status_totals_count_every_phase(tmp_path: Path) -> None:
+    """The totals line splits the compiles by every phase, startup included (they add up)."""
+    with Journal(tmp_path) as j:
+        j.write(
+            [
+                ev(EventKind.WORKER_START, T0, attrs={"mode": "warn"}),
+                ev(EventKind.COMPILE, T0 + 0.5, phase=Phase.STARTUP, kernel="early", duration_s=0.1),
+                ev(EventKind.COMPILE, T0 + 1, phase=Phase.WARMUP, kernel="add", duration_s=0.2),
+                ev(EventKind.COMPILE, T0 + 2, phase=Phase.SERVING, kernel="add", key="k2", duration_s=0.3),
+            ]
+        )
+    with Journal(tmp_path, readonly=True) as j:
+        st = build_status(j)
+    console = Console(record=True, width=200)
+    render_status(st, console)
+    assert "3 compiles (1 startup, 1 warmup, 1 serving), 0.600s compiling" in console.export_text()
+
+
 def test_status_carries_specialization_coverage(tmp_path: Path) -> None:
     sig = {"signature": {"x_ptr": "*fp32", "BLOCK": "constexpr"}}
     with Journal(tmp_path) as j:
