@@ -27,15 +27,20 @@ SQLite (stdlib ``sqlite3``) is used as-is; nothing here is a home-made storage e
 from __future__ import annotations
 
 import json
+import json.encoder as json_encoder
 import logging
 import math
 import os
 import sqlite3
 import time
 import zlib
+from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import chain
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -188,12 +193,47 @@ def split_counter(name: str) -> tuple[str, str | None]:
     return base, (backend if sep else None)
 
 
+def request_histogram_of(counters: dict[tuple[int, str], float]) -> dict[int, tuple[list[int], float]]:
+    """:meth:`Journal.request_histogram` from a :meth:`Journal.counters` result."""
+    n = len(COMPILE_DURATION_BUCKETS) + 1
+    out: dict[int, tuple[list[int], float]] = {}
+    for (rank, name), value in counters.items():
+        if name.startswith(REQUEST_BUCKET_PREFIX):
+            i = int(name[len(REQUEST_BUCKET_PREFIX) :]) if name[len(REQUEST_BUCKET_PREFIX) :].isdigit() else -1
+            if 0 <= i < n:
+                counts, total = out.setdefault(rank, ([0] * n, 0.0))
+                counts[i] += int(value)
+        elif name == REQUEST_SECONDS_COUNTER:
+            counts, total = out.setdefault(rank, ([0] * n, 0.0))
+            out[rank] = (counts, total + value)
+    return out
+
+
+def backend_counter_of(counters: dict[tuple[int, str], float], base: str) -> dict[tuple[str, int], float]:
+    """:meth:`Journal.backend_counter` from a :meth:`Journal.counters` result."""
+    out: dict[tuple[str, int], float] = {}
+    for (rank, name), value in counters.items():
+        b, backend = split_counter(name)
+        if b == base:
+            key = (LEGACY_BACKEND if backend is None else backend, rank)
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+_TOUCHED_KEYS = (
+    "SELECT DISTINCT backend AS b, COALESCE(NULLIF(kernel, ''), '<unknown>') AS k, phase AS p, rank AS r"
+    " FROM events NOT INDEXED WHERE id > ? AND kind IN ('compile', 'autotune', 'graph_capture')"
+)
+"""The aggregate keys (backend, kernel as stored in the aggregates, phase, rank) that compile-like
+events newer than a rowid touched (see :meth:`Journal.stats` ``after_id``). ``NOT INDEXED``: a
+rowid range, never a scan of a covering index over the whole log."""
+
+
 def bucket_index(seconds: float) -> int:
-    """Index of the first bucket whose upper edge is ≥ ``seconds`` (len(buckets) = +Inf)."""
-    for i, edge in enumerate(COMPILE_DURATION_BUCKETS):
-        if seconds <= edge:
-            return i
-    return len(COMPILE_DURATION_BUCKETS)
+    """Index of the first bucket whose upper edge is ≥ ``seconds`` (len(buckets) = +Inf, NaN too)."""
+    if seconds != seconds:  # NaN: no edge is >= it
+        return len(COMPILE_DURATION_BUCKETS)
+    return bisect_left(COMPILE_DURATION_BUCKETS, seconds)
 
 
 _SQLITE_CORRUPT = 11
@@ -275,17 +315,9 @@ def _sanitize(ev: Event) -> tuple[Event, str]:
     ``attrs`` as strict JSON. Raises (``RecursionError``, ``ValueError``) only for an event that
     cannot be stored at all; :meth:`Journal.write` then drops that event alone."""
     update: dict[str, Any] = {}
-    try:  # fast path: plain JSON, valid UTF-8, and not one redactable substring anywhere in it
-        attrs_json = json.dumps(ev.attrs, allow_nan=False, ensure_ascii=False)
-        attrs_json.encode("utf-8")
-        fast = not may_need_redaction(attrs_json)
-    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
-        fast = False
-    if not fast:
-        attrs = _clean(ev.attrs)
-        attrs_json = json.dumps(attrs, allow_nan=False, ensure_ascii=False)
-        if attrs != ev.attrs:
-            update["attrs"] = attrs
+    attrs, attrs_json = _stored_json(ev.attrs)
+    if attrs is not ev.attrs and attrs != ev.attrs:
+        update["attrs"] = attrs
     for name in ("kernel", "key", "host", "backend"):
         value = getattr(ev, name)
         if isinstance(value, str):
@@ -395,17 +427,73 @@ def _own_fault(exc: BaseException) -> bool:
     return not (isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc))
 
 
-def _store_json(value: Any) -> str:
-    """Compact strict JSON of ``value`` as stored: the fast path when it is plain JSON, valid
-    UTF-8 and holds no redactable substring; otherwise structurally cleaned first (:func:`_clean`)."""
+def _make_compact_encoder() -> Any:
+    """``value -> str``: compact strict JSON (``separators=(",", ":")``, ``ensure_ascii=False``,
+    ``allow_nan=False``), the same text as ``json.dumps`` with those options. Uses the stdlib's C
+    encoder (``json.encoder.c_make_encoder``, CPython's ``_json``) built once, without the
+    per-call ``JSONEncoder`` set-up and circular-reference bookkeeping (~2 µs of a ~4 µs encode of a
+    compile's attrs); a circular value raises ``RecursionError`` instead of ``ValueError``. Falls
+    back to a prebuilt ``json.JSONEncoder(...).encode`` where that private constructor is missing
+    or differs (checked against ``json.dumps`` on a sample at import)."""
+    fallback = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
     try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-        text.encode("utf-8")
-        if not may_need_redaction(text):
-            return text
-    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
-        pass
-    return json.dumps(_clean(value), allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        c_make_encoder = getattr(json_encoder, "c_make_encoder", None)
+        encode_basestring = json_encoder.encode_basestring
+        if c_make_encoder is None:
+            return fallback
+
+        def refuse(o: Any) -> Any:
+            raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+        make = c_make_encoder(None, refuse, encode_basestring, None, ":", ",", False, False, False)
+
+        def encode(value: Any) -> str:
+            return "".join(make(value, 0))
+
+        sample = {"a": [1, 2.5, None, True, 'é"\n'], "b": {"c": 1e300, "d": -0.0}, "e": ()}
+        if encode(sample) != json.dumps(sample, ensure_ascii=False, separators=(",", ":")):
+            return fallback
+        encode(float("nan"))  # must refuse, as allow_nan=False does
+    except ValueError:
+        return encode
+    except Exception:  # noqa: BLE001 - any other shape of the private constructor: use the public one
+        return fallback
+    return fallback
+
+
+_compact_json = _make_compact_encoder()
+
+
+def _plain_json(value: Any) -> str | None:
+    """Compact strict JSON of ``value`` when it is plain JSON, valid UTF-8 and holds no
+    redactable substring (so it is stored as it is); ``None`` otherwise (the caller takes the
+    careful path: :func:`capped`, :func:`_store_json`)."""
+    try:
+        text: str = _compact_json(value)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    return None if may_need_redaction(text) else text
+
+
+def _stored_json(value: Any) -> tuple[Any, str]:
+    """``(value as stored, its compact strict JSON)``: ``value`` itself when it is plain JSON, valid
+    UTF-8 and holds no redactable substring (:func:`_plain_json`); otherwise structurally cleaned
+    first (:func:`_clean`)."""
+    text = _plain_json(value)
+    if text is not None:
+        return value, text
+    clean = _clean(value)
+    return clean, json.dumps(clean, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def _store_json(value: Any) -> str:
+    """Compact strict JSON of ``value`` as stored (:func:`_stored_json`)."""
+    return _stored_json(value)[1]
 
 
 def _on_readonly_fs_without_wal(path: Path) -> bool:
@@ -467,12 +555,96 @@ def _row_to_event(row: sqlite3.Row) -> Event:
 
 
 _SPEC_CACHE_MAX = 4096
-"""Specialization texts whose row id a writer remembers (per connection)."""
-_SPEC_GC_EVERY = 16
-"""Prunes that removed events between two sweeps of unreferenced specializations."""
+"""Specializations whose row id a writer remembers (per connection, oldest out): one entry each,
+under Triton's identity (key, ``specialization_data``, source hash, module) or else the record's
+text; with ~2.5 KB of strings per Triton entry, at most ~10 MB. Also the bound of the redacted-name
+cache."""
+_SPEC_GC_MIN_RETIRED = 1000
+"""Fewest events a connection retires between two sweeps of unreferenced specializations; the
+threshold is half the retention count when that is larger (see :meth:`Journal.prune`)."""
+_PLAIN_BUDGET = MAX_ATTRS_CHARS // 8
+"""Compact JSON characters of an event's attrs (the rest and its specialization record together)
+under which :func:`capped` cannot change them (:func:`_size` counts at most 8 per JSON character:
+8 per number, literal or empty container, a string's or key's length plus its quotes)."""
+_SPEC_BUDGET = 6144
+"""Compact JSON characters a Triton specialization record may have to be stored under its identity
+(:func:`jitwatch.store.specs.identity_digest`) by the fast path; the event's other attrs then get
+the rest of :data:`_PLAIN_BUDGET` (:data:`_REST_BUDGET`), so a record another writer stored under
+an identity is within the bound whatever this event's own part is, without encoding it here.
+A longer one takes the careful path (stored under the digest of its text, as before)."""
+_REST_BUDGET = _PLAIN_BUDGET - _SPEC_BUDGET
+_DEFERRED = -1
+"""What :meth:`Journal._spec_fast` returns for a specialization looked up after the pass over the
+batch (one ``SELECT … IN`` for all of them)."""
+_IN_CHUNK = 256
+"""Values per ``IN (…)`` list of the batch lookups (specializations, kernel labels)."""
+_VALUE: dict[Any, str] = {**{k: k.value for k in EventKind}, **{p: p.value for p in Phase}}
+"""Enum member → its ``.value`` (one dict lookup instead of the enum's descriptor)."""
 _EVENT_COLUMNS = (
     "ts, start_ts, duration_s, kind, rank, pid, host, phase, backend, kernel, key, cache_hit, attrs, spec_id"
 )
+
+
+_MULTI_ROW_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
+"""Rows per multi-row ``INSERT … VALUES (…),(…)`` statement (:func:`_insert_rows`): a batch is cut
+into chunks of these sizes, largest first, so a connection prepares at most seven statements per
+table (the ``sqlite3`` module caches them). At 64 rows of 14 columns a statement binds 896
+parameters, far under SQLite's limit (32,766 since 3.32)."""
+
+
+@lru_cache(maxsize=64)
+def _multi_row_sql(head: str, width: int, rows: int, tail: str) -> str:
+    """``head VALUES (?,…),(?,…)… tail`` for ``rows`` rows of ``width`` columns."""
+    one = "(" + ",".join("?" * width) + ")"
+    return f"{head} VALUES {','.join([one] * rows)}{tail}"
+
+
+def _insert_rows(conn: sqlite3.Connection, head: str, width: int, rows: Sequence[Sequence[Any]], tail: str = "") -> int:
+    """Insert (or upsert, with an ``ON CONFLICT`` ``tail``) ``rows`` with multi-row ``VALUES``
+    statements (:data:`_MULTI_ROW_CHUNKS`) instead of one ``executemany`` step per row: one
+    statement execution, one ``sqlite_sequence`` update (``AUTOINCREMENT``) and one Python call per
+    chunk (~7 → ~4 µs per event row and ~4.7 → ~3.3 µs per aggregate row on the 2-core VM,
+    ``docs/benchmarks.md`` section 9). Returns the last inserted rowid (``0`` without rows). Rows
+    go in order, so a later row's upsert sees an earlier one's; raises what the statements raise,
+    rows of earlier chunks staying written (callers wrap it in a savepoint)."""
+    n, i, last = len(rows), 0, 0
+    flat = chain.from_iterable
+    for size in _MULTI_ROW_CHUNKS:
+        while n - i >= size:
+            sql = _multi_row_sql(head, width, size, tail)
+            last = conn.execute(sql, list(flat(rows[i : i + size]))).lastrowid or last
+            i += size
+    return int(last)
+
+
+def _insert_spec(conn: sqlite3.Connection, digest: bytes, text: str) -> int:
+    """Insert a specialization record (``text`` compressed, :func:`specs.compress`) under ``digest``;
+    its row id."""
+    cur = conn.execute("INSERT INTO specializations(digest, data) VALUES (?,?)", (digest, specs.compress(text)))
+    return int(cur.lastrowid or 0)
+
+
+class _Pending:
+    """What the fast path queued over a run of compile events (see :meth:`Journal._resolve`):
+    ``kernels`` (new name → its first event's time), ``specs`` (identity digest → (spec fields,
+    identity tuple, redacted identity, [(row index, event)])), ``by_fast`` (identity tuple →
+    digest), ``resolved`` (identity tuple → row id) and ``rows``, the run being built (a queued
+    row's index is its length when queued)."""
+
+    __slots__ = ("by_fast", "kernels", "resolved", "rows", "specs")
+
+    def __init__(self, rows: list[Any] | None = None) -> None:
+        self.rows: list[Any] = [] if rows is None else rows
+        self.kernels: dict[str, float] = {}
+        self.specs: dict[bytes, tuple[dict[str, Any], tuple[Any, ...], tuple[Any, ...], list[tuple[int, Event]]]] = {}
+        self.by_fast: dict[tuple[Any, ...], bytes] = {}
+        self.resolved: dict[tuple[Any, ...], int] = {}
+
+    def clear(self) -> None:
+        self.kernels.clear()
+        self.specs.clear()
+        self.by_fast.clear()
+        self.resolved.clear()
 
 
 class Journal:
@@ -521,14 +693,21 @@ class Journal:
         self.retention_seconds = retention_seconds
         self.max_kernels = max_kernels
         self.readonly = readonly
+        self.immutable = False
+        """Read-only and opened ``immutable=1`` (WAL file on a read-only filesystem): it never sees
+        later writes, so it must not be kept open to follow the journal."""
         self._writes_since_prune = 0
         self._warned_bad_event = False
         self._cap_reached = False
         self._labels: dict[str, str] = {}  # kernel name → label (immutable once assigned)
-        self._spec_ids: dict[Any, int] = {}  # specialization identity (text or tuple) → row id
+        self._named_kernels = 0  # kernels with their own label up to rowid _kernels_top (committed)
+        self._kernels_top = 0
+        self._spec_ids: OrderedDict[Any, tuple[int, int]] = (
+            OrderedDict()
+        )  # identity (text or tuple) → (row id, JSON length)
         self._spec_generation: str | None = None
         self._redacted: dict[str, str] = {}  # kernel names and keys → redacted (bounded)
-        self._prunes_since_gc = 0
+        self._retired_since_gc = 0
         self.skipped_rows = 0
         """Rows read back that made no sense (unknown phase, text or inf in a number column…) and
         were skipped: see :mod:`jitwatch.store.readsafe`."""
@@ -574,7 +753,10 @@ class Journal:
 
     def _connect_readonly(self, *, immutable: bool, timeout: float) -> sqlite3.Connection:
         uri = f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
-        return sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+        self.immutable = immutable
+        # check_same_thread=False: a long-lived reader (the sidecar's live aggregates) is used from
+        # whichever server thread holds its owner's lock; a Journal is still not thread-safe itself.
+        return sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False)
 
     def _prepare(self, busy_timeout_s: float) -> migrations.SchemaInfo:
         """Pragmas, then (writable) create or upgrade the schema (:func:`migrations.prepare`) or
@@ -644,6 +826,7 @@ class Journal:
             return []
         new_specs: list[Any] = []
         new_labels: list[str] = []
+        kernels_seen = (self._named_kernels, self._kernels_top, self._cap_reached)
         try:
             with self._transaction() as conn:
                 ids = self._write_batch(conn, events, new_specs, new_labels)
@@ -652,6 +835,7 @@ class Journal:
                 self._spec_ids.pop(text, None)
             for name in new_labels:
                 self._labels.pop(name, None)
+            self._named_kernels, self._kernels_top, self._cap_reached = kernels_seen
             raise
         self._writes_since_prune += len(events)
         if self._writes_since_prune >= 1000:
@@ -674,56 +858,61 @@ class Journal:
             if generation != self._spec_generation:  # another connection swept specializations
                 self._spec_ids.clear()
                 self._spec_generation = generation
-        insert = (
-            f"INSERT INTO events({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-            if dedup
-            else f"INSERT INTO events({_EVENT_COLUMNS.rsplit(',', 1)[0]}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
-        )
+        insert_head = f"INSERT INTO events({_EVENT_COLUMNS if dedup else _EVENT_COLUMNS.rsplit(',', 1)[0]})"
+        insert = _multi_row_sql(insert_head, 14 if dedup else 13, 1, "")
         ids: list[int] = []
         bad: dict[int, int] = {}
         stats: dict[tuple[str, str, str, int, str], list[Any]] = {}
         hist: dict[tuple[str, int, str, int], int] = {}
-        run: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []  # consecutive compile-like events
+        run: list[tuple[list[Any], tuple[Any, ...]]] = []  # consecutive compile-like events
 
         recompiles: dict[tuple[str, str, str, str, int], list[Any]] = {}
 
         remote: dict[tuple[str, int, int], int] = {}  # (backend, rank, hit) -> remote-cache lookups
 
-        def fold(f: tuple[Any, ...]) -> None:
-            sk, seconds, hit, key, ts, reason_class, reason, remote_hit = f
-            if remote_hit is not None:
-                rck = (sk[0], sk[3], remote_hit)
-                remote[rck] = remote.get(rck, 0) + 1
-            if reason_class is not None:
-                rk = (sk[0], sk[1], reason_class, sk[2], sk[3])
-                racc = recompiles.get(rk)
-                if racc is None:
-                    racc = recompiles[rk] = [0, 0.0, None, None]
-                racc[0] += 1
-                racc[1] += seconds
-                if reason is not None:
-                    racc[2] = reason
-                racc[3] = ts
-            acc = stats.get(sk)
-            if acc is None:
-                acc = stats[sk] = [0, 0.0, 0, None, None]
-            acc[0] += 1
-            acc[1] += seconds
-            acc[2] += hit
-            if key is not None:
-                acc[3] = key
-            acc[4] = ts
-            if sk[4] == "compile":
-                hk = (sk[0], sk[3], sk[2], bucket_index(seconds))
-                hist[hk] = hist.get(hk, 0) + 1
+        def fold(folds: Iterable[tuple[Any, ...]]) -> None:
+            """Add events' (aggregate key, seconds, cache hit, key, time, reason class, reason,
+            remote hit) to the batch's aggregates (one loop: no call per event)."""
+            get, hist_get = stats.get, hist.get
+            for sk, seconds, hit, key, ts, reason_class, reason, remote_hit in folds:
+                if remote_hit is not None:
+                    rck = (sk[0], sk[3], remote_hit)
+                    remote[rck] = remote.get(rck, 0) + 1
+                if reason_class is not None:
+                    rk = (sk[0], sk[1], reason_class, sk[2], sk[3])
+                    racc = recompiles.get(rk)
+                    if racc is None:
+                        racc = recompiles[rk] = [0, 0.0, None, None]
+                    racc[0] += 1
+                    racc[1] += seconds
+                    if reason is not None:
+                        racc[2] = reason
+                    racc[3] = ts
+                acc = get(sk)
+                if acc is None:
+                    acc = stats[sk] = [0, 0.0, 0, None, None]
+                acc[0] += 1
+                acc[1] += seconds
+                acc[2] += hit
+                if key is not None:
+                    acc[3] = key
+                acc[4] = ts
+                if sk[4] == "compile":
+                    hk = (sk[0], sk[3], sk[2], bucket_index(seconds))
+                    hist[hk] = hist_get(hk, 0) + 1
+
+        pending = _Pending(run)
 
         def flush_run() -> None:
+            if pending.kernels or pending.specs:
+                self._resolve(conn, pending, run, dedup, new_specs, new_labels, bad)
+                pending.clear()
             if not run:
                 return
-            rows = [r if dedup else r[:-1] for r, _ in run]
+            rows = [r for r, _ in run] if dedup else [r[:-1] for r, _ in run]
             conn.execute("SAVEPOINT jitwatch_batch")
             try:
-                conn.executemany(insert, rows)
+                last = _insert_rows(conn, insert_head, len(rows[0]), rows)
             except _EVENT_ERRORS:
                 conn.execute("ROLLBACK TO jitwatch_batch")
                 conn.execute("RELEASE jitwatch_batch")
@@ -735,24 +924,22 @@ class Journal:
                         conn.execute("ROLLBACK TO jitwatch_event")
                         self._count_bad(bad, f[0][3], exc)
                     else:
-                        fold(f)
+                        fold((f,))
                     conn.execute("RELEASE jitwatch_event")
             else:
                 conn.execute("RELEASE jitwatch_batch")
-                last = int(conn.execute("SELECT MAX(id) FROM events").fetchone()[0])
-                ids.extend(range(last - len(rows) + 1, last + 1))
-                for _, f in run:
-                    fold(f)
+                ids.extend(range(last - len(rows) + 1, last + 1))  # one transaction: consecutive ids
+                fold([f for _, f in run])
             run.clear()
 
-        for ev in map(capped, events):
+        for ev in events:
             if ev.kind not in STAT_KINDS:
                 flush_run()
                 # One event that cannot be stored (its own values) is dropped alone and counted,
                 # inside a savepoint so none of its rows or side effects stay half-written.
                 conn.execute("SAVEPOINT jitwatch_event")
                 try:
-                    clean, attrs_json = _sanitize(ev)
+                    clean, attrs_json = _sanitize(capped(ev))
                     cur = conn.execute(insert, self._event_row(clean, attrs_json, None)[: 14 if dedup else 13])
                     self._apply(conn, clean, attrs_json)
                     ids.append(int(cur.lastrowid or 0))
@@ -764,38 +951,44 @@ class Journal:
                 conn.execute("RELEASE jitwatch_event")
                 continue
             try:
-                run.append(self._stat_row(conn, ev, dedup, new_specs, new_labels))
+                run.append(self._stat_row(conn, ev, dedup, new_specs, new_labels, defer=pending))
             except Exception as exc:  # an event's own fault unless _own_fault says not
                 if not _own_fault(exc):
                     raise
                 self._count_bad(bad, ev.rank, exc)
         flush_run()
         if stats:
-            conn.executemany(
+            _insert_rows(
+                conn,
                 "INSERT INTO compile_stats(backend, kernel, phase, rank, kind, count, seconds, cache_hits,"
-                " last_key, last_ts) VALUES (?,?,?,?,?,?,?,?,?,?)"
+                " last_key, last_ts)",
+                10,
+                [(*k, *v) for k, v in stats.items()],
                 " ON CONFLICT(backend, kernel, phase, rank, kind) DO UPDATE SET count=count+excluded.count,"
                 " seconds=seconds+excluded.seconds, cache_hits=cache_hits+excluded.cache_hits,"
                 " last_key=COALESCE(excluded.last_key, last_key), last_ts=excluded.last_ts",
-                [(*k, *v) for k, v in stats.items()],
             )
         for (backend, rank, hit), n in remote.items():
             name = "remote_cache_hits" if hit else "remote_cache_misses"
             self._add_counter(conn, rank, counter_name(name, backend), float(n))
         if hist:
-            conn.executemany(
-                "INSERT INTO duration_hist(backend, rank, phase, bucket, count) VALUES (?,?,?,?,?)"
-                " ON CONFLICT(backend, rank, phase, bucket) DO UPDATE SET count=count+excluded.count",
+            _insert_rows(
+                conn,
+                "INSERT INTO duration_hist(backend, rank, phase, bucket, count)",
+                5,
                 [(*k, n) for k, n in hist.items()],
+                " ON CONFLICT(backend, rank, phase, bucket) DO UPDATE SET count=count+excluded.count",
             )
         if recompiles and "recompile_stats" in self._tables:
-            conn.executemany(
+            _insert_rows(
+                conn,
                 "INSERT INTO recompile_stats(backend, kernel, reason_class, phase, rank, count, seconds,"
-                " last_reason, last_ts) VALUES (?,?,?,?,?,?,?,?,?)"
+                " last_reason, last_ts)",
+                9,
+                [(*k, *v) for k, v in recompiles.items()],
                 " ON CONFLICT(backend, kernel, reason_class, phase, rank) DO UPDATE SET count=count+excluded.count,"
                 " seconds=seconds+excluded.seconds,"
                 " last_reason=COALESCE(excluded.last_reason, last_reason), last_ts=excluded.last_ts",
-                [(*k, *v) for k, v in recompiles.items()],
             )
         for rank, n in bad.items():
             self._add_counter(conn, rank, "dropped_events", float(n))
@@ -811,14 +1004,50 @@ class Journal:
             )
 
     def _stat_row(
-        self, conn: sqlite3.Connection, ev: Event, dedup: bool, new_specs: list[Any], new_labels: list[str]
-    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        self,
+        conn: sqlite3.Connection,
+        ev: Event,
+        dedup: bool,
+        new_specs: list[Any],
+        new_labels: list[str],
+        careful: bool = False,
+        defer: _Pending | None = None,
+    ) -> tuple[list[Any], tuple[Any, ...]]:
         """(event row, fold) of one compile-like event: strings redacted and UTF-8-safe (cached per
-        distinct value), non-finite times dropped, the specialization stored once."""
-        text = self._cached_text
-        kernel = None if ev.kernel is None else text(ev.kernel)
-        key = None if ev.key is None else text(ev.key)
-        host, backend = text(ev.host), text(ev.backend)
+        distinct value), non-finite times dropped, the specialization stored once.
+
+        The fast path (``careful=False``) takes an event whose names are within their caps and
+        whose attrs are plain JSON with nothing to redact; its size check is a bound on the JSON
+        text (:func:`_size` is at most 8 times the compact JSON's length, so attrs whose JSON is under
+        ``MAX_ATTRS_CHARS / 8`` need no walk; a specialization's length is remembered with its id).
+        Anything else is taken again carefully: :func:`capped`, then :func:`_store_json`.
+
+        ``defer`` (the batch path): a Triton specialization this connection has not seen yet and a
+        kernel name it has no label for are looked up once for the whole run of events
+        (:meth:`_resolve`); the row's ``spec_id`` is then :data:`_DEFERRED` until then."""
+        if careful:
+            ev = capped(ev)
+        elif (
+            (ev.key is not None and len(ev.key) > MAX_KEY_CHARS)
+            or (ev.kernel is not None and len(ev.kernel) > MAX_NAME_CHARS)
+            or len(ev.host) > MAX_NAME_CHARS
+            or len(ev.backend) > MAX_NAME_CHARS
+        ):
+            return self._stat_row(conn, ev, dedup, new_specs, new_labels, careful=True)
+        seen, text = self._redacted.get, self._cached_text
+        kernel, key, host, backend = ev.kernel, ev.key, ev.host, ev.backend
+        kernel = None if kernel is None else (seen(kernel) or text(kernel))
+        key = None if key is None else (seen(key) or text(key))
+        host, backend = seen(host) or text(host), seen(backend) or text(backend)
+        rest, spec = specs.split(ev.attrs, key) if dedup else (ev.attrs, None)
+        if careful:
+            rest_json = _store_json(rest)
+            budget = None
+        else:
+            plain = _plain_json(rest)
+            if plain is None or len(plain) > _PLAIN_BUDGET:
+                return self._stat_row(conn, ev, dedup, new_specs, new_labels, careful=True)
+            rest_json, budget = plain, _PLAIN_BUDGET - len(plain)
         isfinite = math.isfinite
         ts = ev.ts if isfinite(ev.ts) else time.time()
         duration = ev.duration_s
@@ -827,15 +1056,35 @@ class Journal:
         start_ts = ev.start_ts
         if start_ts is not None and not isfinite(start_ts):
             start_ts = None
-        phase = ev.phase.value
-        kind = ev.kind.value
-        rest, spec = specs.split(ev.attrs, key) if dedup else (ev.attrs, None)
-        spec_id = self._spec_for(conn, spec, new_specs) if spec is not None else None
+        phase = _VALUE[ev.phase]
+        kind = _VALUE[ev.kind]
         name = kernel or "<unknown>"
         if name not in self._labels:
-            self._kernel_label(conn, name, ts)
-            new_labels.append(name)
-        row = (
+            if defer is None:
+                self._kernel_labels(conn, {name: ts}, new_labels)
+            elif name not in defer.kernels:
+                defer.kernels[name] = ts
+        cache_hit = ev.cache_hit
+        reason_class = reason = remote = None
+        if kind == "compile":
+            attrs = ev.attrs
+            if "reason_class" in attrs:
+                reason_class = reason_class_label(attrs["reason_class"])
+                raw = attrs.get("reason") if reason_class is not None else None
+                reason = _text(str(raw))[:2000] if raw is not None else None
+            # a lookup in a shared remote compile cache (attrs.cache == "remote"): hit 1, miss 0
+            if cache_hit is not None and attrs.get("cache") == "remote":
+                remote = 1 if cache_hit else 0
+        # Last, after everything that can raise: a deferred lookup names this row by its index.
+        spec_id = None
+        if spec is not None:
+            if budget is None:
+                spec_id = self._spec_for(conn, spec, new_specs, None)
+            else:
+                spec_id = self._spec_fast(conn, spec, new_specs, budget, ev, defer)
+                if spec_id is None:  # over the fast path's bound, or not plain JSON
+                    return self._stat_row(conn, ev, dedup, new_specs, new_labels, careful=True)
+        row = [
             ts,
             start_ts,
             duration,
@@ -847,39 +1096,207 @@ class Journal:
             backend,
             kernel,
             None if spec_id is not None else key,  # else in the specialization record
-            None if ev.cache_hit is None else int(ev.cache_hit),
-            _store_json(rest),
+            None if cache_hit is None else int(cache_hit),
+            rest_json,
             spec_id,
-        )
-        reason_class = reason = None
-        if kind == "compile":
-            reason_class = reason_class_label(ev.attrs.get("reason_class"))
-            raw = ev.attrs.get("reason") if reason_class is not None else None
-            reason = _text(str(raw))[:2000] if raw is not None else None
-        fold = ((backend, name, phase, ev.rank, kind), duration or 0.0, 1 if ev.cache_hit else 0, key, ts)
-        remote = None  # a lookup in a shared remote compile cache (attrs.cache == "remote"): hit 1, miss 0
-        if kind == "compile" and ev.cache_hit is not None and ev.attrs.get("cache") == "remote":
-            remote = 1 if ev.cache_hit else 0
+        ]
+        fold = ((backend, name, phase, ev.rank, kind), duration or 0.0, 1 if cache_hit else 0, key, ts)
         return row, (*fold, reason_class, reason, remote)
 
-    def _spec_for(self, conn: sqlite3.Connection, spec: dict[str, Any], new_specs: list[Any]) -> int:
+    def _spec_for(
+        self, conn: sqlite3.Connection, spec: dict[str, Any], new_specs: list[Any], budget: int | None
+    ) -> int | None:
         """Row id for ``spec`` (see :func:`jitwatch.store.specs.split`). A Triton compile's
         ``specialization_data`` is Triton's own full serialization of the specialization
         (signature, constants, attributes, options, key), so with the kernel's source hash and key
         it identifies the record without serializing it again; other captures are identified by
-        their canonical JSON."""
+        their canonical JSON.
+
+        ``budget`` (characters; ``None``: careful path, no bound) is what the fast path allows the
+        record's JSON: ``None`` is returned, nothing stored, when it is longer or not plain JSON."""
         data, key = spec.get("specialization_data"), spec.get("key")
         fast: Any = None
         if isinstance(data, str) and isinstance(key, str):
             fast = (key, data, spec.get("source_hash"), spec.get("module"))
-            spec_id = self._spec_ids.get(fast)
-            if spec_id is not None:
-                return spec_id
-        spec_id = self._spec_id(conn, _store_json(spec), new_specs)
+            known = self._spec_ids.get(fast)
+            if known is not None:
+                return known[0] if budget is None or known[1] <= budget else None
+        if budget is None:
+            text = _store_json(spec)
+        else:
+            plain = _plain_json(spec)
+            if plain is None or len(plain) > budget:
+                return None
+            text = plain
+        spec_id = self._spec_id(conn, text, new_specs, remember=fast is None)
         if fast is not None:
-            self._remember(fast, spec_id)
+            self._remember(fast, (spec_id, len(text)))
             new_specs.append(fast)
         return spec_id
+
+    def _spec_fast(
+        self,
+        conn: sqlite3.Connection,
+        spec: dict[str, Any],
+        new_specs: list[Any],
+        budget: int,
+        ev: Event,
+        defer: _Pending | None,
+    ) -> int | None:
+        """The fast path's row id for ``spec``: a Triton specialization (``key`` and
+        ``specialization_data`` strings) by its identity — this connection's cache, else
+        (``defer``) :data:`_DEFERRED` with the lookup queued for :meth:`_resolve`, else looked up
+        now; any other capture by its text (:meth:`_spec_for`). ``None``: take the careful path
+        (not plain JSON, or past :data:`_SPEC_BUDGET` / :data:`_REST_BUDGET`)."""
+        data, key = spec.get("specialization_data"), spec.get("key")
+        source_hash, module = spec.get("source_hash"), spec.get("module")
+        if not (
+            isinstance(data, str)
+            and isinstance(key, str)
+            and (source_hash is None or isinstance(source_hash, str))
+            and (module is None or isinstance(module, str))
+        ):
+            return self._spec_for(conn, spec, new_specs, budget)
+        if _PLAIN_BUDGET - budget > _REST_BUDGET:
+            return None
+        fast = (key, data, source_hash, module)
+        known = self._spec_ids.get(fast)
+        if known is not None:
+            return known[0] if known[1] <= _SPEC_BUDGET else None
+        if defer is not None:
+            queued = defer.by_fast.get(fast)
+            if queued is None:
+                text, seen = _text, self._cached_text
+                redacted = (
+                    key,
+                    text(data),
+                    None if source_hash is None else seen(source_hash),
+                    None if module is None else seen(module),
+                )
+                queued = defer.by_fast[fast] = specs.identity_digest(*redacted)
+                if queued not in defer.specs:  # another raw identity may redact to the same one
+                    defer.specs[queued] = (spec, fast, redacted, [])
+            defer.specs[queued][3].append((len(defer.rows), ev))
+            return _DEFERRED
+        pending = _Pending()
+        self._spec_fast(conn, spec, new_specs, budget, ev, pending)
+        self._resolve_specs(conn, pending, new_specs)
+        resolved = pending.resolved.get(fast)
+        return None if resolved is None else resolved
+
+    def _resolve(
+        self,
+        conn: sqlite3.Connection,
+        pending: _Pending,
+        run: list[tuple[list[Any], tuple[Any, ...]]],
+        dedup: bool,
+        new_specs: list[Any],
+        new_labels: list[str],
+        bad: dict[int, int],
+    ) -> None:
+        """Complete a run of fast-path rows (``run``, in order; ``pending.rows`` its length when each
+        was queued): kernels rows for the new names (:meth:`_kernel_labels`), specialization ids
+        for the queued identities (:meth:`_resolve_specs`) filled in, and each event whose record
+        turned out not to fit the fast path taken again carefully (or dropped alone, counted)."""
+        if pending.kernels:
+            self._kernel_labels(conn, pending.kernels, new_labels)
+        if not pending.specs:
+            return
+        self._resolve_specs(conn, pending, new_specs)
+        drop: list[int] = []
+        for _, (_, fast, _, waiting) in pending.specs.items():
+            spec_id = pending.resolved.get(fast)
+            for i, ev in waiting:
+                if spec_id is not None:
+                    run[i][0][13] = spec_id  # the row's list, filled in place
+                    continue
+                try:
+                    run[i] = self._stat_row(conn, ev, dedup, new_specs, new_labels, careful=True)
+                except Exception as exc:  # an event's own fault unless _own_fault says not
+                    if not _own_fault(exc):
+                        raise
+                    self._count_bad(bad, ev.rank, exc)
+                    drop.append(i)
+        for i in sorted(drop, reverse=True):
+            del run[i]
+
+    def _resolve_specs(self, conn: sqlite3.Connection, pending: _Pending, new_specs: list[Any]) -> bool:
+        """Row ids of the queued Triton specializations into ``pending.resolved`` (identity tuple →
+        id): those any writer stored already by one ``SELECT … WHERE digest IN (…)`` per
+        :data:`_IN_CHUNK`, the others stored now (compact JSON of the redacted fields, compressed);
+        one whose record is not plain JSON or is past :data:`_SPEC_BUDGET` gets no id (its events
+        take the careful path). Returns whether any got none."""
+        digests = list(pending.specs)
+        found: dict[bytes, int] = {}
+        for k in range(0, len(digests), _IN_CHUNK):
+            chunk = digests[k : k + _IN_CHUNK]
+            sql = f"SELECT digest, id FROM specializations WHERE digest IN ({','.join('?' * len(chunk))})"
+            for digest, spec_id in conn.execute(sql, chunk):
+                found[bytes(digest)] = int(spec_id)
+        missing = False
+        stored: dict[bytes, int] = {}
+        for digest, (spec, _, redacted, _) in pending.specs.items():
+            spec_id = found.get(digest)
+            if spec_id is None:
+                record = dict(spec)
+                _, record["specialization_data"], source_hash, module = redacted
+                if source_hash is not None:
+                    record["source_hash"] = source_hash
+                if module is not None:
+                    record["module"] = module
+                text = _plain_json(record)
+                if text is None or len(text) > _SPEC_BUDGET:
+                    missing = True
+                    continue
+                spec_id = _insert_spec(conn, digest, text)
+            stored[digest] = spec_id
+        for fast, digest in pending.by_fast.items():  # every raw identity queued under that digest
+            spec_id = stored.get(digest)
+            if spec_id is not None:
+                self._remember(fast, (spec_id, 0))  # within _SPEC_BUDGET: stored under an identity
+                new_specs.append(fast)
+                pending.resolved[fast] = spec_id
+        return missing
+
+    def _kernel_labels(self, conn: sqlite3.Connection, names: dict[str, float], new_labels: list[str]) -> None:
+        """The ``kernels`` label of each name (first-seen order; name → its event's time), recorded in
+        ``_labels`` and appended to ``new_labels``: known ones read with one ``SELECT … IN`` per
+        :data:`_IN_CHUNK`; a new name gets its own label while fewer than ``max_kernels`` are named,
+        else :data:`OTHER_KERNEL` — the named count read once (rows are never deleted, so it is the
+        count up to a rowid watermark plus what other writers added since), the new rows inserted
+        together."""
+        todo = list(names)
+        for k in range(0, len(todo), _IN_CHUNK):
+            chunk = todo[k : k + _IN_CHUNK]
+            sql = f"SELECT name, label FROM kernels WHERE name IN ({','.join('?' * len(chunk))})"
+            for name, label in conn.execute(sql, chunk):
+                self._labels[name] = str(label)
+                new_labels.append(name)
+        new = [n for n in todo if n not in self._labels]
+        if not new:
+            return
+        if self._cap_reached:  # the named count never shrinks: no need to count again
+            named = self.max_kernels
+        else:
+            added, top = conn.execute(
+                "SELECT COUNT(*), MAX(rowid) FROM kernels WHERE rowid > ? AND label != ?",
+                (self._kernels_top, OTHER_KERNEL),
+            ).fetchone()
+            if top is not None:
+                self._named_kernels += int(added)
+                self._kernels_top = int(top)
+            named = self._named_kernels  # ours are counted again from the watermark next time
+        rows = []
+        for name in new:
+            if named < self.max_kernels:
+                label, named = name, named + 1
+            else:
+                label = OTHER_KERNEL
+            self._labels[name] = label
+            new_labels.append(name)
+            rows.append((name, label, names[name]))
+        self._cap_reached = named >= self.max_kernels
+        _insert_rows(conn, "INSERT INTO kernels(name, label, first_seen)", 3, rows)
 
     def _cached_text(self, text: str) -> str:
         """:func:`_text` (redacted, UTF-8-safe) of a kernel name, key, host or backend, remembered
@@ -893,26 +1310,28 @@ class Journal:
         self._redacted[text] = out
         return out
 
-    def _remember(self, ident: Any, spec_id: int) -> None:
+    def _remember(self, ident: Any, known: tuple[int, int]) -> None:
+        """Remember ``ident``'s specialization ``(row id, JSON length)`` (bounded, oldest out)."""
         if len(self._spec_ids) >= _SPEC_CACHE_MAX:
-            self._spec_ids.pop(next(iter(self._spec_ids)))
-        self._spec_ids[ident] = spec_id
+            self._spec_ids.popitem(last=False)  # O(1); a dict's next(iter()) rescans removed slots
+        self._spec_ids[ident] = known
 
-    def _spec_id(self, conn: sqlite3.Connection, text: str, new_specs: list[Any]) -> int:
-        """Row id of the specialization whose canonical JSON is ``text``; inserted if new."""
-        spec_id = self._spec_ids.get(text)
-        if spec_id is not None:
-            return spec_id
-        digest, data = specs.encode(text)
+    def _spec_id(self, conn: sqlite3.Connection, text: str, new_specs: list[Any], remember: bool = True) -> int:
+        """Row id of the specialization whose canonical JSON is ``text``; inserted if new. With
+        ``remember=False`` the caller caches it under its own identity (the text would only hold
+        cache room and memory twice)."""
+        known = self._spec_ids.get(text)
+        if known is not None:
+            return known[0]
+        digest = specs.digest(text)  # compressed only when new (other ranks' writers find it stored)
         row = conn.execute("SELECT id FROM specializations WHERE digest=?", (digest,)).fetchone()
         if row is not None:
             spec_id = int(row[0])
         else:
-            spec_id = int(
-                conn.execute("INSERT INTO specializations(digest, data) VALUES (?,?)", (digest, data)).lastrowid or 0
-            )
+            spec_id = _insert_spec(conn, digest, text)
             new_specs.append(text)
-        self._remember(text, spec_id)
+        if remember:
+            self._remember(text, (spec_id, len(text)))
         return spec_id
 
     @staticmethod
@@ -1076,27 +1495,16 @@ class Journal:
             (rank, name, value),
         )
 
-    def _kernel_label(self, conn: sqlite3.Connection, kernel: str, ts: float) -> str:
-        row = conn.execute("SELECT label FROM kernels WHERE name=?", (kernel,)).fetchone()
-        if row is not None:
-            self._labels[kernel] = str(row[0])
-            return str(row[0])
-        if self._cap_reached:  # the named count never shrinks: no need to count again
-            label = OTHER_KERNEL
-        else:
-            named = conn.execute("SELECT COUNT(*) FROM kernels WHERE label != ?", (OTHER_KERNEL,)).fetchone()[0]
-            self._cap_reached = named >= self.max_kernels
-            label = OTHER_KERNEL if self._cap_reached else kernel
-        conn.execute("INSERT INTO kernels(name, label, first_seen) VALUES (?,?,?)", (kernel, label, ts))
-        self._labels[kernel] = label
-        return label
-
     def prune(self, now: float | None = None, *, force_gc: bool = False) -> int:
         """Retire events past the retention limits; returns how many were removed.
 
         Aggregates are untouched, so metrics do not move. The count is added to the
-        ``retired_events`` counter (rank -1, journal-wide). Every 16th prune that retired events
-        (or with ``force_gc``) also deletes the specializations no event references any more.
+        ``retired_events`` counter (rank -1, journal-wide). Once this connection has retired half
+        the retention count (at least :data:`_SPEC_GC_MIN_RETIRED`) since its last sweep, or with
+        ``force_gc``, it also deletes the specializations no event references any more. The sweep
+        reads every event row (~40 ms at 100,000 events on the 2-core VM), so it runs about twice
+        per turnover of the log (~1 µs per event), and the records of at most that many retired
+        events wait for it.
         """
         now = time.time() if now is None else now
         with self._transaction() as conn:
@@ -1107,9 +1515,10 @@ class Journal:
             ).rowcount
             if removed:
                 self._add_counter(conn, -1, "retired_events", removed)
-                self._prunes_since_gc += 1
-            if "specializations" in self._tables and (self._prunes_since_gc >= _SPEC_GC_EVERY or force_gc):
-                self._prunes_since_gc = 0
+                self._retired_since_gc += removed
+            due = self._retired_since_gc >= max(_SPEC_GC_MIN_RETIRED, self.retention_events // 2)
+            if "specializations" in self._tables and (due or force_gc):
+                self._retired_since_gc = 0
                 swept = conn.execute(
                     "DELETE FROM specializations WHERE id NOT IN"
                     " (SELECT DISTINCT spec_id FROM events WHERE spec_id IS NOT NULL)"
@@ -1210,6 +1619,55 @@ class Journal:
     def count_events(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
+    def count_events_after(self, after_id: int) -> int:
+        """Events kept with ``id > after_id`` (a rowid range: cheap)."""
+        sql = "SELECT COUNT(*) FROM events NOT INDEXED WHERE id > ?"
+        return int(self._conn.execute(sql, (after_id,)).fetchone()[0])
+
+    def event_watermark(self) -> int:
+        """The largest event id ever assigned (``AUTOINCREMENT``'s ``sqlite_sequence``; 0 before the
+        first event). Ids are never reused and, since writers serialize on ``BEGIN IMMEDIATE`` and
+        a batch's ids are consecutive, every event up to it is committed (or retired) once a read
+        sees it: the watermark of an incremental reader (:mod:`jitwatch.views.live`)."""
+        row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        if row is not None and isinstance(row[0], int):
+            return int(row[0])
+        return int(self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0])
+
+    def new_event_kinds(self, after_id: int) -> set[tuple[str, str]]:
+        """``{(kind, phase)}`` of the events with ``id > after_id``."""
+        sql = "SELECT DISTINCT kind, phase FROM events NOT INDEXED WHERE id > ?"  # not a covering-index scan
+        return {(str(r[0]), str(r[1])) for r in self._conn.execute(sql, (after_id,))}
+
+    def tables_changed(self) -> bool:
+        """Whether the journal's tables differ from those this connection found when it opened the
+        file (a migration since: the table-dependent reads — ``compile_stats``, ``recompile_stats``,
+        ``duration_hist``, ``specializations`` — follow the table set read at open, so a
+        long-lived reader must open the file again). One ``sqlite_master`` read."""
+        now = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        return now != self._tables
+
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version``: changes whenever another connection commits (SQLite ≥
+        3.8.8), so a long-lived reader can tell that nothing changed with one pragma."""
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def schema_cookie(self) -> int:
+        """``PRAGMA schema_version``: changes with every schema change (a migration)."""
+        return int(self._conn.execute("PRAGMA schema_version").fetchone()[0])
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Journal]:
+        """One read transaction: every read inside sees the same committed state (WAL snapshot).
+        Read-only journals only; keep it short (it holds back checkpoints while open)."""
+        if not self.readonly:
+            raise PermissionError("snapshot() is for read-only journals")
+        self._conn.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            self._conn.execute("COMMIT")
+
     def _skip_row(self, table: str, why: object) -> None:
         """Count (``skipped_rows``) and log once per connection a row that makes no sense."""
         self.skipped_rows += 1
@@ -1256,11 +1714,17 @@ class Journal:
             latest[w.rank] = w
         return latest
 
-    def stats(self) -> list[StatRow]:
+    def stats(self, after_id: int | None = None) -> list[StatRow]:
         """Every (backend, kernel, phase, rank, kind) aggregate, sorted by backend, kernel, rank,
         phase, kind; rows a jitwatch 0.1 worker wrote (``kernel_stats``) come in as backend
-        ``triton`` and are summed with the same key's revision-2 row."""
-        labels = {r[0]: r[1] for r in self._conn.execute("SELECT name, label FROM kernels")}
+        ``triton`` and are summed with the same key's revision-2 row.
+
+        ``after_id``: only the aggregates of the (backend, kernel, phase, rank) keys that events
+        with ``id > after_id`` touched (every kind of those keys, each complete: its current
+        totals, not a delta). An incremental reader (:mod:`jitwatch.views.live`) replaces its
+        copies of exactly these keys; events of those keys already retired are not seen here
+        (see :meth:`count_events_after`)."""
+        labels = self._labels_of(after_id)
         acc: dict[tuple[str, str, str, int, str], list[Any]] = {}
 
         def add(
@@ -1281,8 +1745,16 @@ class Journal:
                 row[3] = key if key is not None else row[3]
                 row[4] = ts
 
+        touched = _TOUCHED_KEYS if after_id is not None else ""
+        args: tuple[Any, ...] = () if after_id is None else (after_id,)
         if "compile_stats" in self._tables:
-            for r in self._conn.execute("SELECT * FROM compile_stats"):
+            sql = (
+                f"SELECT cs.* FROM ({touched}) t JOIN compile_stats cs ON cs.backend = t.b AND cs.kernel = t.k"
+                " AND cs.phase = t.p AND cs.rank = t.r"
+                if touched
+                else "SELECT * FROM compile_stats"
+            )
+            for r in self._conn.execute(sql, args):
                 add(
                     r["backend"],
                     r["kernel"],
@@ -1295,7 +1767,13 @@ class Journal:
                     r["last_key"],
                     r["last_ts"],
                 )
-        for r in self._conn.execute("SELECT * FROM kernel_stats"):  # jitwatch 0.1 workers
+        legacy = (
+            f"SELECT ks.* FROM ({touched}) t JOIN kernel_stats ks ON ks.kernel = t.k AND ks.phase = t.p"
+            f" AND ks.rank = t.r WHERE t.b = '{LEGACY_BACKEND}'"
+            if touched
+            else "SELECT * FROM kernel_stats"
+        )
+        for r in self._conn.execute(legacy, args):  # jitwatch 0.1 workers
             compile_ts = r["last_ts"] if r["compiles"] else None
             add(
                 LEGACY_BACKEND,
@@ -1340,14 +1818,28 @@ class Journal:
         out.sort(key=lambda s: (s.backend, s.kernel, s.rank, s.phase.value, s.kind))
         return out
 
-    def recompile_stats(self) -> list[RecompileRow]:
+    def _labels_of(self, after_id: int | None) -> dict[str, str]:
+        """Kernel name → metric label: every kernel, or those events after ``after_id`` touched."""
+        if after_id is None:
+            return {r[0]: r[1] for r in self._conn.execute("SELECT name, label FROM kernels")}
+        sql = f"SELECT name, label FROM kernels WHERE name IN (SELECT k FROM ({_TOUCHED_KEYS}))"
+        return {r[0]: r[1] for r in self._conn.execute(sql, (after_id,))}
+
+    def recompile_stats(self, after_id: int | None = None) -> list[RecompileRow]:
         """Every (backend, kernel, reason class, phase, rank) recompile aggregate (schema revision
-        3; empty for an older journal), sorted by backend, kernel, rank, phase, reason class."""
+        3; empty for an older journal), sorted by backend, kernel, rank, phase, reason class.
+        ``after_id``: only the keys events with ``id > after_id`` touched, as in :meth:`stats`."""
         if "recompile_stats" not in self._tables:
             return []
-        labels = {r[0]: r[1] for r in self._conn.execute("SELECT name, label FROM kernels")}
+        labels = self._labels_of(after_id)
         out: list[RecompileRow] = []
-        for r in self._conn.execute("SELECT * FROM recompile_stats"):
+        sql = (
+            f"SELECT rs.* FROM ({_TOUCHED_KEYS}) t JOIN recompile_stats rs ON rs.backend = t.b AND rs.kernel = t.k"
+            " AND rs.phase = t.p AND rs.rank = t.r"
+            if after_id is not None
+            else "SELECT * FROM recompile_stats"
+        )
+        for r in self._conn.execute(sql, () if after_id is None else (after_id,)):
             phase, rank = readsafe.phase(r["phase"]), readsafe.rank(r["rank"])
             n, secs = readsafe.count(r["count"]), readsafe.seconds(r["seconds"])
             if phase is None or rank is None or n is None or secs is None:
@@ -1405,29 +1897,12 @@ class Journal:
     def request_histogram(self) -> dict[int, tuple[list[int], float]]:
         """Per rank: (non-cumulative counts per bucket of :data:`COMPILE_DURATION_BUCKETS` + the
         +Inf bucket, summed seconds) of compile seconds inside each marked serving request."""
-        n = len(COMPILE_DURATION_BUCKETS) + 1
-        out: dict[int, tuple[list[int], float]] = {}
-        for (rank, name), value in self.counters().items():
-            if name.startswith(REQUEST_BUCKET_PREFIX):
-                i = int(name[len(REQUEST_BUCKET_PREFIX) :]) if name[len(REQUEST_BUCKET_PREFIX) :].isdigit() else -1
-                if 0 <= i < n:
-                    counts, total = out.setdefault(rank, ([0] * n, 0.0))
-                    counts[i] += int(value)
-            elif name == REQUEST_SECONDS_COUNTER:
-                counts, total = out.setdefault(rank, ([0] * n, 0.0))
-                out[rank] = (counts, total + value)
-        return out
+        return request_histogram_of(self.counters())
 
     def backend_counter(self, base: str) -> dict[tuple[str, int], float]:
         """A per-backend counter such as ``hook_errors``: ``{(backend, rank): value}``; the 0.1
         name without a backend counts as ``triton``."""
-        out: dict[tuple[str, int], float] = {}
-        for (rank, name), value in self.counters().items():
-            b, backend = split_counter(name)
-            if b == base:
-                key = (LEGACY_BACKEND if backend is None else backend, rank)
-                out[key] = out.get(key, 0.0) + value
-        return out
+        return backend_counter_of(self.counters(), base)
 
     def kernel_label_counts(self) -> tuple[int, int]:
         """(kernels with their own label, kernels folded into ``_other``)."""

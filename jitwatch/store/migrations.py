@@ -47,6 +47,15 @@ History:
    4: an older sidecar would show the new compact events without their key and signature, so it is
    refused with a clear error instead (upgrade sidecars first). Drops ``events_backend`` (a
    handful of values: never selective, ~25 bytes and an index update per event).
+5. jitwatch 0.3 (cost): drops ``events_kernel``. Of the event log's indexes, ``events_ts`` serves
+   retention (``DELETE … WHERE id <= ? OR ts < ?``, also 0.1's), ``events_phase_kind`` the serving
+   compiles every ``/jit`` reads; ``events_kernel`` served only per-kernel reads (``jitwatch why``
+   baselines, ``/jit/events?kernel=``), which now scan the log newest first and stop at their
+   limit, and cost every compile event a random-order index insert (~1.5 µs and ~26 bytes on the
+   2-core VM, ``docs/benchmarks.md`` section 9). Nothing else changes: ``min_reader`` 4,
+   ``min_writer`` 1. An older writer's schema script (0.1 to revision 4) creates the index again
+   when it opens the file (``CREATE INDEX IF NOT EXISTS``); a revision-5 writer drops it again when
+   it opens one (both at process start only), so a finished rollout ends without it.
 """
 
 from __future__ import annotations
@@ -168,7 +177,21 @@ DROP INDEX IF EXISTS events_backend;
         min_reader=4,
         min_writer=1,
     ),
+    Migration(
+        revision=5,
+        description="events_kernel dropped: per-kernel reads scan the log, every write is cheaper",
+        sql="""
+DROP INDEX IF EXISTS events_kernel;
+""",
+        min_reader=4,
+        min_writer=1,
+    ),
 )
+
+DROPPED_BASE_INDEXES: dict[str, int] = {"events_kernel": 5}
+"""Indexes :data:`BASE_SCHEMA` creates that a later revision drops (name → that revision): not
+created again for a journal already at that revision, and dropped again when an older writer
+recreated one (see revision 5 above)."""
 
 REVISION = MIGRATIONS[-1].revision
 """The schema revision this jitwatch writes."""
@@ -239,7 +262,10 @@ def prepare(conn: sqlite3.Connection, path: Path) -> SchemaInfo:
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
+        existing = read_info(conn)
         for statement in _statements(BASE_SCHEMA):
+            if existing is not None and _drops(statement, existing.revision):
+                continue
             conn.execute(statement)
         conn.execute(
             "INSERT OR IGNORE INTO meta(k, v) VALUES ('schema_version', ?)",
@@ -255,6 +281,9 @@ def prepare(conn: sqlite3.Connection, path: Path) -> SchemaInfo:
             for m in pending:
                 for statement in _statements(m.sql):
                     conn.execute(statement)
+            for name, revision in DROPPED_BASE_INDEXES.items():
+                if info.revision >= revision:  # an older writer created it again
+                    conn.execute(f"DROP INDEX IF EXISTS {name}")
             if pending or "revision" not in _meta_keys(conn):
                 meta = {
                     "revision": str(REVISION),
@@ -272,6 +301,15 @@ def prepare(conn: sqlite3.Connection, path: Path) -> SchemaInfo:
     return result
 
 
+def _drops(statement: str, revision: int) -> bool:
+    """Whether ``statement`` (of :data:`BASE_SCHEMA`) creates an index that a journal at
+    ``revision`` no longer has (:data:`DROPPED_BASE_INDEXES`)."""
+    return any(
+        revision >= dropped_at and statement.startswith(f"CREATE INDEX IF NOT EXISTS {name} ")
+        for name, dropped_at in DROPPED_BASE_INDEXES.items()
+    )
+
+
 def _meta_keys(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT k FROM meta")}
 
@@ -283,6 +321,7 @@ def _statements(script: str) -> list[str]:
 
 __all__ = [
     "BASE_SCHEMA",
+    "DROPPED_BASE_INDEXES",
     "LEGACY_SCHEMA_VERSION",
     "MIGRATIONS",
     "REVISION",

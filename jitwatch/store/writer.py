@@ -172,8 +172,8 @@ class JournalWriter:
         self._buffer: deque[Event | DeferredEvent] = deque()
         self._wake = threading.Event()
         self._lock = threading.Lock()
-        self._submitted = 0  # accepted into the buffer, ever
-        self._handled = 0  # taken out of the buffer and written or dropped, ever
+        self._taken = 0  # taken out of the buffer by the writer thread, ever (under the lock)
+        self._handled = 0  # of those, written or dropped, ever (under the lock)
         self._done = threading.Condition(self._lock)
         self._dropped_unreported = 0
         self.dropped_total = 0
@@ -202,7 +202,7 @@ class JournalWriter:
         self._done = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._buffer = deque()
-        self._handled = self._submitted
+        self._handled = self._taken
         self._closed = True
         self._stop = True
         if self._journal is not None:
@@ -216,14 +216,15 @@ class JournalWriter:
 
         A :class:`~jitwatch.core.events.DeferredEvent` is materialized on the writer thread; one
         whose ``to_event`` raises is dropped alone and counted."""
-        with self._lock:
-            if self._closed or len(self._buffer) >= self._queue_size:
+        buffer = self._buffer
+        if self._closed or len(buffer) >= self._queue_size:
+            with self._lock:
                 self._count_dropped_locked(1)
-                return False
-            self._submitted += 1
-            self._buffer.append(event)
-            full = len(self._buffer) >= HIGH_WATER
-        if full:
+            return False
+        # No lock on the compiling thread: ``deque.append`` is atomic under the GIL, and flush()
+        # counts what it waits for from the buffer's length and the writer's ``_taken``.
+        buffer.append(event)
+        if len(buffer) >= HIGH_WATER and not self._wake.is_set():  # wake once, not per event past the mark
             self._wake.set()
         return True
 
@@ -231,7 +232,7 @@ class JournalWriter:
         """Wake the writer and wait until everything submitted so far is written or dropped;
         ``False`` on timeout."""
         with self._done:
-            target = self._submitted
+            target = self._taken + len(self._buffer)  # everything submitted before this call
             if self._handled >= target:
                 return True
             self._wake.set()
@@ -256,6 +257,7 @@ class JournalWriter:
     def _take(self) -> list[Event | DeferredEvent]:
         with self._lock:
             n = min(len(self._buffer), _BATCH)
+            self._taken += n
             return [self._buffer.popleft() for _ in range(n)]
 
     def _run(self) -> None:
@@ -299,6 +301,13 @@ class JournalWriter:
         if self.exporters:
             self._report_export_drops()
         with self._lock:
+            late = len(self._buffer)  # submitted while close() stopped the thread (submit takes no lock)
+            if late:
+                self._buffer.clear()
+                self._count_dropped_locked(late)
+                self._taken += late
+                self._handled += late
+                self._done.notify_all()
             unreported = self._dropped_unreported
         if unreported:
             self._write([])  # last chance to record the drop count before the thread ends

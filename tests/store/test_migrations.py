@@ -114,8 +114,10 @@ def test_a_new_reader_reads_an_old_journal_as_it_is(tmp_path: Path) -> None:
     assert ("triton", "add", "serving", 0, "compile", 1, 40.0, 0) in stats  # type: ignore[operator]
     assert ("triton", "mm", "warmup", 1, "autotune", 1, 1.5, 0) in stats  # type: ignore[operator]
     metrics = dict(((n, lab), v) for n, lab, v in snap["metrics"])  # type: ignore[misc, union-attr]
-    lab = (("backend", "triton"), ("kernel", "add"), ("phase", "warmup"))
-    assert metrics[("jitwatch_compiles_total", lab)] == 2  # ranks 0 and 1
+    # add: 0.25 s in warmup and 40 s in serving, on ranks 0 and 1
+    assert metrics[("jitwatch_compile_seconds_total", (("backend", "triton"), ("kernel", "add")))] == 80.5
+    lab = (("backend", "triton"), ("phase", "warmup"))
+    assert metrics[("jitwatch_compiles_total", lab)] == 4  # add and mul, on ranks 0 and 1
     assert metrics[("jitwatch_hook_errors_total", (("backend", "triton"), ("rank", "0")))] == 1
     assert metrics[("jitwatch_journal_retired_events_total", ())] == 4
     ranks = build_status(Journal(tmp_path, readonly=True)).ranks
@@ -328,3 +330,68 @@ def test_an_empty_database_is_not_yet_a_journal_not_a_corrupt_one(tmp_path: Path
     Journal(tmp_path).close()  # a writer then creates the schema in that same file
     with Journal(tmp_path, readonly=True) as j:
         assert j.count_events() == 0
+
+
+def _schema_version(directory: Path) -> int:
+    con = sqlite3.connect(directory / JOURNAL_FILE)
+    try:
+        return int(con.execute("PRAGMA schema_version").fetchone()[0])
+    finally:
+        con.close()
+
+
+def _indexes(directory: Path) -> set[str]:
+    con = sqlite3.connect(directory / JOURNAL_FILE)
+    try:
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='events'")}
+    finally:
+        con.close()
+
+
+def test_a_revision_4_journal_drops_events_kernel_and_reads_the_same(tmp_path: Path) -> None:
+    """Revision 5 drops the per-kernel index in place; per-kernel reads give the same answer (a
+    scan of the log, newest first) and every other event-log index stays."""
+    con = sqlite3.connect(tmp_path / JOURNAL_FILE, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    script = migrations.BASE_SCHEMA + "".join(m.sql for m in migrations.MIGRATIONS if m.revision <= 4)
+    for statement in migrations._statements(script):
+        con.execute(statement)
+    meta = {"schema_version": "1", "revision": "4", "min_reader": "4", "min_writer": "1", "written_by": "0.3.0"}
+    con.executemany("INSERT INTO meta(k, v) VALUES (?, ?)", list(meta.items()))
+    for i in range(30):
+        con.execute(
+            "INSERT INTO events(ts, start_ts, duration_s, kind, rank, pid, host, phase, backend, kernel, key,"
+            " cache_hit, attrs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (T0 + i, None, 0.01, "compile", 0, 1, "h", "warmup", "triton", f"k{i % 3}", f"key{i}", 0, "{}"),
+        )
+    con.close()
+    assert "events_kernel" in _indexes(tmp_path)
+    with Journal(tmp_path, readonly=True) as j:
+        before = [e.model_dump() for e in j.events(kernel="k1", limit=5)]
+    with Journal(tmp_path) as j:
+        assert j.schema.revision == migrations.REVISION >= 5
+        j.write([make_event(EventKind.COMPILE, T0 + 100, phase=Phase.SERVING, kernel="k2", key="new", duration_s=1)])
+    assert _indexes(tmp_path) == {"events_ts", "events_phase_kind"}
+    with Journal(tmp_path, readonly=True) as j:
+        assert [e.model_dump() for e in j.events(kernel="k1", limit=5)] == before
+        assert [e.key for e in j.events(kernel="k2", limit=2)] == ["new", "key29"]
+        assert len(j.events(kernel="k0", limit=100, newest_first=False)) == 10
+    cookie = _schema_version(tmp_path)
+    Journal(tmp_path).close()  # opening again changes nothing (a sidecar rebuilds on a schema change)
+    assert _indexes(tmp_path) == {"events_ts", "events_phase_kind"} and _schema_version(tmp_path) == cookie
+
+
+def test_an_older_writer_recreates_events_kernel_and_a_new_one_drops_it_again(tmp_path: Path) -> None:
+    """jitwatch 0.1's schema script (real 0.1 code) creates ``events_kernel`` again when it opens
+    a revision-5 journal and keeps writing there; the next revision-5 writer drops it again."""
+    Journal(tmp_path).close()
+    assert "events_kernel" not in _indexes(tmp_path)
+    E, K, P = old_events.Event, old_events.EventKind, old_events.Phase
+    with old_journal.Journal(tmp_path) as old:
+        old.write([E(kind=K.COMPILE, ts=T0, rank=3, pid=7, host="h", phase=P.WARMUP, kernel="old_k", key="o")])
+    assert "events_kernel" in _indexes(tmp_path)
+    with Journal(tmp_path) as j:
+        assert j.schema.revision == migrations.REVISION
+    assert "events_kernel" not in _indexes(tmp_path)
+    with Journal(tmp_path, readonly=True) as j:
+        assert [(e.kernel, e.key, e.rank) for e in j.events(kernel="old_k")] == [("old_k", "o", 3)]

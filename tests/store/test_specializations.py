@@ -82,7 +82,7 @@ def test_a_revision_2_journal_upgrades_in_place(tmp_path: Path) -> None:
     )
     con.close()
     with Journal(tmp_path) as j:
-        assert j.schema.revision == migrations.REVISION == 4
+        assert j.schema.revision == migrations.REVISION >= 4
         assert (j.schema.min_reader, j.schema.min_writer) == (4, 1)
         j.write([compile_event(1, 64), compile_event(2, 64)])  # type: ignore[list-item]
     with Journal(tmp_path, readonly=True) as j:
@@ -126,6 +126,19 @@ def test_retention_sweeps_unreferenced_records_and_other_writers_notice(tmp_path
     assert rows(tmp_path, dangling) == [(0,)]
 
 
+def test_retention_sweeps_without_being_asked_once_enough_events_retired(tmp_path: Path) -> None:
+    """Without ``force_gc``: a writer sweeps once it has retired half the retention count (at least
+    1,000 events) since its last sweep, so records of retired events do not pile up."""
+    with Journal(tmp_path, retention_events=100, retention_seconds=10**9) as j:
+        for k in range(0, 2600, 100):
+            j.write([compile_event(i, 1000 + i) for i in range(k, k + 100)])  # type: ignore[misc]
+        j.prune()
+        kept = j.events(kind=EventKind.COMPILE, limit=1000)
+    specs_left = rows(tmp_path, "SELECT COUNT(*) FROM specializations")[0][0]
+    assert len(kept) == 100 and 100 <= specs_left <= 100 + 1100  # not 2,600: swept, yet every kept event whole
+    assert all(e.attrs["constexprs"] == {"BLOCK": 1000 + int(e.ts - T0)} for e in kept)
+
+
 def test_a_rolled_back_batch_leaves_no_stale_cache(tmp_path: Path) -> None:
     with Journal(tmp_path) as j:
         bad = make_event(EventKind.COMPILE, float("nan"), kernel="k", attrs=spec_attrs(8))
@@ -138,3 +151,84 @@ def test_a_rolled_back_batch_leaves_no_stale_cache(tmp_path: Path) -> None:
         j.write([compile_event(2, 8), bad])  # type: ignore[list-item]
         evs = j.events(kind=EventKind.COMPILE, limit=10)
     assert len(evs) == 2 and all(e.attrs["constexprs"] == {"BLOCK": 8} for e in evs)
+
+
+def _variants() -> list[object]:
+    """Compile events the fast path takes (plain JSON, small) and those it hands to the careful
+    path (a home path to redact, NaN, a foreign object, attrs past the size bound, huge names)."""
+    home = str(Path.home())
+    base = compile_event(0, 64)
+    out: list[object] = [base]
+    for attrs in (
+        {"small": [0] * 1000},  # fast: JSON 2,001 chars
+        {"many": [0] * 5000},  # JSON past MAX_ATTRS_CHARS / 8: careful, yet not shrunk (_size 40,002)
+        {"many": [0] * 9000, "keep": 1},  # careful and shrunk (_size 72,002 > 65,536)
+        {"path": f"{home}/venv/lib/libdevice.10.bc"},
+        {"nan": float("nan")},
+        {"obj": object()},
+        {"specialization_data": "y" * 70_000},  # a record past the bound: careful, value replaced
+    ):
+        out.append(base.model_copy(update={"attrs": {**base.attrs, **attrs}}))  # type: ignore[attr-defined]
+    out.append(base.model_copy(update={"key": "k" * 20_000}))  # type: ignore[attr-defined]
+    return out
+
+
+def test_the_fast_path_stores_exactly_what_the_careful_path_stores(tmp_path: Path) -> None:
+    """``Journal._stat_row`` skips :func:`capped`'s walk and the cleaning JSON pass for plain,
+    small events; for every event the row and the specialization record are the ones the careful
+    path (``capped`` then ``_store_json``) gives."""
+    with Journal(tmp_path) as j:
+        conn = j._conn
+        for ev in _variants():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                fast = j._stat_row(conn, ev, True, [], [])  # type: ignore[arg-type]
+                careful = j._stat_row(conn, ev, True, [], [], careful=True)  # type: ignore[arg-type]
+            finally:
+                conn.execute("ROLLBACK")
+            j._spec_ids.clear()  # the rows were rolled back
+            j._labels.clear()
+            assert fast == careful
+        j.write(_variants())  # type: ignore[arg-type]
+        back = j.events(kind=EventKind.COMPILE, limit=100, newest_first=False)
+    assert len(back) == len(_variants())
+    assert back[3].attrs["_truncated"] is True and back[3].attrs["keep"] == 1 and "_truncated" not in back[2].attrs
+    assert back[4].attrs["path"] == "~/venv/lib/libdevice.10.bc"
+    assert back[7].attrs["_truncated"] is True and back[7].attrs["specialization_data"] == "…[truncated]"
+    assert back[8].key is not None and back[8].key.endswith("chars]")
+
+
+def test_the_kernel_label_cap_holds_across_writers_and_rollbacks(tmp_path: Path) -> None:
+    """Each writer counts named kernels from a rowid watermark (not a scan of ``kernels`` per new
+    kernel): kernels other connections added in between count, a rolled-back batch's do not."""
+    a, b = Journal(tmp_path, max_kernels=5), Journal(tmp_path, max_kernels=5)
+
+    def ev(name: str) -> object:
+        return make_event(EventKind.COMPILE, T0, kernel=name, key="k", duration_s=0.001)
+
+    try:
+        a.write([ev("a1"), ev("a2")])  # type: ignore[list-item]
+        b.write([ev("b1"), ev("b2")])  # type: ignore[list-item]
+        # a batch that fails as a whole (its aggregates' write): rolled back, kernels rows included
+        a._conn.execute("CREATE TRIGGER boom BEFORE INSERT ON compile_stats BEGIN SELECT RAISE(ABORT, 'x'); END")
+        with pytest.raises(sqlite3.IntegrityError):
+            a.write([ev("rolled1"), ev("rolled2")])  # type: ignore[list-item]
+        a._conn.execute("DROP TRIGGER boom")
+        a.write([ev("a3")])  # type: ignore[list-item]  # the 5th named kernel: the rolled-back ones never counted
+        b.write([ev("b3")])  # type: ignore[list-item]  # past the cap: folded, though b never saw a3 written
+        a.write([ev("a4")])  # type: ignore[list-item]
+    finally:
+        a.close()
+        b.close()
+    labels = dict(rows(tmp_path, "SELECT name, label FROM kernels"))
+    assert labels == {"a1": "a1", "a2": "a2", "b1": "b1", "b2": "b2", "a3": "a3", "b3": "_other", "a4": "_other"}
+
+
+def test_one_cache_entry_per_triton_specialization(tmp_path: Path) -> None:
+    """A Triton specialization is remembered once, under Triton's identity, not also under its
+    ~1.5 KB record text (which halved the cache's reach and doubled its memory)."""
+    with Journal(tmp_path) as j:
+        j.write([compile_event(i, 16 << (i % 3), rank=i % 8) for i in range(24)])  # type: ignore[misc]
+        assert len(j._spec_ids) == 3 and all(isinstance(k, tuple) for k in j._spec_ids)
+        j.write([make_event(EventKind.COMPILE, T0, kernel="other", key="k", attrs={"signature": {"x": "i32"}})])
+        assert len(j._spec_ids) == 4  # a capture without specialization_data: identified by its text
