@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jitwatch.backends.explain import Reason, Seen, never_warmed
+from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key_fix
 from jitwatch.core.events import Event, EventKind, Phase
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,8 @@ MAX_BASELINE_KEYS = 64
 MAX_KERNELS = 4096
 """``(backend, kernel)`` pairs remembered; later ones are explained as ``unknown``."""
 _KEEP = ("signature", "options", "constexprs")
+_COMPILE = EventKind.COMPILE
+_SERVING = Phase.SERVING
 
 ExplainFn = Callable[[Seen, Sequence[Seen]], Reason | None]
 
@@ -54,15 +56,19 @@ class Diagnoser:
     def __init__(self, explainers: Mapping[str, ExplainFn] | None = None) -> None:
         self.explainers = dict(explainers or {})
         self._baseline: dict[tuple[str, str], dict[str, Seen]] = {}
+        self._never: dict[tuple[str, str], Reason] = {}
+        """``never_warmed`` reasons made so far, by ``(backend, kernel)`` (a frozen ``Reason``,
+        shared: a kernel that was never warmed compiles several keys in serving). Read only while
+        that kernel has no baseline, so a baseline added later needs no invalidation."""
         self.errors = 0
 
     def observe(self, event: Event) -> Reason | None:
         """Remember ``event`` as baseline, or (serving) set its reason fields in place and return
         the reason. Other kinds and events without a kernel are ignored. Never raises."""
-        if event.kind is not EventKind.COMPILE or not event.kernel:
+        if event.kind is not _COMPILE or not event.kernel:
             return None
         ident = (event.backend, event.kernel)
-        if event.phase is not Phase.SERVING:
+        if event.phase is not _SERVING:
             keys = self._baseline.get(ident)
             if keys is None:
                 if len(self._baseline) >= MAX_KERNELS:
@@ -88,9 +94,15 @@ class Diagnoser:
         if isinstance(given, str) and given:
             fixes = event.attrs.get("fixes")
             return Reason("compiler", given, fixes=tuple(str(f) for f in fixes) if isinstance(fixes, list) else ())
-        base = self._baseline.get((event.backend, event.kernel or ""))
+        ident = (event.backend, event.kernel or "")
+        base = self._baseline.get(ident)
         if not base:
-            return never_warmed(event.kernel or "this kernel")
+            reason = self._never.get(ident)
+            if reason is None:
+                reason = never_warmed(event.kernel or "this kernel", backend=event.backend)
+                if len(self._never) < MAX_KERNELS:
+                    self._never[ident] = reason
+            return reason
         fn = self.explainers.get(event.backend)
         if fn is not None:
             reason = fn(Seen(event.key, event.attrs), list(base.values()))
@@ -99,7 +111,7 @@ class Diagnoser:
         return Reason(
             "unknown",
             f"new key; {len(base)} other key(s) of this {event.backend or 'JIT'} compile were warmed",
-            fixes=("record a manifest of serving's keys and replay it in warmup",),
+            fixes=(new_key_fix(event.kernel or "this kernel", event.backend),),
         )
 
 

@@ -15,7 +15,9 @@ class WorkerIdentity:
     """Who this process is: global ``rank`` plus optional TP/PP/DP ranks and free-form labels.
 
     ``labels`` (e.g. ``vllm_model``) go on the ``worker_start`` event and every compile event; keep
-    them few and bounded (they are not metric labels).
+    them few and bounded (they are not metric labels). Fixed once handed to a monitor: the
+    monitor reads :meth:`attrs` once for its compile events (replace ``Monitor.identity`` to
+    change it, do not change one in place).
     """
 
     rank: int

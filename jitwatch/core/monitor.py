@@ -17,8 +17,11 @@ stamps each capture with the phase and request current when the compile *began*,
 applies the mode (``warn``: one log line per backend, name and key; ``error``: raise
 :class:`~jitwatch.errors.ServingCompileError`), and hands the journal writer a deferred event
 that is materialized on the writer's thread. On the compiling thread it does the least possible:
-a clock read and a small object at ``begin``, a clock read, a counter and a queue append at
-``finish`` (``docs/architecture.md``, "The compiling thread").
+one ``time.perf_counter()`` read and a tuple at ``begin``; a clock read, a lock-free append of
+(phase, seconds) for the counters, the warn-once dictionary lookup, a tuple and a buffer append at
+``finish``/:meth:`Monitor.end`. Wall-clock times, names, the key's redaction, the backend's detail and the
+pydantic :class:`~jitwatch.core.events.Event` are built on the writer's thread
+(``docs/architecture.md``, "The compiling thread").
 """
 
 from __future__ import annotations
@@ -29,17 +32,19 @@ import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ContextDecorator, contextmanager
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
 from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind, current_parent
+from jitwatch.backends.base import parent_marks as _marks
 from jitwatch.config import Mode, Settings, parse_mode
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
-from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase
+from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase, built_event
 from jitwatch.core.identity import WorkerIdentity
 from jitwatch.core.stalls import RequestStalls
 from jitwatch.core.tracing import (
@@ -57,6 +62,8 @@ log = logging.getLogger(__name__)
 
 _WARNED_MAX = 4096
 """(backend, name, key) triples remembered for warn-once; the oldest is forgotten past this."""
+_FOLD_AT = 4096
+"""Compiles ended and not yet counted past which the compiling thread folds them itself."""
 
 _current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("jitwatch_request", default=None)
 
@@ -65,6 +72,19 @@ _EVENT_KIND = {
     CompileKind.AUTOTUNE: EventKind.AUTOTUNE,
     CompileKind.GRAPH_CAPTURE: EventKind.GRAPH_CAPTURE,
 }
+
+# Enum members bound once: ``Phase.SERVING`` is a class-attribute lookup through the enum
+# metaclass (~0.2 µs on the 2-core VM), too much to repeat on a compiling thread.
+_SERVING = Phase.SERVING
+_EK_COMPILE = EventKind.COMPILE
+_COMPILE = CompileKind.COMPILE
+_WARN = Mode.WARN
+_ERROR = Mode.ERROR
+_perf = time.perf_counter
+
+# A compile token (what ``Monitor.begin`` returns): a plain tuple, indexed by these.
+_T_BACKEND, _T_NAME, _T_PHASE, _T_REQUEST, _T_START, _T_PARENT = range(6)
+_by_start = itemgetter(_T_START)
 
 
 class EventSink(Protocol):
@@ -96,7 +116,9 @@ class NullSink:
 
 @dataclass(slots=True)
 class Started:
-    """A compile in flight: what :meth:`Monitor.begin` returned (opaque to backends)."""
+    """A compile in flight, as :meth:`Monitor.inflight` lists it (``start_wall`` Unix seconds,
+    ``start_perf`` ``time.perf_counter()`` seconds). :meth:`Monitor.begin`'s token itself is a
+    plain tuple (opaque to backends); this view of it is built on demand."""
 
     backend: str
     name: str
@@ -108,83 +130,83 @@ class Started:
     """The compile of another backend this one happened inside (``"torch_compile:0/1"``), if any."""
 
 
-class _CompileEvent:
-    """A capture waiting for the journal writer, which calls :meth:`to_event` on its thread."""
+def _wall(start_perf: float) -> float:
+    """Unix seconds of a past ``time.perf_counter()`` reading (the writer thread converts; the
+    compiling thread reads one clock)."""
+    return time.time() - (_perf() - start_perf)
 
-    __slots__ = (
-        "capture",
-        "diagnoser",
-        "duration",
-        "ident",
-        "parent",
-        "phase",
-        "request_id",
-        "request_name",
-        "start",
-        "warn",
-    )
 
-    def __init__(
-        self,
-        capture: Capture,
-        phase: Phase,
-        request_id: int | None,
-        request_name: str | None,
-        start: float,
-        duration: float,
-        ident: WorkerIdentity,
-        parent: str | None = None,
-        diagnoser: Diagnoser | None = None,
-        warn: str | None = None,
-    ) -> None:
-        self.capture = capture
-        self.parent = parent
-        self.diagnoser = diagnoser
-        self.warn = warn  # the warn-mode line's subject, when this compile's line is due
-        self.phase = phase
-        self.request_id = request_id
-        self.request_name = request_name
-        self.start = start
-        self.duration = duration
-        self.ident = ident
+class _CompileEvent(tuple[Any, ...]):
+    """A compile waiting for the journal writer, which calls :meth:`to_event` on its thread.
+
+    ``(monitor, token, duration_s, start_wall | None, capture | arg, build | None, warn,
+    request_name)``: a tuple subclass, so the compiling thread builds it with one C call
+    (``tuple.__new__``) instead of a Python ``__init__``. ``build(arg)`` (when given) returns the
+    :class:`Capture`; ``start_wall`` ``None`` means "convert the token's ``perf_counter`` start".
+    """
+
+    __slots__ = ()
 
     def to_event(self) -> Event:
-        c = self.capture
-        detail = c.detail() if callable(c.detail) else c.detail
-        attrs: dict[str, Any] = {"module": c.module, "stages": dict(c.stages) if c.stages else {}}
+        mon, token, duration, start, arg, build, warn, request_name = self
+        if mon._ended:
+            mon.fold_counts()
+        if start is None:
+            start = _wall(token[_T_START])
+        c: Capture = build(arg) if build is not None else arg
+        ident_attrs = mon._identity_attrs
+        ident: WorkerIdentity = ident_attrs[0]
+        if ident is not mon.identity:  # replaced since (the fields of one are read once)
+            ident_attrs = mon._identity_attrs = (mon.identity, mon.identity.attrs())
+            ident = ident_attrs[0]
+        detail = c.detail
+        if callable(detail):
+            detail = detail()
+        stages = c.stages
+        attrs: dict[str, Any] = {"module": c.module, "stages": dict(stages) if stages else {}}
         if detail:
             attrs.update(detail)
-        attrs.update(self.ident.attrs())
-        if self.parent is not None and self.parent != f"{c.backend}:{attrs.get('compile_id')}":
-            attrs["parent"] = self.parent
-        if self.request_id is not None:
-            attrs["request_id"] = self.request_id
-            if self.request_name:
-                attrs["request"] = self.request_name  # e.g. the vLLM request ids of the engine step
-        event = Event(
-            kind=_EVENT_KIND.get(c.kind, EventKind.COMPILE),
-            ts=self.start + self.duration,
-            start_ts=self.start,
-            duration_s=self.duration,
-            rank=self.ident.rank,
-            pid=self.ident.pid,
-            host=self.ident.host,
-            phase=self.phase,
-            backend=c.backend,
-            kernel=c.name,
-            key=c.key,
-            cache_hit=c.cache_hit,
-            attrs={k: v for k, v in attrs.items() if v is not None},
+        attrs.update(ident_attrs[1])
+        parent = token[_T_PARENT]
+        if parent is not None and parent != f"{c.backend}:{attrs.get('compile_id')}":
+            attrs["parent"] = parent
+        request_id = token[_T_REQUEST]
+        if request_id is not None:
+            attrs["request_id"] = request_id
+            if request_name:
+                attrs["request"] = request_name  # e.g. the vLLM request ids of the engine step
+        for v in attrs.values():  # a None is not stored; usually there is none
+            if v is None:
+                attrs = {k: v for k, v in attrs.items() if v is not None}
+                break
+        # Every field is jitwatch's own and typed (a backend's Capture, the token, the identity):
+        # built without pydantic's validation when the types are exactly right (built_event).
+        event = built_event(
+            _EK_COMPILE if c.kind is _COMPILE else _EVENT_KIND.get(c.kind, _EK_COMPILE),  # (Enum hash: a Python call)
+            start + duration,
+            start,
+            duration,
+            ident.rank,
+            ident.pid,
+            ident.host,
+            token[_T_PHASE],
+            c.backend,
+            c.name,
+            c.key,
+            c.cache_hit,
+            attrs,
         )
-        reason = self.diagnoser.observe(event) if self.diagnoser is not None else None
-        if self.warn is not None:  # here, on the writer thread: the line carries the reason
+        diagnoser: Diagnoser | None = mon.diagnoser
+        reason = diagnoser.observe(event) if diagnoser is not None else None
+        if warn is not None and log.isEnabledFor(logging.WARNING):  # on the writer thread: with the reason
             why = f": {reason.text}" if reason is not None else ""
             fix = f" (fix: {reason.fixes[0]})" if reason is not None and reason.fixes else ""
             key = "" if reason is not None and reason.text == c.key else f"; key {redact(c.key or '')[:2000]}"
-            log.warning(
-                "jitwatch: post-warmup compile of %s on rank %d%s%s%s", self.warn, self.ident.rank, why, fix, key
-            )
+            log.warning("jitwatch: post-warmup compile of %s on rank %d%s%s%s", warn, ident.rank, why, fix, key)
         return event
+
+
+_new_event = tuple.__new__
 
 
 def _stamp(ev: Event, ident: WorkerIdentity) -> Event:
@@ -235,6 +257,10 @@ class Monitor:
         self.settings = settings or Settings.from_env()
         self.mode = parse_mode(mode) if mode is not None else self.settings.mode
         self.identity = identity or WorkerIdentity.from_settings(self.settings)
+        self._identity_attrs: tuple[WorkerIdentity, dict[str, Any]] = (self.identity, self.identity.attrs())
+        """The identity and its :meth:`~WorkerIdentity.attrs`, read once: every compile event
+        carries them (rebuilt if :attr:`identity` is replaced; a ``WorkerIdentity`` handed to a
+        monitor is not to be changed in place)."""
         self.sink = sink
         if backends is None:
             from jitwatch.backends import create
@@ -249,15 +275,19 @@ class Monitor:
         """Compile seconds inside each marked request (``jitwatch_request_compile_seconds``)."""
         self.phase = Phase.STARTUP
         self._lock = threading.Lock()
-        self._inflight: dict[int, Started] = {}
+        self._inflight: dict[int, tuple[Any, ...]] = {}  # id(token) → token (see begin)
         self._warned: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # bounded: _WARNED_MAX
         self._request_ids = itertools.count(1)
         self._request_names: dict[int, str] = {}  # open requests' names, by request_id
         self.first_request_done = False
         self.requests_seen = 0
         self.hook_errors = 0
-        self.compiles_by_phase: dict[Phase, int] = {p: 0 for p in Phase}
-        self.compile_seconds_by_phase: dict[Phase, float] = {p: 0.0 for p in Phase}
+        self._tallies: dict[Phase, list[Any]] = {p: [0, 0.0] for p in Phase}
+        """phase → [compiles, compile seconds], folded from ``_ended`` under ``_lock``."""
+        self._ended: deque[tuple[Phase, float]] = deque()
+        """(phase, seconds) of each compile ended since the last fold: appended without a lock
+        (``deque.append`` is atomic), folded into ``_tallies`` by the journal writer's thread
+        (in each compile event's ``to_event``), by every reader, and past :data:`_FOLD_AT`."""
         self.warmup_start: float | None = None
         self.warmup_end: float | None = None
         self._span_attributes = dict(span_attributes or {})
@@ -265,6 +295,36 @@ class Monitor:
         self._state = "new"  # new → installed → uninstalled
 
     # ------------------------------------------------------------------ lifecycle
+    @property
+    def compiles_by_phase(self) -> dict[Phase, int]:
+        """Compiles counted so far, by the phase each began in (a snapshot)."""
+        with self._lock:
+            self._fold()
+            return {p: int(t[0]) for p, t in self._tallies.items()}
+
+    @property
+    def compile_seconds_by_phase(self) -> dict[Phase, float]:
+        """Seconds those compiles took, by phase (a snapshot)."""
+        with self._lock:
+            self._fold()
+            return {p: float(t[1]) for p, t in self._tallies.items()}
+
+    def _fold(self) -> None:
+        """Move ``_ended`` into ``_tallies`` (caller holds ``_lock``; appends may continue)."""
+        ended, tallies = self._ended, self._tallies
+        for _ in range(len(ended)):
+            phase, seconds = ended.popleft()
+            tally = tallies[phase]
+            tally[0] += 1
+            tally[1] += seconds
+
+    def fold_counts(self) -> None:
+        """Fold the compiles ended so far into the per-phase counters (any thread; cheap when
+        there is nothing to fold). Called by the journal writer's thread with each compile event."""
+        if self._ended:
+            with self._lock:
+                self._fold()
+
     @property
     def active(self) -> bool:
         """Installed, not ``off``, not yet uninstalled: events are being recorded."""
@@ -372,8 +432,8 @@ class Monitor:
             start = self.warmup_start if self.warmup_start is not None else now
             self.warmup_end = now
             self.phase = Phase.SERVING
-            compiled = self.compiles_by_phase[Phase.WARMUP]
-            seconds = self.compile_seconds_by_phase[Phase.WARMUP]
+            self._fold()
+            compiled, seconds = self._tallies[Phase.WARMUP]
         self._emit(
             EventKind.WARMUP_COMPLETE,
             start_ts=start,
@@ -416,17 +476,15 @@ class Monitor:
 
     def inflight(self) -> list[Started]:
         """Compiles begun and not yet finished, oldest first (a snapshot)."""
-        with self._lock:
-            items = list(self._inflight.values())
-        return sorted(items, key=lambda s: s.start_perf)
+        items = sorted(self._inflight.values(), key=_by_start)  # a C-level copy, then sorted
+        now_wall, now_perf = time.time(), _perf()
+        return [Started(t[0], t[1], t[2], t[3], now_wall - (now_perf - t[4]), t[4], t[5]) for t in items]
 
     def inflight_snapshot(self) -> list[dict[str, Any]]:
         """The compiles in flight now, oldest first, as JSON-able dicts (``backend``, ``kernel``,
         ``start_ts`` Unix seconds, ``phase``, ``request_id``). Called by the journal writer's
         thread (:attr:`jitwatch.store.writer.JournalWriter.inflight_source`), which journals it so
         a compile's age is visible while it runs — and while it hangs."""
-        items = list(self._inflight.values())  # a C-level copy: safe against concurrent begin()
-        items.sort(key=lambda s: s.start_perf)
         return [
             {
                 "backend": s.backend,
@@ -435,17 +493,19 @@ class Monitor:
                 "phase": s.phase.value,
                 "request_id": s.request_id,
             }
-            for s in items
+            for s in self.inflight()
         ]
 
     # ------------------------------------------------------------------ CompileSink
-    def begin(self, backend: str, name: str) -> Started:
-        """A compile starts on this thread (see :class:`~jitwatch.backends.base.CompileSink`)."""
-        started = Started(
-            backend, name, self.phase, _current_request.get(), time.time(), time.perf_counter(), current_parent()
-        )
-        self._inflight[id(started)] = started  # one dict store: atomic under the GIL
-        return started
+    def begin(self, backend: str, name: str) -> Any:
+        """A compile starts on this thread (see :class:`~jitwatch.backends.base.CompileSink`).
+
+        The token is a tuple ``(backend, name, phase, request_id, perf_counter start, parent)``:
+        one clock read (``time.perf_counter``; the writer thread converts it to Unix seconds)
+        and one dictionary store (the in-flight table; atomic under the GIL)."""
+        token = (backend, name, self.phase, _current_request.get(), _perf(), current_parent() if _marks else None)
+        self._inflight[id(token)] = token
+        return token
 
     def cancel(self, token: Any) -> None:
         """The compile did not happen."""
@@ -454,19 +514,72 @@ class Monitor:
     def admit(self, token: Any, capture: Capture) -> None:
         """Before the compile's work: in ``error`` mode, a serving-phase compile is recorded and
         :class:`ServingCompileError` raised (see :meth:`CompileSink.admit`); otherwise a no-op."""
-        if self.mode is Mode.ERROR and token.phase is Phase.SERVING and capture.kind is CompileKind.COMPILE:
+        if self.mode is _ERROR and token[_T_PHASE] is _SERVING and capture.kind is _COMPILE:
             self.finish(token, capture)
 
     def finish(self, token: Any, capture: Capture) -> None:
         """The compile begun with ``token`` ended now. Raises :class:`ServingCompileError` in
         ``error`` mode for a serving-phase compile (after the event is queued)."""
-        duration = time.perf_counter() - token.start_perf
+        duration = _perf() - token[_T_START]
         self._inflight.pop(id(token), None)
-        self._record(capture, token.phase, token.request_id, token.start_wall, duration, token.parent)
+        self._record(token, duration, None, capture)
+
+    def end(self, token: Any, key: str | None, build: Callable[[Any], Capture], arg: Any) -> None:
+        """:meth:`finish` for a ``compile`` whose :class:`Capture` is built later: ``build(arg)``
+        runs on the journal writer's thread (see :meth:`CompileSink.end`). The compile's backend
+        and name are the token's; ``key`` is needed now for warn-once and the error message.
+        Raises :class:`ServingCompileError` in ``error`` mode for a serving-phase compile."""
+        duration = _perf() - token[_T_START]
+        self._inflight.pop(id(token), None)
+        # _record, specialized for a compile and inlined: this runs once per compile of every kernel.
+        phase = token[_T_PHASE]
+        request_id = token[_T_REQUEST]
+        if request_id is not None:
+            self.stalls.compiled(request_id, token[_T_BACKEND], token[_T_NAME], duration)
+        ended = self._ended
+        ended.append((phase, duration))  # counted without a lock: see _ended
+        if len(ended) > _FOLD_AT:  # nobody folded for a while (no writer thread draining)
+            self.fold_counts()
+        warn = None
+        refuse = False
+        if phase is _SERVING:
+            mode = self.mode
+            if mode is _WARN:
+                if (token[_T_BACKEND], token[_T_NAME], key or "") not in self._warned:  # warned: one lookup
+                    warn = self._first_warning(token[_T_BACKEND], token[_T_NAME], key)
+            elif mode is _ERROR:
+                refuse = True
+        queued = False
+        if self._state == "installed":
+            request_name = self._request_names.get(request_id) if request_id is not None else None
+            queued = self.sink.submit(
+                _new_event(_CompileEvent, (self, token, duration, None, arg, build, warn, request_name))
+            )
+        if warn is not None and not queued:
+            self._warn_dropped(warn, key)
+        if refuse:
+            self._serving_compile(token[_T_BACKEND], token[_T_NAME], key)
 
     def record(self, capture: Capture, *, start_ts: float, duration_s: float) -> None:
-        """A compile whose start was not seen; phase and request are the current ones."""
-        self._record(capture, self.phase, _current_request.get(), start_ts, duration_s, current_parent())
+        """A compile whose start was not seen. Its phase is the one in effect halfway through it
+        (a backend that notices a compile after the fact, e.g. DeepGEMM's cache watcher, may do
+        so after warmup ended; the midpoint, not ``start_ts``, because times read from file
+        mtimes are coarse: a compile begun just after warmup ended can carry a start a few ms
+        before it); its request is this thread's current one."""
+        phase = self.phase_at(start_ts + duration_s / 2)
+        token = (capture.backend, capture.name, phase, _current_request.get(), 0.0, current_parent())
+        self._record(token, duration_s, start_ts, capture)
+
+    def phase_at(self, ts: float) -> Phase:
+        """The phase in effect at Unix time ``ts``, from this monitor's warmup start and end
+        (the current phase for any time after the last change)."""
+        phase, start, end = self.phase, self.warmup_start, self.warmup_end
+        if phase is Phase.SERVING and end is not None and ts < end:
+            # activate() without begin_warmup(): warmup took no time, ending at `end`
+            return Phase.WARMUP if start is not None and ts >= start else Phase.STARTUP
+        if phase is Phase.WARMUP and start is not None and ts < start:
+            return Phase.STARTUP
+        return phase
 
     def hook_error(self, backend: str, where: str, exc: BaseException) -> None:
         """Count and log an exception caught inside jitwatch's code in ``where``; never raises."""
@@ -502,40 +615,40 @@ class Monitor:
         ident = self.identity
         self.sink.submit(Event.now(kind, rank=ident.rank, pid=ident.pid, host=ident.host, **fields))
 
-    def _record(
-        self,
-        capture: Capture,
-        phase: Phase,
-        request_id: int | None,
-        start: float,
-        duration: float,
-        parent: str | None = None,
-    ) -> None:
-        serving = phase is Phase.SERVING and capture.kind is CompileKind.COMPILE
-        if request_id is not None and capture.kind is CompileKind.COMPILE:
-            self.stalls.compiled(request_id, capture.backend, capture.name, duration)
-        if capture.kind is CompileKind.COMPILE:
-            with self._lock:
-                self.compiles_by_phase[phase] += 1
-                self.compile_seconds_by_phase[phase] += duration
-        warn = self._first_warning(capture) if serving and self.mode is Mode.WARN else None
+    def _record(self, token: tuple[Any, ...], duration: float, start_wall: float | None, capture: Capture) -> None:
+        """Count, apply the mode and queue one compile (compiling thread: no Event, no strings
+        built, no redaction; :class:`_CompileEvent` does that on the writer's thread).
+        :meth:`end` is this, inlined for a ``compile`` whose capture is built later."""
+        kind, backend, name, key = capture.kind, capture.backend, capture.name, capture.key
+        phase = token[_T_PHASE]
+        request_id = token[_T_REQUEST]
+        compiled = kind is _COMPILE
+        if compiled:
+            if request_id is not None:
+                self.stalls.compiled(request_id, backend, name, duration)
+            ended = self._ended
+            ended.append((phase, duration))
+            if len(ended) > _FOLD_AT:
+                self.fold_counts()
+        serving = compiled and phase is _SERVING
+        mode = self.mode
+        warn = self._first_warning(backend, name, key) if serving and mode is _WARN else None
         queued = False
         if self._state == "installed":
-            name = self._request_names.get(request_id) if request_id is not None else None
+            request_name = self._request_names.get(request_id) if request_id is not None else None
             queued = self.sink.submit(
-                _CompileEvent(
-                    capture, phase, request_id, name, start, duration, self.identity, parent, self.diagnoser, warn
-                )
+                _new_event(_CompileEvent, (self, token, duration, start_wall, capture, None, warn, request_name))
             )
-        if warn is not None and not queued:  # the event was dropped: say it here, without a reason
-            log.warning(
-                "jitwatch: post-warmup compile of %s on rank %d; key %s",
-                warn,
-                self.identity.rank,
-                redact(capture.key or "")[:2000],
-            )
-        if serving and self.mode is Mode.ERROR:
-            self._serving_compile(capture)
+        if warn is not None and not queued:
+            self._warn_dropped(warn, key)
+        if serving and mode is _ERROR:
+            self._serving_compile(backend, name, key)
+
+    def _warn_dropped(self, warn: str, key: str | None) -> None:
+        """The warn-mode line of a compile whose event was dropped: said here, without a reason."""
+        log.warning(
+            "jitwatch: post-warmup compile of %s on rank %d; key %s", warn, self.identity.rank, redact(key or "")[:2000]
+        )
 
     def _submit_all(self, events: Sequence[Event | DeferredEvent]) -> None:
         if not events or self._state != "installed" or self.mode is Mode.OFF:
@@ -543,27 +656,27 @@ class Monitor:
         for ev in events:
             self.sink.submit(_Stamped(ev, self.identity) if not isinstance(ev, Event) else _stamp(ev, self.identity))
 
-    def _describe(self, capture: Capture) -> str:
-        label = self._labels.get(capture.backend) or f"{capture.backend} compile"
-        return f"{label} {capture.name!r}"
+    def _describe(self, backend: str, name: str) -> str:
+        label = self._labels.get(backend) or f"{backend} compile"
+        return f"{label} {name!r}"
 
-    def _serving_compile(self, capture: Capture) -> None:
+    def _serving_compile(self, backend: str, name: str, key: str | None) -> None:
         """``error`` mode: raise for a serving compile (its event is already queued)."""
-        shown = redact(capture.key or "")[:500]
+        shown = redact(key or "")[:500]
         raise ServingCompileError(
-            f"jitwatch: {self._describe(capture)} compiled during serving on rank {self.identity.rank} "
+            f"jitwatch: {self._describe(backend, name)} compiled during serving on rank {self.identity.rank} "
             f"(key {shown}); warmup should cover this specialization (JITWATCH_MODE=error; "
             "`jitwatch why` says which argument)",
-            backend=capture.backend,
-            kernel=capture.name,
+            backend=backend,
+            kernel=name,
             key=shown,
         )
 
-    def _first_warning(self, capture: Capture) -> str | None:
+    def _first_warning(self, backend: str, name: str, key: str | None) -> str | None:
         """``warn`` mode: the line's subject (``Triton kernel 'k'``) the first time this (backend,
         name, key) compiles in serving, else ``None``. The line itself is logged by the writer
         thread, once the event (and its reason) is built."""
-        ident = (capture.backend, capture.name, capture.key or "")
+        ident = (backend, name, key or "")
         if ident in self._warned:  # warned already: a dict lookup, no lock (the usual case)
             return None
         with self._lock:
@@ -571,7 +684,7 @@ class Monitor:
             self._warned[ident] = None
             if len(self._warned) > _WARNED_MAX:
                 self._warned.popitem(last=False)
-        return self._describe(capture) if first else None
+        return self._describe(backend, name) if first else None
 
 
 class _RequestMarker(ContextDecorator):

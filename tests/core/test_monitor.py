@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
 from jitwatch import BackendStatus, Capture, CompileKind, CompileSink, JitwatchError, ServingCompileError
-from jitwatch.config import Settings
+from jitwatch.config import Mode, Settings
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.core.identity import WorkerIdentity
 from jitwatch.core.monitor import Monitor
@@ -135,8 +136,8 @@ def test_warn_once_per_backend_name_and_key(caplog: pytest.LogCaptureFixture) ->
     assert len(lines) == 2
     assert lines[0] == (
         "jitwatch: post-warmup compile of toy kernel 'a' on rank 3: never warmed (no compile of this kernel "
-        "before serving) (fix: call a in warmup with serving's arguments, or record a manifest "
-        "(`jitwatch manifest export`) and replay it at startup (`jitwatch warmup replay`)); key k1"
+        "before serving) (fix: run what compiles a in warmup with serving's arguments and shapes (warmup "
+        "manifests replay Triton kernels only, not toy's)); key k1"
     )
 
 
@@ -156,9 +157,26 @@ def test_reason_on_every_serving_compile_of_a_backend_without_explain() -> None:
         ("a", "compiler"),
     ]
     assert serving[0].attrs["reason"] == "new key; 1 other key(s) of this toy compile were warmed"
+    # Manifests replay Triton kernels only: no fix of another backend's compile offers one.
+    assert serving[0].attrs["fixes"] == [
+        "run what compiles a in warmup with serving's arguments and shapes "
+        "(warmup manifests replay Triton kernels only, not toy's)"
+    ]
+    assert not any("manifest export" in f for e in serving[:2] for f in e.attrs["fixes"])
     assert serving[2].attrs["reason"] == "tensor 'x' size mismatch at index 0. expected 4, actual 8"
     warm = [e for e in sink.of_kind(EventKind.COMPILE) if e.phase is not Phase.SERVING]
     assert all("reason" not in e.attrs for e in warm)
+
+
+def test_new_key_fix_offers_a_manifest_only_where_manifests_replay() -> None:
+    """The ``unknown`` reason's fix (:func:`jitwatch.backends.explain.new_key_fix`): a manifest of
+    serving's keys for a backend whose compiles manifests replay, else warming what compiles it."""
+    from jitwatch.backends.explain import MANIFEST_BACKENDS, new_key_fix, warm_fix
+
+    (replayable,) = MANIFEST_BACKENDS
+    assert new_key_fix("k", replayable) == "record a manifest of serving's keys and replay it in warmup"
+    assert new_key_fix("k", "toy") == warm_fix("k", "toy")
+    assert "manifest export" in new_key_fix("k", None)
 
 
 def test_error_mode_raises_after_recording() -> None:
@@ -251,3 +269,99 @@ def test_off_mode_installs_no_backend() -> None:
     )
     mon.install()
     assert toy.sink is None and not mon.active
+
+
+def test_a_compile_recorded_after_the_fact_takes_the_phase_of_its_start() -> None:
+    """``record`` (a compile whose start was not seen, e.g. DeepGEMM's cache watcher noticing it
+    after warmup ended) files it under the phase in effect halfway through the compile."""
+    mon, toy, sink = make()
+    assert toy.sink is not None
+    before = time.time() - 60
+    with mon.warmup():
+        during = time.time()
+        time.sleep(0.05)
+    after = time.time() + 1
+    for name, ts in (("before", before), ("during", during), ("after", after)):
+        toy.sink.record(Capture("toy", name, name), start_ts=ts, duration_s=0.01)
+    # a start stamped (coarsely) 3 ms before warmup ended, of a 2 s compile: a serving compile
+    assert mon.warmup_end is not None
+    toy.sink.record(Capture("toy", "edge", "edge"), start_ts=mon.warmup_end - 0.003, duration_s=2.0)
+    phases = {e.kernel: e.phase for e in sink.of_kind(EventKind.COMPILE)}
+    assert phases == {"before": Phase.STARTUP, "during": Phase.WARMUP, "after": Phase.SERVING, "edge": Phase.SERVING}
+    assert mon.phase_at(during) is Phase.WARMUP and mon.phase is Phase.SERVING
+
+    bare, _, _ = make()
+    bare.activate()  # serving without a warmup: anything earlier was startup
+    assert bare.phase_at(time.time() - 1) is Phase.STARTUP and bare.phase_at(time.time() + 1) is Phase.SERVING
+
+
+def test_counts_from_many_threads_are_exact_and_reach_warmup_complete() -> None:
+    """Compiles are counted without a lock on the compiling thread (appended, folded later):
+    none is lost across threads, and ``warmup_complete`` carries the exact warmup figures."""
+    mon, toy, sink = make()
+    mon.begin_warmup()
+    threads = [
+        threading.Thread(target=lambda i=i: [toy.compile(f"k{i}", f"key{j}") for j in range(200)]) for i in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    mon.activate()
+    (done,) = sink.of_kind(EventKind.WARMUP_COMPLETE)
+    assert done.attrs["kernels_compiled"] == 1600
+    assert mon.compiles_by_phase[Phase.WARMUP] == 1600
+    warm = [e for e in sink.of_kind(EventKind.COMPILE) if e.phase is Phase.WARMUP]
+    assert done.attrs["compile_seconds"] == pytest.approx(sum(e.duration_s or 0.0 for e in warm))
+
+
+def test_counts_stay_bounded_with_a_sink_that_never_builds_events() -> None:
+    """A sink that keeps deferred events without building them (nothing folds the counts on
+    another thread): the compiling thread folds past a bound, and the figures stay exact."""
+    from jitwatch.core import monitor as core_monitor
+
+    class Keep(RecordingSink):
+        def submit(self, item: Any) -> bool:
+            return True
+
+    mon = Monitor(
+        Settings(journal_dir=Path("/nonexistent")),
+        sink=Keep(),
+        mode="warn",
+        backends=[toy := ToyBackend()],
+        tracer_provider=False,
+    ).install()
+    for j in range(core_monitor._FOLD_AT + 10):
+        toy.compile("a", f"k{j}")
+    assert len(mon._ended) <= core_monitor._FOLD_AT
+    assert mon.compiles_by_phase[Phase.STARTUP] == core_monitor._FOLD_AT + 10
+
+
+def test_end_builds_the_capture_on_the_sink_side_with_the_token_s_name() -> None:
+    """``CompileSink.end``: the Capture comes from ``build(arg)`` when the event is built (by the
+    sink), not on the compiling thread; warn-once and error mode use the token's name and the key."""
+    mon, _toy, sink = make()
+    mon.activate()
+    built: list[Any] = []
+
+    def build(arg: Any) -> Capture:
+        built.append(arg)
+        return Capture("toy", "lazy", arg["key"], cache_hit=True, module="m", detail={"x": 1})
+
+    real_submit = sink.submit
+    queued: list[Any] = []
+    sink.submit = queued.append  # type: ignore[method-assign,assignment]  # hold it unbuilt
+    token = mon.begin("toy", "lazy")
+    mon.end(token, "k1", build, {"key": "k1"})
+    assert built == [] and mon.inflight() == []  # nothing built on this thread
+    sink.submit = real_submit  # type: ignore[method-assign]
+    for item in queued:
+        sink.submit(item)
+    (ev,) = sink.of_kind(EventKind.COMPILE)
+    assert built == [{"key": "k1"}]
+    assert (ev.kernel, ev.key, ev.cache_hit, ev.phase) == ("lazy", "k1", True, Phase.SERVING)
+    assert ev.attrs["x"] == 1 and ev.attrs["module"] == "m"
+    assert ev.start_ts is not None and ev.ts == pytest.approx(ev.start_ts + (ev.duration_s or 0.0))
+    mon.mode = Mode.ERROR
+    with pytest.raises(ServingCompileError, match="toy kernel 'lazy'"):
+        mon.end(mon.begin("toy", "lazy"), "k2", build, {"key": "k2"})

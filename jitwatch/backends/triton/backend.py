@@ -1,37 +1,39 @@
 """The Triton backend: Triton's compile callbacks → backend-neutral captures.
 
 :class:`~jitwatch.backends.triton.hooks.HookSet` occupies Triton's hook slots (chained with what
-was there) and calls this adapter; the adapter decodes Triton's payloads into
-:class:`~jitwatch.backends.base.Capture` objects for the core. Mechanisms (Triton ≥ 3.4):
+was there) with the callables :meth:`TritonBackend.hook_body` builds; they hand the core
+references, and :func:`_capture` decodes Triton's payloads into a
+:class:`~jitwatch.backends.base.Capture` on the journal writer's thread. Mechanisms (Triton ≥ 3.4):
 
-* ``knobs.runtime.jit_cache_hook`` → :meth:`TritonBackend.on_pre_compile` → ``sink.begin``;
+* ``knobs.runtime.jit_cache_hook`` → ``jitwatch_jit_cache_hook`` → ``sink.begin``;
 * ``knobs.compilation.listener`` → per-stage times (µs) and the disk-cache hit, matched to the
   compile in flight (several compiles of one kernel can be in flight in asynchronous compile
   mode), or a *listener-only* compile (Inductor, direct ``triton.compile``, degraded mode);
-* ``knobs.runtime.jit_post_compile_hook`` → :meth:`TritonBackend.on_post_compile` → ``sink.finish``
+* ``knobs.runtime.jit_post_compile_hook`` → ``jitwatch_jit_post_compile_hook`` → ``sink.end``
   (raises :class:`~jitwatch.errors.ServingCompileError` in error mode during serving);
 * ``knobs.autotuning.listener`` (3.8+) or the ``Autotuner`` wrappers (3.4-3.7) → an ``autotune``
   capture per benchmark sweep.
 
-On the compiling thread the adapter reads only what the hooks hand it — the kernel's ``name``
-and the in-memory cache key (a ``str`` in Triton 3.5+) — and defers everything else (signature,
-constexpr names, options, ``specialization_data``, the source hash) to :meth:`Capture.detail`,
-which the core evaluates on the journal writer's thread.
+On the compiling thread the hooks read only what Triton hands them — the kernel's ``name``, the
+``JITFunction``'s identity and the in-memory cache key (a ``str`` in Triton 3.5+) — plus one clock
+read in the core, and keep references to the rest; names of constexprs, signature, options,
+``specialization_data``, the source hash, stage times and the module are decoded by
+:func:`_capture` on the journal writer's thread (``docs/architecture.md``, "The compiling thread").
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from jitwatch.backends.base import BackendStatus, Capture, CompileKind, LibraryBackend
+from jitwatch.backends.base import BackendStatus, Capture, CompileKind, CompileSink, LibraryBackend
 from jitwatch.backends.explain import Reason, Seen
 from jitwatch.backends.triton import explain as _explain
-from jitwatch.backends.triton.hooks import HookSet, TritonSupport
+from jitwatch.backends.triton.hooks import HookLink, HookSet, TritonSupport
+from jitwatch.errors import ServingCompileError
 
 OPTION_NAMES = ("num_warps", "num_ctas", "num_stages", "enable_fp_fusion", "launch_cooperative_grid")
 """Compile options copied into a compile event's ``attrs.options``."""
@@ -116,6 +118,10 @@ def stage_seconds(times: Any) -> dict[str, float]:
     return out
 
 
+_PLAIN = frozenset((str, int, float, bool, type(None)))
+"""Types :func:`jsonable` returns as they are: a value of one of them is stored without a call."""
+
+
 def compile_detail(kwargs: dict[str, Any], jit_function: Any, cache_key: str | None = None) -> dict[str, Any]:
     """``attrs`` of a compile event from the post-compile hook's keywords (writer thread).
 
@@ -126,16 +132,39 @@ def compile_detail(kwargs: dict[str, Any], jit_function: Any, cache_key: str | N
     persistent-cache hash, ``metadata["hash"]`` from ``knobs.compilation.listener``: the
     ``TRITON_CACHE_DIR`` entry is its base32, the Redis remote cache's ``{key}`` too).
     """
-    info = _compile_info(kwargs)
-    arg_names = getattr(jit_function, "arg_names", None)
-    if not isinstance(arg_names, list):
-        arg_names = None
+    return _detail(_compile_info(kwargs), kwargs.get("is_manual_warmup", _UNSET), jit_function, cache_key)
+
+
+_UNSET: Any = object()
+
+
+def _detail(info: Any, warm: Any, jit_function: Any, cache_key: str | None) -> dict[str, Any]:
+    """:func:`compile_detail` of Triton's ``compile`` dict ``info`` and ``is_manual_warmup``
+    ``warm`` (:data:`_UNSET`: not given, ``info["is_warmup"]`` then); the keys in the order 0.1
+    stored them. Values of the types in :data:`_PLAIN` (nearly all of them: Triton's types are
+    strings, constexprs and options numbers) are taken as they are; :func:`jsonable` is called
+    for the rest."""
+    if info.__class__ is not dict:
+        info = info if isinstance(info, dict) else {}
+    if warm is _UNSET:
+        warm = info.get("is_warmup")
     signature = info.get("signature")
-    warm = kwargs.get("is_manual_warmup", info.get("is_warmup"))
+    sig: dict[str, Any] | None = None
+    if isinstance(signature, dict):
+        sig = dict(signature)  # parameter name → Triton type: str → str (a C copy), else converted
+        for k, v in sig.items():
+            if k.__class__ is not str or v.__class__ not in _PLAIN:
+                sig = {str(k): jsonable(v) for k, v in signature.items()}
+                break
+    options: dict[str, Any] = {}
+    for k in OPTION_NAMES:
+        v = info.get(k, _UNSET)
+        if v is not _UNSET:
+            options[k] = v if v.__class__ in _PLAIN else jsonable(v)
     out: dict[str, Any] = {
-        "signature": {str(k): jsonable(v) for k, v in signature.items()} if isinstance(signature, dict) else None,
-        "constexprs": name_constexprs(info.get("constants"), arg_names),
-        "options": {k: jsonable(info.get(k)) for k in OPTION_NAMES if k in info},
+        "signature": sig,
+        "constexprs": _constexprs(info.get("constants"), getattr(jit_function, "arg_names", None)),
+        "options": options,
         "is_warmup_call": None if warm is None else bool(warm),
         # Triton's own ``repr`` kwarg is not kept: in 3.6-3.9 it zips parameters with the
         # characters of the (string) key and reads "x_ptr: (" — signature/constexprs say it right.
@@ -157,37 +186,97 @@ def compile_detail(kwargs: dict[str, Any], jit_function: Any, cache_key: str | N
     return out
 
 
+def _constexprs(constants: Any, arg_names: Any) -> dict[str, Any]:
+    """:func:`name_constexprs`, with the usual shape — one-element index paths, plain values —
+    named without a call per item."""
+    if constants.__class__ is not dict or arg_names.__class__ is not list:
+        return name_constexprs(constants, arg_names if isinstance(arg_names, list) else None)
+    out: dict[str, Any] = {}
+    n = len(arg_names)
+    for path, value in constants.items():
+        if path.__class__ is tuple and len(path) == 1 and path[0].__class__ is int and 0 <= path[0] < n:
+            name = arg_names[path[0]]
+            if name.__class__ is not str:
+                return name_constexprs(constants, arg_names)
+            out[name] = value if value.__class__ in _PLAIN else jsonable(value)
+        else:
+            return name_constexprs(constants, arg_names)
+    return out
+
+
 def cache_kind() -> str | None:
     """``"remote"`` when Triton's cache manager (``knobs.cache.manager_class``,
     ``TRITON_CACHE_MANAGER``) is its ``RemoteCacheManager`` or a subclass (a compile's cache hit
     is then a remote-cache hit), ``"local"`` for the default file cache, ``None`` if unknown.
-    Called on the writer thread (inside ``Capture.detail``)."""
+    Called on the writer thread (inside ``Capture.detail``); the knob is read every call (it can
+    change at run time), the modules are imported once."""
     try:
-        import triton
-
-        manager = triton.knobs.cache.manager_class
+        knobs_cache, remote = _CACHE_KNOBS or _cache_knobs()
+        manager = knobs_cache.manager_class
         if manager is None:
             return "local"
-        from triton.runtime.cache import RemoteCacheManager
-
-        return "remote" if isinstance(manager, type) and issubclass(manager, RemoteCacheManager) else "local"
+        return "remote" if isinstance(manager, type) and issubclass(manager, remote) else "local"
     except Exception:  # noqa: BLE001 - an older Triton, or a manager class that does not import
         return None
 
 
-@dataclass(slots=True)
-class _Pending:
-    token: Any
-    kernel: str
-    module: str | None
-    key: str | None
-    kwargs: dict[str, Any]
-    times: Any = None
-    """``knobs.CompileTimes`` from the compilation listener, decoded on the writer thread."""
-    seen: bool = False
-    """The compilation listener has matched this compile."""
-    cache_hit: bool | None = None
-    cache_key: str | None = None
+_CACHE_KNOBS: list[Any] = []
+"""``[triton.knobs.cache, RemoteCacheManager]`` once :func:`cache_kind` imported them."""
+
+
+def _cache_knobs() -> list[Any]:
+    import triton
+    from triton.runtime.cache import RemoteCacheManager
+
+    _CACHE_KNOBS[:] = [triton.knobs.cache, RemoteCacheManager]
+    return _CACHE_KNOBS
+
+
+# A compile in flight (jit_cache_hook → compilation listener → jit_post_compile_hook): a list,
+# built with one BUILD_LIST on the compiling thread, indexed by these. The listener fills the last
+# four; ``_capture`` reads it all on the journal writer's thread.
+_P_TOKEN, _P_FN, _P_KEY, _P_COMPILE, _P_WARM, _P_NAME, _P_FID = range(7)
+_P_SEEN, _P_TIMES, _P_HIT, _P_META = range(7, 11)
+_TRITON = "triton"
+_COMPILE = CompileKind.COMPILE
+
+
+def _entry(token: Any, fn: Any, key: str | None, compile: Any, warm: Any, name: str, fid: int) -> list[Any]:
+    return [token, fn, key, compile, warm, name, fid, False, None, None, None]
+
+
+def _slow_names(fn: Any) -> tuple[str, int]:
+    """(kernel name, ``id`` of the ``JITFunction``) when ``fn`` is not a well-formed ``JitFunctionInfo``."""
+    return fn_names(fn)[0], id(getattr(fn, "jit_function", None))
+
+
+def _slow_key(key: Any, compile: Any) -> str | None:
+    """:func:`hook_key` for a key that is not a ``str`` (Triton < 3.5, or malformed keywords)."""
+    return hook_key({"key": key, "compile": compile})
+
+
+def _capture(entry: list[Any]) -> Capture:
+    """The :class:`Capture` of one JIT compile, built on the journal writer's thread
+    (:meth:`CompileSink.end`): names, module, signature, constexprs, options, stage times,
+    the persistent-cache hash — everything the compiling thread only held references to."""
+    fn = entry[_P_FN]
+    module = getattr(fn, "module", None)
+    if module.__class__ is not str:
+        module = fn_names(fn)[1]
+    metadata = entry[_P_META]
+    cache_key = metadata.get("hash") if metadata.__class__ is dict else None
+    hit = entry[_P_HIT]
+    warm = entry[_P_WARM]
+    detail = _detail(
+        entry[_P_COMPILE],
+        _UNSET if warm is None else warm,
+        getattr(fn, "jit_function", None),
+        cache_key if cache_key.__class__ is str else None,
+    )
+    detail["stages"] = stage_seconds(entry[_P_TIMES])
+    return Capture(
+        _TRITON, entry[_P_NAME], entry[_P_KEY], _COMPILE, None if hit is None else bool(hit), module, None, detail
+    )
 
 
 class TritonBackend(LibraryBackend):
@@ -204,8 +293,12 @@ class TritonBackend(LibraryBackend):
     def __init__(self) -> None:
         super().__init__()
         self._hooks: HookSet | None = None
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[int, str], _Pending] = {}
+        self._pending: dict[tuple[int, str | None], list[Any]] = {}
+        """(``id`` of the ``JITFunction``, key) → the compile in flight (see ``_P_*``). Only
+        single dict operations touch it (atomic under the GIL): no lock on the compiling thread."""
+        self._last = threading.local()
+        """``.entry``: the compile this thread began last, which the compilation listener of a
+        synchronous compile belongs to (checked by identity of Triton's ``signature`` dict)."""
 
     @property
     def hooks(self) -> HookSet | None:
@@ -219,8 +312,7 @@ class TritonBackend(LibraryBackend):
 
     def pending(self) -> int:
         """Compiles whose ``jit_cache_hook`` fired and whose post-compile hook has not yet."""
-        with self._lock:
-            return len(self._pending)
+        return len(self._pending)
 
     def explain(self, new: Seen, baseline: Sequence[Seen]) -> Reason | None:
         """Why a serving compile happened: :func:`jitwatch.backends.triton.explain.explain`."""
@@ -236,69 +328,180 @@ class TritonBackend(LibraryBackend):
     def unhook(self) -> None:
         if self._hooks is not None:
             self._hooks.uninstall()
-        with self._lock:
-            self._pending.clear()
+        self._pending.clear()
 
     # ------------------------------------------------------------------ HookSink (called by HookSet)
     def on_hook_error(self, hook: str, exc: BaseException) -> None:
         self.report_error(hook, exc)
 
-    def on_pre_compile(self, kwargs: dict[str, Any]) -> None:
-        """``jit_cache_hook``: a compile starts (phase and request are taken now, by the core)."""
-        fn = kwargs.get("fn")
-        name = getattr(fn, "name", None)
-        module = getattr(fn, "module", None)
-        if not isinstance(name, str) or not isinstance(module, str):
-            name, module = fn_names(fn)
-        key = hook_key(kwargs)
+    def hook_body(self, slot: str, link: HookLink) -> Callable[..., Any]:
+        """jitwatch's own callable for ``slot`` (see :meth:`HookSink.hook_body`), built once per
+        installation. Each takes Triton's keywords as parameters (no ``**kwargs`` dict), holds
+        what it needs in closure cells (no attribute chains) and, on the compiling thread, only
+        takes references and one clock read (in ``sink.begin``/``sink.end``); everything else is
+        decoded on the journal writer's thread by :func:`_capture`."""
         sink = self.sink
         if sink is None:
-            return
-        token = sink.begin(self.name, name)
-        pending = _Pending(token, name, module, key, kwargs)
-        ident = (id(getattr(fn, "jit_function", None)), key or "")
-        with self._lock:
-            replaced = self._pending.get(ident)
-            self._pending[ident] = pending
-        if replaced is not None:
-            sink.cancel(replaced.token)
+            raise RuntimeError("TritonBackend.hook_body before install()")
+        if slot == "jit_cache_hook":
+            return self._make_pre(link, sink)
+        if slot == "jit_post_compile_hook":
+            return self._make_post(link, sink)
+        if slot == "compilation_listener":
+            return self._make_listener(link)
+        return self._make_autotune(link)
+
+    def _make_pre(self, link: HookLink, sink: CompileSink) -> Callable[..., Any]:
+        """``jit_cache_hook``: a compile starts (phase and request are taken now, by the core)."""
+        begin, cancel, report = sink.begin, sink.cancel, self.report_error
+        pending, last, backend = self._pending, self._last, self.name
+
+        def jitwatch_jit_cache_hook(
+            *args: Any,
+            key: Any = None,
+            repr: Any = None,
+            fn: Any = None,
+            compile: Any = None,
+            is_manual_warmup: Any = None,
+            already_compiled: Any = None,
+            **future: Any,
+        ) -> None:
+            if not link.live:
+                return None
+            try:
+                try:
+                    name, fid = fn.name, id(fn.jit_function)
+                    if name.__class__ is not str:
+                        raise AttributeError
+                except AttributeError:
+                    name, fid = _slow_names(fn)
+                if key.__class__ is not str:
+                    key = _slow_key(key, compile)
+                entry = [begin(backend, name), fn, key, compile, is_manual_warmup, name, fid, False, None, None, None]
+                ident = (fid, key)
+                held = pending.setdefault(ident, entry)  # one atomic step: check and insert
+                if held is not entry:  # the same kernel and key began before and never ended
+                    pending[ident] = entry
+                    cancel(held[_P_TOKEN])
+                last.entry = entry
+            except Exception as exc:  # noqa: BLE001 - never into Triton
+                report("jit_cache_hook", exc)
+            return None  # never truthy: a truthy value makes Triton skip compile and launch
+
+        return jitwatch_jit_cache_hook
+
+    def _make_listener(self, link: HookLink) -> Callable[..., Any]:
+        """``compilation.listener``: stage times and disk-cache hit for the matching compile in
+        flight (references only; decoded on the writer thread), or a listener-only compile."""
+        last, report, match, alone = self._last, self.report_error, self._match, self._listener_only
+
+        def jitwatch_compilation_listener(
+            *args: Any,
+            src: Any = None,
+            metadata: Any = None,
+            metadata_group: Any = None,
+            times: Any = None,
+            cache_hit: Any = None,
+            **future: Any,
+        ) -> Any:
+            if not link.live:
+                return None
+            try:
+                try:  # a synchronous compile: the one this thread began last, same signature object
+                    entry = last.entry
+                    if entry[_P_SEEN] or entry[_P_COMPILE]["signature"] is not src.signature:
+                        raise LookupError
+                    if entry[_P_FID] != id(src.fn):
+                        raise LookupError
+                except (AttributeError, LookupError, TypeError):
+                    entry = match(src, metadata)
+                if entry is not None:
+                    entry[_P_TIMES] = times
+                    entry[_P_HIT] = cache_hit
+                    entry[_P_META] = metadata
+                    entry[_P_SEEN] = True
+                else:
+                    alone(src, metadata, times, cache_hit)
+            except ServingCompileError:
+                raise  # error mode, listener-only compile
+            except Exception as exc:  # noqa: BLE001
+                report("compilation_listener", exc)
+            return None
+
+        return jitwatch_compilation_listener
+
+    def _make_post(self, link: HookLink, sink: CompileSink) -> Callable[..., Any]:
+        """``jit_post_compile_hook``: the compile ended (raises ``ServingCompileError`` in error mode)."""
+        begin, end, report, pending, backend = sink.begin, sink.end, self.report_error, self._pending, self.name
+
+        def jitwatch_jit_post_compile_hook(
+            *args: Any,
+            key: Any = None,
+            repr: Any = None,
+            fn: Any = None,
+            compile: Any = None,
+            is_manual_warmup: Any = None,
+            already_compiled: Any = None,
+            **future: Any,
+        ) -> None:
+            if not link.live:
+                return None
+            try:
+                try:
+                    fid = id(fn.jit_function)
+                except AttributeError:
+                    fid = id(None)
+                if key.__class__ is not str:
+                    key = _slow_key(key, compile)
+                entry = pending.pop((fid, key), None)
+                if entry is None:  # pre-hook missed (installed mid-compile, or another hook swallowed it)
+                    name, fid = _slow_names(fn)
+                    entry = _entry(begin(backend, name), fn, key, compile, is_manual_warmup, name, fid)
+                end(entry[_P_TOKEN], key, _capture, entry)
+            except ServingCompileError:
+                raise  # error mode: the one deliberate raise
+            except Exception as exc:  # noqa: BLE001
+                report("jit_post_compile_hook", exc)
+            return None
+
+        return jitwatch_jit_post_compile_hook
+
+    def _make_autotune(self, link: HookLink) -> Callable[..., Any]:
+        on_autotune, report = self.on_autotune, self.report_error
+
+        def jitwatch_autotuning_listener(*args: Any, **kwargs: Any) -> None:
+            if not link.live:
+                return None
+            try:
+                on_autotune(kwargs)
+            except ServingCompileError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                report("autotuning_listener", exc)
+            return None
+
+        return jitwatch_autotuning_listener
 
     def on_compile_skipped(self, kwargs: dict[str, Any]) -> None:
         """A hook chained below jitwatch's ``jit_cache_hook`` raised or returned truthy: no compile."""
-        ident = (id(getattr(kwargs.get("fn"), "jit_function", None)), hook_key(kwargs) or "")
-        with self._lock:
-            pending = self._pending.pop(ident, None)
-        if pending is not None and self.sink is not None:
-            self.sink.cancel(pending.token)
+        fn = kwargs.get("fn")
+        ident = (id(getattr(fn, "jit_function", None)), hook_key(kwargs))
+        entry = self._pending.pop(ident, None)
+        if entry is not None and self.sink is not None:
+            self.sink.cancel(entry[_P_TOKEN])
 
-    def on_compile_listener(self, kwargs: dict[str, Any]) -> None:
-        """``compilation.listener``: stage times and disk-cache hit for the matching compile in
-        flight, or a listener-only compile of its own."""
-        src = kwargs.get("src")
-        fn = getattr(src, "fn", None)
-        times = kwargs.get("times")
-        cache_hit = kwargs.get("cache_hit")
-        metadata = kwargs.get("metadata")
+    def _listener_only(self, src: Any, metadata: Any, times: Any, cache_hit: Any) -> None:
+        """A compile that did not come through ``JITFunction`` (Inductor, ``triton.compile``, …),
+        or a Triton without the JIT hooks (degraded mode)."""
+        sink = self.sink
+        if sink is None:
+            return
         if not isinstance(metadata, dict):
             metadata = {}
-        match: _Pending | None = None
-        with self._lock:
-            if fn is not None:
-                match = self._match(fn, src, metadata)
-            if match is not None:
-                match.times = times  # decoded on the writer thread (Capture.detail)
-                match.seen = True
-                match.cache_hit = None if cache_hit is None else bool(cache_hit)
-                cache_key = metadata.get("hash")
-                match.cache_key = cache_key if isinstance(cache_key, str) else None
-        if match is not None or self.sink is None:
-            return
         stages = stage_seconds(times)
-        # A compile that did not come through JITFunction (Inductor, triton.compile, …), or a Triton
-        # without the JIT hooks (degraded mode).
         name = metadata.get("name") or getattr(src, "name", None) or "<unknown>"
         duration = sum(stages.values())
-        self.sink.record(
+        sink.record(
             Capture(
                 backend=self.name,
                 name=str(name),
@@ -311,18 +514,25 @@ class TritonBackend(LibraryBackend):
             duration_s=duration,
         )
 
-    def _match(self, fn: Any, src: Any, metadata: dict[str, Any]) -> _Pending | None:
-        """The compile in flight that ``src`` belongs to (caller holds the lock). Several compiles
-        of one kernel can be in flight (async compile mode, vLLM's parallel warmup) and finish in
-        any order: match on the signature, constants, attrs and options ``src`` carries."""
+    def _match(self, src: Any, metadata: Any) -> list[Any] | None:
+        """The compile in flight that ``src`` belongs to when it is not the one this thread began
+        last (asynchronous compile mode compiles on a pool thread; vLLM's parallel warmup). Several
+        compiles of one kernel can be in flight and finish in any order: match on the signature,
+        constants, attrs and options ``src`` carries."""
+        fn = getattr(src, "fn", None)
+        if fn is None:
+            return None
+        if not isinstance(metadata, dict):
+            metadata = {}
+        fid = id(fn)
         sig = getattr(src, "signature", None)
         consts = getattr(src, "constants", None)
         attrs = getattr(src, "attrs", None)
-        unsure: _Pending | None = None
-        for (fid, _), p in self._pending.items():
-            if fid != id(fn) or p.seen:
+        unsure: list[Any] | None = None
+        for p in list(self._pending.values()):  # a C-level copy: safe against concurrent hooks
+            if p[_P_FID] != fid or p[_P_SEEN]:
                 continue
-            info = _compile_info(p.kwargs)
+            info = p[_P_COMPILE] if isinstance(p[_P_COMPILE], dict) else {}
             if "signature" not in info:
                 unsure = unsure or p  # malformed hook kwargs: cannot tell
                 continue
@@ -338,35 +548,6 @@ class TritonBackend(LibraryBackend):
             ):
                 return p
         return unsure
-
-    def on_post_compile(self, kwargs: dict[str, Any]) -> None:
-        """``jit_post_compile_hook``: the compile ended (raises ``ServingCompileError`` in error mode)."""
-        sink = self.sink
-        if sink is None:
-            return
-        fn = kwargs.get("fn")
-        key = hook_key(kwargs)
-        jit_function = getattr(fn, "jit_function", None)
-        with self._lock:
-            pending = self._pending.pop((id(jit_function), key or ""), None)
-        if pending is None:  # pre-hook missed (installed mid-compile, or another hook swallowed it)
-            kernel, module = fn_names(fn)
-            pending = _Pending(sink.begin(self.name, kernel), kernel, module, key, kwargs)
-        times = pending.times
-        sink.finish(
-            pending.token,
-            Capture(
-                backend=self.name,
-                name=pending.kernel,
-                key=key,
-                cache_hit=pending.cache_hit,
-                module=pending.module,
-                detail=lambda: {
-                    **compile_detail(kwargs, jit_function, pending.cache_key),
-                    "stages": stage_seconds(times),
-                },
-            ),
-        )
 
     def on_autotune(self, kwargs: dict[str, Any]) -> None:
         """One ``autotune`` capture per benchmark sweep (an autotune cache miss).

@@ -18,8 +18,10 @@ Mechanisms used (Triton ≥ 3.4, see ``docs/triton-support.md``):
 Each slot holds a single callable, so chaining is by hand: the previous value is kept, called
 with the same arguments after jitwatch's own work, and its return value is returned; the
 previous value is restored on :meth:`HookSet.uninstall` (or, if someone chained on top of us,
-our hook turns into a pass-through). Nothing is installed on the launch path
-(``launch_enter_hook``/``launch_exit_hook`` stay untouched).
+our hook turns into a pass-through). Where a slot was empty, jitwatch's own callable (the sink's
+:meth:`HookSink.hook_body`) goes into the slot directly, with no chaining frame around it: a
+compile then runs one jitwatch frame per hook plus the core's. Nothing is installed on the launch
+path (``launch_enter_hook``/``launch_exit_hook`` stay untouched).
 """
 
 from __future__ import annotations
@@ -43,9 +45,17 @@ MIN_TRITON = (3, 4)
 class HookSink(Protocol):
     """What :class:`HookSet` calls; implemented by :class:`jitwatch.backends.triton.TritonBackend`."""
 
-    def on_pre_compile(self, kwargs: dict[str, Any]) -> None: ...
-    def on_post_compile(self, kwargs: dict[str, Any]) -> None: ...
-    def on_compile_listener(self, kwargs: dict[str, Any]) -> None: ...
+    def hook_body(self, slot: str, link: HookLink) -> Callable[..., Any]:
+        """jitwatch's own callable for ``slot`` (a key of ``_SLOTS``), for one installation.
+
+        It takes the slot's arguments as Triton passes them (keywords), does nothing once
+        ``link.live`` is false, returns ``None`` (never truthy: a truthy ``jit_cache_hook`` makes
+        Triton skip the compile and the launch) and never raises, except
+        :class:`ServingCompileError` (error mode) from the post-compile hook and the listeners;
+        its own faults it reports itself. :class:`HookSet` puts it into an empty slot as it is and
+        wraps it in a chaining frame where the slot was occupied."""
+        ...
+
     def on_autotune(self, kwargs: dict[str, Any]) -> None: ...
     def on_hook_error(self, hook: str, exc: BaseException) -> None: ...
     def on_compile_skipped(self, kwargs: dict[str, Any]) -> None: ...
@@ -140,7 +150,7 @@ _SLOTS = {
 """jitwatch slot name → (``triton.knobs`` group, attribute)."""
 
 
-class _Link:
+class HookLink:
     """One installation of one slot: the previous occupant, and whether jitwatch still records.
 
     Every hook jitwatch installs closes over its own link, so a hook left in someone else's chain
@@ -212,9 +222,9 @@ class HookSet:
 
     def __init__(self, sink: HookSink) -> None:
         self._sink = sink
-        self._links: dict[str, tuple[Any, str, _Link, Callable[..., Any]]] = {}
+        self._links: dict[str, tuple[Any, str, HookLink, Callable[..., Any]]] = {}
         # "Autotuner.<name>" → (class, name, link, our wrapper, whether the class had its own attribute)
-        self._wraps: dict[str, tuple[type, str, _Link, Callable[..., Any], bool]] = {}
+        self._wraps: dict[str, tuple[type, str, HookLink, Callable[..., Any], bool]] = {}
         self._sweeps = threading.local()  # .by_tuner: {id(autotuner): _Sweep}, this thread's open sweeps
         self.active = False
         self.support = probe_triton()
@@ -238,23 +248,14 @@ class HookSet:
             knobs = getattr(triton, "knobs", None)
         except Exception:  # noqa: BLE001 - probed above; a broken install degrades to nothing
             knobs = None
-        makers: dict[str, Callable[[_Link], Callable[..., Any]]] = {
-            "jit_cache_hook": self._make_pre,
-            "jit_post_compile_hook": self._make_post,
-            "compilation_listener": lambda link: self._make_listener(
-                link, "compilation_listener", self._sink.on_compile_listener
-            ),
-            "autotuning_listener": lambda link: self._make_listener(
-                link, "autotuning_listener", self._sink.on_autotune
-            ),
-        }
         for slot, (group, attr) in _SLOTS.items():
             holder = getattr(knobs, group, None)
             if holder is None or not hasattr(holder, attr):
                 continue
             try:
-                link = _Link(getattr(holder, attr))
-                fn = makers[slot](link)
+                link = HookLink(getattr(holder, attr))
+                body = self._sink.hook_body(slot, link)
+                fn = body if link.prev is None else self._chain(slot, link, body)
                 setattr(holder, attr, fn)
             except Exception as exc:  # noqa: BLE001 - a read-only/odd knob: skip that slot
                 log.warning("jitwatch: cannot install into triton.knobs.%s.%s: %s", group, attr, exc)
@@ -323,7 +324,7 @@ class HookSet:
             slot = f"Autotuner.{name}"
             try:
                 had_own = name in cls.__dict__
-                link = _Link(inspect.getattr_static(cls, name))
+                link = HookLink(inspect.getattr_static(cls, name))
                 fn = makers[name](link, slot)
                 setattr(cls, name, fn)
             except Exception as exc:  # noqa: BLE001
@@ -345,7 +346,7 @@ class HookSet:
             by_tuner = self._sweeps.by_tuner = {}
         return by_tuner
 
-    def _make_prune_wrapper(self, link: _Link, slot: str) -> Callable[..., Any]:
+    def _make_prune_wrapper(self, link: HookLink, slot: str) -> Callable[..., Any]:
         def prune_configs(tuner: Any, *args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             pruned = self._call_prev(link.prev, tuner, args, kwargs)  # exceptions propagate unchanged
@@ -366,7 +367,7 @@ class HookSet:
         prune_configs.__wrapped__ = link.prev  # type: ignore[attr-defined]
         return prune_configs
 
-    def _make_bench_wrapper(self, link: _Link, slot: str) -> Callable[..., Any]:
+    def _make_bench_wrapper(self, link: HookLink, slot: str) -> Callable[..., Any]:
         def _bench(tuner: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 timing = self._call_prev(link.prev, tuner, args, kwargs)
@@ -428,16 +429,16 @@ class HookSet:
         except Exception as exc:  # noqa: BLE001
             self._report("jit_cache_hook", exc)
 
-    def _make_pre(self, link: _Link) -> Callable[..., Any]:
+    def _chain(self, slot: str, link: HookLink, body: Callable[..., Any]) -> Callable[..., Any]:
+        """``body`` followed by the slot's previous occupant (see the class docstring)."""
+        if slot == "jit_cache_hook":
+            return self._chain_pre(link, body)
+        return self._chain_after(link, body, f"jitwatch_{slot}")
+
+    def _chain_pre(self, link: HookLink, body: Callable[..., Any]) -> Callable[..., Any]:
         def jitwatch_jit_cache_hook(*args: Any, **kwargs: Any) -> Any:
-            if link.live:
-                try:
-                    self._sink.on_pre_compile(kwargs)
-                except Exception as exc:  # noqa: BLE001
-                    self._report("jit_cache_hook", exc)
+            body(*args, **kwargs)  # never raises, returns None
             prev = link.prev
-            if prev is None:
-                return None  # never truthy: a truthy value makes Triton skip compile and launch
             try:
                 result = prev(*args, **kwargs)
             except BaseException:
@@ -450,41 +451,19 @@ class HookSet:
 
         return jitwatch_jit_cache_hook
 
-    def _make_post(self, link: _Link) -> Callable[..., Any]:
-        def jitwatch_jit_post_compile_hook(*args: Any, **kwargs: Any) -> Any:
+    @staticmethod
+    def _chain_after(link: HookLink, body: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def chained(*args: Any, **kwargs: Any) -> Any:
             deliberate: ServingCompileError | None = None
-            if link.live:
-                try:
-                    self._sink.on_post_compile(kwargs)
-                except ServingCompileError as exc:
-                    deliberate = exc
-                except Exception as exc:  # noqa: BLE001
-                    self._report("jit_post_compile_hook", exc)
-            prev = link.prev
+            try:
+                body(*args, **kwargs)
+            except ServingCompileError as exc:  # error mode: raised after the previous hook ran
+                deliberate = exc
             # The previous hook always runs; its exception (e.g. vLLM's error mode) wins, unchanged.
-            result = prev(*args, **kwargs) if prev is not None else None
+            result = link.prev(*args, **kwargs)
             if deliberate is not None:
                 raise deliberate
             return result
 
-        return jitwatch_jit_post_compile_hook
-
-    def _make_listener(self, link: _Link, slot: str, target: Callable[[dict[str, Any]], None]) -> Callable[..., Any]:
-        def jitwatch_listener(*args: Any, **kwargs: Any) -> Any:
-            deliberate: ServingCompileError | None = None
-            if link.live:
-                try:
-                    target(kwargs)
-                except ServingCompileError as exc:  # error mode, listener-only compile
-                    deliberate = exc
-                except Exception as exc:  # noqa: BLE001
-                    self._report(slot, exc)
-            prev = link.prev
-            result = prev(*args, **kwargs) if prev is not None else None
-            if deliberate is not None:
-                raise deliberate
-            return result
-
-        jitwatch_listener.__name__ = f"jitwatch_{slot}"
-        jitwatch_listener.__qualname__ = f"jitwatch_{slot}"
-        return jitwatch_listener
+        chained.__name__ = chained.__qualname__ = name
+        return chained

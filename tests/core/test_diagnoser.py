@@ -1,0 +1,46 @@
+"""``Diagnoser``'s never-warmed memo: the same reason as a fresh diagnosis, per kernel and backend,
+and no longer used once the kernel has a baseline."""
+
+from __future__ import annotations
+
+from jitwatch.backends.explain import never_warmed
+from jitwatch.core.diagnosis import MAX_KERNELS, Diagnoser
+from jitwatch.core.events import EventKind, Phase
+from jitwatch.testing import make_event
+
+
+def _compile(phase: Phase, kernel: str, key: str, backend: str = "triton", **attrs: object):
+    return make_event(EventKind.COMPILE, 1.0, phase=phase, kernel=kernel, key=key, backend=backend, attrs=dict(attrs))
+
+
+def test_never_warmed_reasons_are_the_fresh_ones_per_kernel_and_backend() -> None:
+    d = Diagnoser()
+    seen = []
+    for kernel, backend in (("k1", "triton"), ("k1", "triton"), ("k2", "triton"), ("k1", "torch_compile")):
+        ev = _compile(Phase.SERVING, kernel, f"key-{len(seen)}", backend)
+        reason = d.observe(ev)
+        assert reason == never_warmed(kernel, backend=backend)
+        assert ev.attrs["reason_kind"] == "never_warmed"
+        assert ev.attrs["fixes"] == list(never_warmed(kernel, backend=backend).fixes)
+        seen.append(ev)
+    assert seen[0].attrs["fixes"] is not seen[1].attrs["fixes"]  # each event owns its lists
+    assert seen[1].attrs["fixes"] != seen[3].attrs["fixes"]  # the fix names the backend's way
+
+
+def test_a_baseline_added_later_replaces_the_never_warmed_reason() -> None:
+    d = Diagnoser()
+    assert d.observe(_compile(Phase.SERVING, "k", "a")) is not None
+    d.observe(_compile(Phase.WARMUP, "k", "b"))  # e.g. a manifest replayed after serving began
+    later = _compile(Phase.SERVING, "k", "c")
+    reason = d.observe(later)
+    assert reason is not None and reason.kind != "never_warmed"
+    assert later.attrs["reason_kind"] == "unknown"  # no explainer given: a new key of a warmed kernel
+
+
+def test_the_memo_is_bounded() -> None:
+    d = Diagnoser()
+    for i in range(MAX_KERNELS + 10):
+        d.observe(_compile(Phase.SERVING, f"k{i}", "x"))
+    assert len(d._never) == MAX_KERNELS
+    last = _compile(Phase.SERVING, f"k{MAX_KERNELS + 5}", "y")
+    assert d.observe(last) == never_warmed(f"k{MAX_KERNELS + 5}", backend="triton")
