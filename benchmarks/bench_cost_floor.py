@@ -17,12 +17,22 @@ Three figures, each against its baseline measured in the same run:
   writer thread is included; the burst ends with ``flush()``) and **wall**. Added cost is
   ``variant - none``; the ratio ``(jitwatch - none) / (noop - none)`` says how far jitwatch is from
   the floor. Separately, in the ``jitwatch`` process, a second burst with the three installed
-  callables wrapped by a timer gives **µs on the compiling thread** inside jitwatch's own hooks.
+  callables wrapped by a timer gives **µs on the compiling thread** inside jitwatch's own hooks,
+  and the same three callables called back to back with one real compile's keywords (``--tight``
+  times per rep) give the compiling thread's CPU per compile with warm caches (the *tight loop*);
+  a last pass of bursts gives the journal writer's thread CPU per compile (its CPU clock) and the
+  part of it spent building the events (``JournalWriter._materialize``).
 * **journal** — ``Journal.write`` of real compile events (a template from a real compile, keys
   varied) in batches of 256 (what the writer does), writer-thread CPU per event
-  (``time.thread_time``) and bytes per event (database pages after a WAL checkpoint, divided by
-  the events), with each specialization compiled on ``--ranks`` ranks (the fleet case) and all
-  distinct (the worst case).
+  (``time.thread_time``), minor page faults per event (``getrusage``: zlib state allocated and
+  freed per record used to fault its pages in every time) and bytes per event (database pages
+  after a WAL checkpoint, divided by the events), with each specialization compiled on
+  ``--ranks`` ranks — their events mixed in one writer's batches (``fleet``), or written by one
+  journal connection per rank, each batch one rank's as a worker's writer thread does
+  (``fleet_per_rank``, the realistic layout) — and all distinct (the worst case). One process per tree
+  (this one, ``--before``) and round, the trees' order alternating round by round
+  (``--journal-rounds``); CPU is summarised over every batch of every round, and each round's
+  median is kept (on a shared machine they show the spread).
 
 ``/metrics`` and ``/jit`` latency are measured by ``bench_sidecar.py``.
 
@@ -35,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -50,6 +61,8 @@ from _common import summary, write_result
 
 HERE = Path(__file__).resolve()
 VARIANTS = ("none", "noop", "jitwatch")
+BATCH = 256
+"""Events per ``Journal.write`` in the journal section (the writer thread's ``HIGH_WATER``)."""
 BEFORE = "jitwatch_before"
 """The ``jitwatch`` variant run with an older jitwatch tree (``--before DIR``), in the same run."""
 
@@ -120,6 +133,8 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     if mon is not None:
         cost = _thread_cost(mon, burst, triton, cfg["reps"], len(plan))
         out["thread_s"], out["thread_mean_s"] = cost["median"], cost["mean"]
+        out["tight_cpu_s"] = _tight_loop(burst, triton, cfg.get("tight", 2000), cfg["reps"])
+        out["writer_s"], out["build_s"] = _writer_cost(mon, burst, cfg["reps"], len(plan))
         out["dropped"] = getattr(mon.sink, "dropped_total", None)
         mon.uninstall()
     return out
@@ -165,6 +180,80 @@ def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> dict[s
     return out
 
 
+def _writer_cost(mon: Any, burst: Any, reps: int, n: int) -> tuple[list[float], list[float]]:
+    """CPU seconds per compile of the journal writer's thread (its CPU clock,
+    ``time.pthread_getcpuclockid``: everything it does — building the events, the journal write,
+    its wake-ups) and the part of it inside ``JournalWriter._materialize`` (building the events:
+    the backend's decoding, the ``Event``, the reason), in ``reps`` bursts after the timed ones
+    (the per-batch timer is not in the headline figures)."""
+    writer = mon.sink
+    thread, materialize = getattr(writer, "_thread", None), getattr(writer, "_materialize", None)
+    if thread is None or materialize is None or not hasattr(time, "pthread_getcpuclockid"):
+        return [], []
+    clock = time.pthread_getcpuclockid(thread.ident)
+    spent = [0.0]
+
+    def timed(batch: Any) -> Any:
+        t0 = time.thread_time()
+        try:
+            return materialize(batch)
+        finally:
+            spent[0] += time.thread_time() - t0
+
+    writer._materialize = timed
+    whole: list[float] = []
+    build: list[float] = []
+    try:
+        for _ in range(reps):
+            spent[0] = 0.0
+            w0 = time.clock_gettime(clock)
+            burst()
+            whole.append((time.clock_gettime(clock) - w0) / n)
+            build.append(spent[0] / n)
+    finally:
+        del writer._materialize  # the class's method again
+    return whole, build
+
+
+def _tight_loop(burst: Any, triton: Any, n: int, reps: int) -> list[float]:
+    """CPU seconds of the compiling thread (``time.thread_time``: the writer thread's work and
+    time spent waiting for a core are not in it) per compile when jitwatch's three installed
+    callables are called back to back, ``n`` times per rep, with the keywords Triton passed them
+    in a real disk-hit compile: the hooks' own work with warm caches and no Triton in between."""
+    slots = [(triton.knobs.runtime, "jit_cache_hook"), (triton.knobs.compilation, "listener")]
+    slots.append((triton.knobs.runtime, "jit_post_compile_hook"))
+    saved = [getattr(h, a) for h, a in slots]
+    seen: list[dict[str, Any] | None] = [None, None, None]
+
+    def grab(fn: Any, i: int) -> Any:
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            if seen[i] is None:
+                seen[i] = kwargs
+            return fn(*args, **kwargs)
+
+        return hook
+
+    for (h, a), fn, i in zip(slots, saved, range(3), strict=True):
+        setattr(h, a, grab(fn, i))
+    try:
+        burst()
+    finally:
+        for (h, a), fn in zip(slots, saved, strict=True):
+            setattr(h, a, fn)
+    pre, listener, post = saved
+    kp, kl, kq = (k or {} for k in seen)
+    out: list[float] = []
+    for _ in range(max(1, reps)):
+        c0 = time.thread_time()
+        for _ in range(n):
+            pre(**kp)
+            listener(**kl)
+            post(**kq)
+        out.append((time.thread_time() - c0) / n)
+        burst()  # the writer drains what the loop queued (its flush), outside the measurement
+    return out
+
+
 def _spawn(cfg: dict[str, Any], tmp: Path, cache_dir: Path) -> dict[str, Any]:
     tag = f"{cfg['variant']}-{cfg.get('round', 0)}"
     cfg_path, out_path, err_path = tmp / f"{tag}.json", tmp / f"{tag}.out.json", tmp / f"{tag}.err"
@@ -177,17 +266,19 @@ def _spawn(cfg: dict[str, Any], tmp: Path, cache_dir: Path) -> dict[str, Any]:
     return dict(json.loads(out_path.read_text()))
 
 
-def bench_compiles(device: str, n: int, reps: int, rounds: int, tmp: Path, before: str | None) -> dict[str, Any]:
+def bench_compiles(
+    device: str, n: int, reps: int, rounds: int, tmp: Path, before: str | None, tight: int = 2000
+) -> dict[str, Any]:
     cache = tmp / "triton-cache"
     _spawn({"variant": "none", "device": device, "n": n, "reps": 0, "round": -1}, tmp, cache)  # fill the disk cache
     variants = (*VARIANTS, BEFORE) if before else VARIANTS
-    keys = ("cpu_s", "wall_s", "thread_s", "thread_mean_s")
+    keys = ("cpu_s", "wall_s", "thread_s", "thread_mean_s", "tight_cpu_s", "writer_s", "build_s")
     per: dict[str, dict[str, list[float]]] = {v: {k: [] for k in keys} for v in variants}
     dropped = 0
     for r in range(rounds):
         order = variants if r % 2 == 0 else tuple(reversed(variants))
         for v in order:
-            cfg: dict[str, Any] = {"variant": v, "device": device, "n": n, "reps": reps, "round": r}
+            cfg: dict[str, Any] = {"variant": v, "device": device, "n": n, "reps": reps, "round": r, "tight": tight}
             cfg["journal_dir"] = str(tmp / f"journal-{v}-{r}")
             if v == BEFORE:
                 cfg["tree"] = before
@@ -215,9 +306,15 @@ def bench_compiles(device: str, n: int, reps: int, rounds: int, tmp: Path, befor
             )
     out["compiling_thread_us"] = med["jitwatch"].get("thread_s")
     out["compiling_thread_mean_us"] = med["jitwatch"].get("thread_mean_s")
+    out["compiling_thread_tight_cpu_us"] = med["jitwatch"].get("tight_cpu_s")
+    out["writer_thread_us"] = med["jitwatch"].get("writer_s")
+    out["writer_event_build_us"] = med["jitwatch"].get("build_s")
     if before:
+        out["writer_thread_us_before"] = med[BEFORE].get("writer_s")
+        out["writer_event_build_us_before"] = med[BEFORE].get("build_s")
         out["compiling_thread_us_before"] = med[BEFORE].get("thread_s")
         out["compiling_thread_mean_us_before"] = med[BEFORE].get("thread_mean_s")
+        out["compiling_thread_tight_cpu_us_before"] = med[BEFORE].get("tight_cpu_s")
     return out
 
 
@@ -295,47 +392,124 @@ def _db_bytes(directory: Path) -> int:
         conn.close()
 
 
+def _journal_events(template: Any, n: int, per_spec: int, kernels: int, rank_of: Any, spec_of: Any) -> list[Any]:
+    """``n`` compile events from ``template``: event ``i`` of rank ``rank_of(i)`` and
+    specialization ``spec_of(i)``, kernel ``bench_kernel_<spec % kernels>``, 1 ms apart."""
+    evs = []
+    for i in range(n):
+        spec, rank = spec_of(i), rank_of(i)
+        attrs = dict(template.attrs)
+        attrs["rank"] = attrs["tp_rank"] = rank
+        attrs["constexprs"] = {"BLOCK": spec}
+        attrs["specialization_data"] = template.attrs["specialization_data"].replace("256", str(spec))
+        evs.append(
+            template.model_copy(
+                update={
+                    "kernel": f"bench_kernel_{spec % kernels}",
+                    "rank": rank,
+                    "key": template.key.replace("256", str(spec)),
+                    "ts": template.ts + i * 1e-3,
+                    "attrs": attrs,
+                }
+            )
+        )
+    return evs
+
+
+JOURNAL_CASES = ("fleet", "fleet_per_rank", "fleet_per_rank_home", "all_distinct")
+"""The journal section's layouts (see :func:`bench_journal`)."""
+
+
 def bench_journal(events: int, ranks: int, kernels: int, tmp: Path) -> dict[str, Any]:
+    """Writer-thread CPU, page faults and bytes per compile event for three layouts of the same
+    kind of events (batches of :data:`BATCH`):
+
+    * ``fleet`` (mixed ranks): one journal connection writes every event; each specialization
+      compiles on ``ranks`` ranks and its ``ranks`` events sit next to each other in one batch, so
+      a batch mixes every rank (and each event is its own (kernel, rank) aggregate row);
+    * ``fleet_per_rank`` (what a fleet of workers does): ``ranks`` journal connections to one file,
+      one per rank as each worker process has its own ``JournalWriter``; each writes only its own
+      rank's events, ``events / ranks`` of them, one per specialization, and the writers' batches
+      interleave (batch ``b`` of every rank, the rank that writes first rotating), so the first
+      writer of a batch stores its specializations and the others find them stored;
+    * ``fleet_per_rank_home``: the same with Triton installed under the home directory (the
+      libdevice path in every ``specialization_data`` under ``$HOME``, as in a venv there), so
+      every new specialization is redacted before it is stored and identified;
+    * ``all_distinct``: one connection, every event its own specialization (the worst case).
+    """
     from jitwatch.store.journal import Journal
 
-    template = _template_event()
-    out: dict[str, Any] = {"events": events, "batch": 256}
-    for case, per_spec in (("fleet", ranks), ("all_distinct", 1)):
+    plain = _template_event()
+    home_attrs = dict(plain.attrs)
+    home_attrs["specialization_data"] = plain.attrs["specialization_data"].replace("/opt/venv", f"{Path.home()}/venv")
+    at_home = plain.model_copy(update={"attrs": home_attrs})
+    out: dict[str, Any] = {"events": events, "batch": BATCH}
+    for case in JOURNAL_CASES:
+        template = at_home if case.endswith("_home") else plain
         d = tmp / f"journal-bench-{case}"
         shutil.rmtree(d, ignore_errors=True)
-        with Journal(d) as j:
-            j.write([])
+        per_rank_case = case.startswith("fleet_per_rank")
+        writers = [Journal(d) for _ in range(ranks if per_rank_case else 1)]
+        try:
+            writers[0].write([])
             base = _db_bytes(d)
-            evs = []
-            for i in range(events):
-                spec = i // per_spec
-                kernel = f"bench_kernel_{spec % kernels}"
-                attrs = dict(template.attrs)
-                attrs["rank"] = attrs["tp_rank"] = i % per_spec
-                attrs["constexprs"] = {"BLOCK": spec}
-                attrs["specialization_data"] = template.attrs["specialization_data"].replace("256", str(spec))
-                evs.append(
-                    template.model_copy(
-                        update={
-                            "kernel": kernel,
-                            "rank": i % per_spec,
-                            "key": template.key.replace("256", str(spec)),  # type: ignore[union-attr]
-                            "ts": template.ts + i * 1e-3,
-                            "attrs": attrs,
-                        }
-                    )
+            plan: list[tuple[Any, list[Any]]] = []  # (journal, batch) in write order
+            if per_rank_case:
+                per_rank = events // ranks
+                evs = [
+                    _journal_events(template, per_rank, 1, kernels, lambda i, r=r: r, lambda i: i) for r in range(ranks)
+                ]
+                for b, k in enumerate(range(0, per_rank, BATCH)):
+                    for r in [(b + i) % ranks for i in range(ranks)]:
+                        plan.append((writers[r], evs[r][k : k + BATCH]))
+                per_spec = ranks
+            else:
+                per_spec = ranks if case == "fleet" else 1
+                flat = _journal_events(
+                    template, events, per_spec, kernels, lambda i, n=per_spec: i % n, lambda i, n=per_spec: i // n
                 )
+                plan = [(writers[0], flat[k : k + BATCH]) for k in range(0, events, BATCH)]
             cpu: list[float] = []
-            for k in range(0, events, 256):
-                batch = evs[k : k + 256]
+            faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            for journal, batch in plan:
                 c0 = time.thread_time()
-                j.write(batch)
+                journal.write(batch)
                 cpu.append((time.thread_time() - c0) / len(batch))
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+        finally:
+            for journal in writers:
+                journal.close()
+        written = sum(len(batch) for _, batch in plan)
         total = _db_bytes(d) - base
         out[case] = {
             "events_per_specialization": per_spec,
+            "writers": len(writers),
             "cpu_us_per_event": summary(cpu, 1e6),
-            "bytes_per_event": total / events,
+            "cpu_us_per_batch_event": [c * 1e6 for c in cpu],
+            "bytes_per_event": total / written,
+            "minor_page_faults_per_event": faults / written,
+        }
+    return out
+
+
+def merge_journal_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One journal result from several processes (rounds) of one tree: CPU per event summarised
+    over every batch of every round, the median of each round's median kept per round; bytes
+    from the first round (they are the same every round: same events, same schema)."""
+    out: dict[str, Any] = {k: v for k, v in rounds[0].items() if k not in JOURNAL_CASES}
+    out["rounds"] = len(rounds)
+    for case in JOURNAL_CASES:
+        if case not in rounds[0]:
+            continue
+        per = [r[case] for r in rounds]
+        batches = [c for r in per for c in r.get("cpu_us_per_batch_event", [])]
+        out[case] = {
+            "events_per_specialization": per[0]["events_per_specialization"],
+            "writers": per[0].get("writers", 1),
+            "cpu_us_per_event": summary(batches) if batches else per[0]["cpu_us_per_event"],
+            "cpu_us_round_medians": [r["cpu_us_per_event"]["median"] for r in per],
+            "bytes_per_event": per[0]["bytes_per_event"],
+            "minor_page_faults_per_event": statistics.median(r.get("minor_page_faults_per_event", 0.0) for r in per),
         }
     return out
 
@@ -350,6 +524,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="processes per variant, interleaved")
     ap.add_argument("--journal-events", type=int, default=8192)
     ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--tight", type=int, default=2000, help="back-to-back hook calls per rep (tight loop)")
+    ap.add_argument(
+        "--journal-rounds", type=int, default=3, help="journal processes per tree, interleaved (before/after)"
+    )
     ap.add_argument("--smoke", action="store_true", help="seconds-long run for CI (figures meaningless)")
     ap.add_argument("--before", help="an older jitwatch source tree to run side by side (e.g. a git archive)")
     ap.add_argument("--sections", default="compile,journal", help="which parts to run (compile, journal)")
@@ -365,20 +543,26 @@ def main() -> None:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.smoke:
-        args.compiles, args.reps, args.rounds, args.journal_events = 3, 1, 1, 512
+        args.compiles, args.reps, args.rounds, args.journal_events, args.journal_rounds = 3, 1, 1, 512, 1
     tmp = Path(tempfile.mkdtemp(prefix="jw-bench-floor-"))
     try:
         sections = set(args.sections.split(","))
         result: dict[str, Any] = {"device": device, "smoke": args.smoke, "before": bool(args.before)}
         if "compile" in sections:
-            result["compile"] = bench_compiles(device, args.compiles, args.reps, args.rounds, tmp, args.before)
+            result["compile"] = bench_compiles(
+                device, args.compiles, args.reps, args.rounds, tmp, args.before, 50 if args.smoke else args.tight
+            )
         if "journal" in sections:
             trees = {"journal": None, "journal_before": args.before} if args.before else {"journal": None}
-            for name, tree in trees.items():
-                cfg = {"kind": "journal", "variant": name, "events": args.journal_events, "ranks": args.ranks}
-                cfg.update(tmp=str(tmp / name), tree=tree)
-                (tmp / name).mkdir()
-                result[name] = _spawn(cfg, tmp, tmp / "unused-cache")
+            per_tree: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+            for r in range(args.journal_rounds):  # one process per tree and round, order alternating
+                for name in trees if r % 2 == 0 else tuple(reversed(trees)):
+                    cfg = {"kind": "journal", "variant": name, "events": args.journal_events, "ranks": args.ranks}
+                    cfg.update(tmp=str(tmp / f"{name}-{r}"), tree=trees[name], round=r)
+                    (tmp / f"{name}-{r}").mkdir()
+                    per_tree[name].append(_spawn(cfg, tmp, tmp / "unused-cache"))
+            for name, rounds in per_tree.items():
+                result[name] = merge_journal_rounds(rounds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     doc = write_result(args.out, "cost_floor", result)
@@ -407,13 +591,33 @@ def _print(doc: dict[str, Any]) -> None:
                 end="",
             )
         print(f"; dropped {c['dropped']}")
+        tight = c.get("compiling_thread_tight_cpu_us")
+        if tight is not None:
+            print(f"  the three hooks back to back (compiling thread CPU): {tight:.1f} us per compile", end="")
+            if c.get("compiling_thread_tight_cpu_us_before") is not None:
+                print(f"; before: {c['compiling_thread_tight_cpu_us_before']:.1f} us", end="")
+            print()
+        if c.get("writer_thread_us") is not None:
+            print(
+                f"  journal writer's thread: {c['writer_thread_us']:.1f} us per compile, of which building the events "
+                f"{c['writer_event_build_us']:.1f} us",
+                end="",
+            )
+            if c.get("writer_thread_us_before") is not None:
+                print(
+                    f"; before: {c['writer_thread_us_before']:.1f} / {c['writer_event_build_us_before']:.1f} us", end=""
+                )
+            print()
     for name in ("journal", "journal_before"):
         j = doc.get(name)
-        for case in ("fleet", "all_distinct") if j else ():
+        for case in [c for c in JOURNAL_CASES if c in j] if j else ():
             r = j[case]
+            rounds = ", ".join(f"{m:.1f}" for m in r.get("cpu_us_round_medians", []))
             print(
                 f"{name} ({case}, {r['events_per_specialization']} events/specialization): "
-                f"{r['cpu_us_per_event']['median']:.1f} us CPU and {r['bytes_per_event']:.0f} B per event"
+                f"{r['cpu_us_per_event']['median']:.1f} us CPU and {r['bytes_per_event']:.0f} B per event, "
+                f"{r.get('minor_page_faults_per_event', 0):.2f} minor page faults per event"
+                + (f" (round medians {rounds})" if rounds else "")
             )
 
 

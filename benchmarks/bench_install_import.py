@@ -28,7 +28,7 @@ from typing import Any
 
 from _common import REPO, summary, write_result
 
-HEAVY = ("torch", "triton", "cutlass", "tilelang", "tvm_ffi", "flashinfer", "numpy")
+HEAVY = ("torch", "triton", "cutlass", "tilelang", "tvm_ffi", "flashinfer", "deep_gemm", "numpy")
 
 PROBE = """
 import json, sys, time

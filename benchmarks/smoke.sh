@@ -18,7 +18,8 @@ run() { # run NAME ARGS...
   fi
 }
 run cost_floor --smoke --device cpu
-run sidecar --events 1000 --kernels 20 --ranks 2 --duration 0.3 --concurrency 1,2
+run sidecar --events 1000 --kernels 20 --ranks 2 --duration 0.3 --concurrency 1,2 --writer-rate 50
+run series --events 1000 --kernels 20 --ranks 2 --journal "$DEST/series-journal"
 run compile_cost --quick --device cpu --procs 2
 run recompiles --device cpu --sizes 1,2,3,7,16,17,32,33
 run hot_path --device cpu --launches 200 --reps 2

@@ -128,7 +128,7 @@ def install(
 
     Raises:
         jitwatch.errors.ConfigError: a ``JITWATCH_*`` variable a worker reads has an unusable value
-            (not for the sidecar-only ``JITWATCH_HOST``/``PORT``/``TOKEN``/``STALE_SECONDS``).
+            (not for the sidecar-only ones, :data:`jitwatch.config.SIDECAR_ONLY_VARIABLES`).
         jitwatch.errors.BackendError: ``JITWATCH_BACKENDS`` names an unknown backend.
     """
     global _monitor

@@ -196,3 +196,28 @@ def test_nothing_else_reads_jitwatch_variables() -> None:
         if p.name != "config.py" and pattern.search(p.read_text(encoding="utf-8"))
     ]
     assert offenders == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        config.JITWATCH_PORT,
+        config.JITWATCH_STALE_SECONDS,
+        config.JITWATCH_READ_TIMEOUT_SECONDS,
+        config.JITWATCH_HEADER_TIMEOUT_SECONDS,
+        config.JITWATCH_MAX_CONNECTIONS,
+    ],
+)
+def test_for_worker_ignores_a_bad_sidecar_only_variable(name: str) -> None:
+    """A worker does not stop for a bad value of a variable only the sidecar reads (the sidecar's
+    connection limit and timeouts included); ``from_env`` still refuses it."""
+    env = {"JITWATCH_DIR": "/tmp/jw-test", name: "abc"}
+    assert name in config.SIDECAR_ONLY_VARIABLES
+    Settings.for_worker(env)
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env(env)
+
+
+def test_sidecar_only_variables_are_not_worker_variables() -> None:
+    assert not set(config.SIDECAR_ONLY_VARIABLES) & set(config.WORKER_VARIABLES)
+    assert set(config.SIDECAR_ONLY_VARIABLES) <= set(ALL_VARIABLES)

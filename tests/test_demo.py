@@ -94,6 +94,7 @@ def test_demo_default(tmp_path: Path) -> None:
     (recent,) = [c for c in jit["recent_serving_compiles"] if c["backend"] == "triton"]
     assert recent["kernel"] == "zero_kv_blocks_kernel" and recent["key"] == zero["last_key"]
     assert "'*fp16'" in recent["key"] and recent["request_id"] == 3
+    assert recent["request"] == "step-3"  # step names count from 1, like request ids
     (tc,) = [c for c in jit["recent_serving_compiles"] if c["backend"] == "torch_compile"]
     assert tc["kernel"] == "make_sampler.<locals>.sample_probs" and tc["request_id"] == 3
     assert tc["reason"] == "0/0: tensor 'logits' size mismatch at index 0. expected 1, actual 2"
@@ -106,9 +107,9 @@ def test_demo_default(tmp_path: Path) -> None:
     assert [c for _, c in demo["readyz"]] == [503, 200]
     assert r["readyz_polled"][0] == 503 and r["readyz_polled"][-1] == 200
     m = r["metrics"]
-    assert metric(m, "jitwatch_compiles_total", kernel="slot_mapping_kernel", phase="warmup") == 1
-    assert metric(m, "jitwatch_compiles_total", kernel="zero_kv_blocks_kernel", phase="serving") == 1
-    assert 'kernel="slot_mapping_kernel",phase="serving"' not in m
+    assert metric(m, "jitwatch_serving_compiles_total", kernel="zero_kv_blocks_kernel", rank="0") == 1
+    assert 'jitwatch_serving_compiles_total{backend="triton",kernel="slot_mapping_kernel"' not in m
+    assert metric(m, "jitwatch_compile_seconds_total", kernel="slot_mapping_kernel") > 0
     assert metric(m, "jitwatch_warmup_complete", rank="0") == 1
     assert metric(m, "jitwatch_recompiles_total", backend="torch_compile", reason_class="size mismatch") == 1
     assert "first-request latency" in r["stdout"] and "zero_kv_blocks_kernel" in r["stdout"]
@@ -240,3 +241,36 @@ def test_demo_sigterm_prints_stopped(tmp_path: Path) -> None:
     assert "jitwatch demo: stopped" in rest and "Traceback" not in rest
     with journal_lock(tmp_path / "journal"):  # the lock went with the process
         pass
+
+
+def test_summary_names_the_demo_journal_for_jitwatch_why(tmp_path: Path) -> None:
+    """The demo's journal is <JITWATCH_DIR>/demo-<port>: the summary's `jitwatch why` hint must pass
+    it, since a bare `jitwatch why` reads <JITWATCH_DIR> and answers "no journal at ..."."""
+    from rich.console import Console
+
+    from jitwatch.demo.runner import DemoReport, print_summary
+
+    journal_dir = tmp_path / "demo-9400"
+    jit = {
+        "ranks": [{"rank": 0, "ready": True, "warmup_compiles": 1, "serving_compiles": 1}],
+        "kernels": [],
+        "recent_serving_compiles": [
+            {
+                "backend": "triton",
+                "kernel": "zero_kv_blocks_kernel",
+                "request_id": 3,
+                "duration_s": 0.06,
+                "reason": "never warmed (no compile of this kernel before serving)",
+            }
+        ],
+    }
+    report = DemoReport(journal_dir=journal_dir, url="http://127.0.0.1:9400", jit=jit)
+    console = Console(record=True, width=400)
+    print_summary(report, console)
+    text = console.export_text()
+    assert f"jitwatch why --journal-dir {journal_dir}" in text
+
+    report.jit = {**jit, "recent_serving_compiles": []}
+    console = Console(record=True, width=400)
+    print_summary(report, console)
+    assert "--journal-dir" not in console.export_text()

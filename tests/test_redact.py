@@ -87,3 +87,42 @@ def test_no_passwd_entry_never_raises(monkeypatch) -> None:
 
 def test_non_string_input() -> None:
     assert redact(("/home/zed/a",)) == "('~/a',)"  # type: ignore[arg-type]
+
+
+def test_a_symlinked_home_is_redacted_under_its_real_path_too(monkeypatch, tmp_path) -> None:
+    """``HOME`` a symlink (``/home/alice`` → an NFS directory not named after the user): paths
+    resolved through it (``os.path.realpath``, a venv's files, Triton's libdevice) name the real
+    directory, which is the home directory all the same."""
+    real = tmp_path / "nfs" / "u12345"
+    real.mkdir(parents=True)
+    link = tmp_path / "homelink"
+    link.symlink_to(real)
+    monkeypatch.setenv("HOME", str(link))
+    monkeypatch.setattr(redact_mod.Path, "home", staticmethod(lambda: redact_mod.Path(str(link))))
+    monkeypatch.setattr(redact_mod.getpass, "getuser", lambda: "alice")
+    redact_mod._patterns.cache_clear()
+    redact_mod._user_pattern.cache_clear()
+    try:
+        resolved = f"{real}/.venv/lib/libdevice.10.bc"
+        assert redact(f"('libdevice', '{resolved}')") == "('libdevice', '~/.venv/lib/libdevice.10.bc')"
+        assert redact(f"{link}/x") == "~/x"
+        assert redact(f"{real}x/y") == f"{real}x/y"  # still only as a whole component
+    finally:
+        redact_mod._patterns.cache_clear()
+        redact_mod._user_pattern.cache_clear()
+
+
+def test_a_relative_home_is_not_resolved_against_the_working_directory(monkeypatch, tmp_path) -> None:
+    """``HOME=.`` names no directory: its real path would be the working directory, whose paths
+    are not the home directory's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", ".")
+    monkeypatch.setattr(redact_mod.Path, "home", staticmethod(lambda: redact_mod.Path(".")))
+    monkeypatch.setattr(redact_mod.getpass, "getuser", lambda: "alice")
+    redact_mod._patterns.cache_clear()
+    redact_mod._user_pattern.cache_clear()
+    try:
+        assert redact(f"{tmp_path}/kernels/k.py") == f"{tmp_path}/kernels/k.py"
+    finally:
+        redact_mod._patterns.cache_clear()
+        redact_mod._user_pattern.cache_clear()

@@ -8,7 +8,8 @@ and modes and nothing of any compiler. The two meet here:
 * the backend, from inside the compiler's callbacks, calls the sink: :meth:`CompileSink.begin`
   when a compile starts, :meth:`CompileSink.finish` (or :meth:`CompileSink.cancel`) when it ends,
   :meth:`CompileSink.record` for a compile it only saw end, and :meth:`CompileSink.hook_error`
-  when its own code failed. Each record is a :class:`Capture`.
+  when its own code failed. Each record is a :class:`Capture` (or, through :meth:`CompileSink.end`,
+  a callable that builds one on the journal writer's thread).
 
 Cost rules (``docs/architecture.md``, "The compiling thread"): ``begin``/``finish`` run on the
 thread that compiles, so a backend gives them only what it already holds — names and the key as
@@ -121,6 +122,14 @@ class CompileSink(Protocol):
         """The compile begun with ``token`` ended now; record ``capture`` (duration from ``begin``)."""
         ...
 
+    def end(self, token: Any, key: str | None, build: Callable[[Any], Capture], arg: Any) -> None:
+        """:meth:`finish` for a ``compile`` (kind :attr:`CompileKind.COMPILE`) of the backend and
+        name given to :meth:`begin`, whose :class:`Capture` is built later: ``build(arg)`` runs on
+        the journal writer's thread, so the compiling thread only hands over references. ``key``
+        (the compiler's own string, unredacted) is needed now: warn-once and the ``error``-mode
+        message. The hot path for a backend whose callbacks fire on every compile (Triton)."""
+        ...
+
     def cancel(self, token: Any) -> None:
         """The compile begun with ``token`` did not happen (a chained hook vetoed it, or it raised)."""
         ...
@@ -155,6 +164,9 @@ class CompileSink(Protocol):
 # ---------------------------------------------------------------------- parent compiles
 _parents: dict[int, str] = {}
 _parents_lock = threading.Lock()
+parent_marks: Mapping[int, str] = _parents
+"""The marks :func:`enter_parent` set (thread id → compile ref), read-only: empty unless a
+backend marked one, so a caller on a hot path skips :func:`current_parent` when it is falsy."""
 
 
 def enter_parent(ref: str) -> str | None:
@@ -183,9 +195,11 @@ def current_parent() -> str | None:
     """The compile this thread is inside (see :func:`enter_parent`); when this thread is inside
     none but exactly one compile is open in the process, that one (a compiler that hands work to
     a helper thread, e.g. Inductor's asynchronous Triton compiles, is still attributed); else
-    ``None``. One dictionary read in the common case."""
+    ``None``. One dictionary truth test in the common case (no compile marked anywhere)."""
+    if not _parents:
+        return None
     ref = _parents.get(threading.get_ident())
-    if ref is not None or not _parents:
+    if ref is not None:
         return ref
     with _parents_lock:
         refs = set(_parents.values())
@@ -371,4 +385,5 @@ __all__ = [
     "enter_parent",
     "exit_parent",
     "module_available",
+    "parent_marks",
 ]

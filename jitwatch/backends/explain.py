@@ -94,20 +94,45 @@ class Reason:
         return {
             "reason": self.text,
             "reason_kind": self.kind,
-            "reason_changes": [c.as_attrs() for c in self.changes],
+            "reason_changes": [c.as_attrs() for c in self.changes] if self.changes else [],
             "fixes": list(self.fixes),
         }
 
 
-def never_warmed(name: str, label: str = "kernel") -> Reason:
-    """The reason of a serving compile of something that never compiled before serving."""
+MANIFEST_BACKENDS = frozenset({"triton"})
+"""Backends whose compiles a warmup manifest can record and replay (``jitwatch.warmup.replay``)."""
+
+
+def warm_fix(name: str, backend: str | None = None) -> str:
+    """The fix for a serving compile of ``name`` that warmup missed: warm it, or (Triton, and a
+    ``backend`` of ``None``) record a manifest and replay it; other backends' compiles are not in
+    manifests, so the fix does not offer one."""
+    if backend is None or backend in MANIFEST_BACKENDS:
+        return (
+            f"call {name} in warmup with serving's arguments, or record a manifest "
+            "(`jitwatch manifest export`) and replay it at startup (`jitwatch warmup replay`)"
+        )
+    return (
+        f"run what compiles {name} in warmup with serving's arguments and shapes "
+        f"(warmup manifests replay Triton kernels only, not {backend}'s)"
+    )
+
+
+def new_key_fix(name: str, backend: str | None) -> str:
+    """The fix for a serving compile of a new key of ``name`` whose other keys were warmed:
+    replay a manifest of serving's keys (:data:`MANIFEST_BACKENDS`), else :func:`warm_fix`."""
+    if backend in MANIFEST_BACKENDS:
+        return "record a manifest of serving's keys and replay it in warmup"
+    return warm_fix(name, backend)
+
+
+def never_warmed(name: str, label: str = "kernel", backend: str | None = None) -> Reason:
+    """The reason of a serving compile of something that never compiled before serving;
+    ``backend`` picks the fix (:func:`warm_fix`)."""
     return Reason(
         "never_warmed",
         f"never warmed (no compile of this {label} before serving)",
-        fixes=(
-            f"call {name} in warmup with serving's arguments, or record a manifest "
-            "(`jitwatch manifest export`) and replay it at startup (`jitwatch warmup replay`)",
-        ),
+        fixes=(warm_fix(name, backend),),
     )
 
 
@@ -141,6 +166,7 @@ class Explainer(Protocol):
 
 
 __all__ = [
+    "MANIFEST_BACKENDS",
     "REASON_KINDS",
     "Change",
     "Explainer",
@@ -149,4 +175,6 @@ __all__ = [
     "Seen",
     "from_changes",
     "never_warmed",
+    "new_key_fix",
+    "warm_fix",
 ]

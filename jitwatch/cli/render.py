@@ -151,7 +151,8 @@ def render_status(status: JitStatus, console: Console) -> None:
     t = status.totals
     console.print(
         f"totals: {t.ranks_ready}/{t.ranks} ranks ready, {t.kernels} kernels, {t.compiles} compiles "
-        f"({t.compiles_warmup} warmup, {t.compiles_serving} serving), {t.compile_seconds:.3f}s compiling, "
+        f"({t.compiles_startup} startup, {t.compiles_warmup} warmup, {t.compiles_serving} serving), "
+        f"{t.compile_seconds:.3f}s compiling, "
         f"{t.hook_errors} hook errors, {t.dropped_events} dropped events"
     )
 

@@ -451,7 +451,8 @@ def print_summary(report: DemoReport, console: Any) -> None:
         f"serving-phase compiles: {rank.get('serving_compiles')}",
         f"first-request latency: {'-' if first is None else f'{first * 1000:.1f} ms'}",
     ]
-    for c in jit.get("recent_serving_compiles", []):
+    serving = jit.get("recent_serving_compiles", [])
+    for c in serving:
         lines.append(
             f"serving compile: {c.get('backend', 'triton')} {c.get('kernel')} in request {c.get('request_id')} "
             f"({(c.get('duration_s') or 0) * 1000:.0f} ms): "
@@ -460,6 +461,13 @@ def print_summary(report: DemoReport, console: Any) -> None:
                 if c.get("reason")
                 else f"key {_short_key(c.get('key'), 100)}"
             )
+        )
+    if serving:
+        # The demo's journal is <JITWATCH_DIR>/demo-<port>, not the default that `jitwatch why`,
+        # `coverage` and `manifest export` read: a bare `jitwatch why` says "no journal at ...".
+        lines.append(
+            f"the fixes: jitwatch why --journal-dir {report.journal_dir} "
+            "(also `jitwatch coverage` / `jitwatch manifest export` with the same --journal-dir)"
         )
     if source == "reference":
         lines.append(

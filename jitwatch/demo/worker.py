@@ -10,7 +10,7 @@ Scenario:
 2. Leaving the block activates the monitor (``/readyz`` flips to 200).
 3. Serves :data:`REQUEST_STREAM` (engine steps with >= 5 different token counts) through
    :func:`jitwatch.kernels.slot_mapping.compute_slot_mapping`, each inside ``mon.request()``.
-4. From step :data:`ZERO_FROM_STEP` on, freed KV blocks are zeroed with
+4. From the step of index :data:`ZERO_FROM_STEP` (step 3) on, freed KV blocks are zeroed with
    :func:`jitwatch.kernels.kv_blocks.zero_kv_blocks`, a kernel warmup does not cover: one
    serving-phase compile.
 5. The torch.compile story beside it: each step ends with a sampler compiled by the real
@@ -20,9 +20,10 @@ Scenario:
    reason (``0/0: tensor 'logits' size mismatch at index 0. expected 1, actual 2``). Dynamo then
    makes the batch dimension dynamic: later batch sizes do not recompile.
 
-With ``JITWATCH_MODE=error`` the step-4 compile raises :class:`jitwatch.ServingCompileError` (by
-design); the worker then emits ``{"event": "serving_compile_error", "kernel": ...}`` and exits with
-:data:`ERROR_MODE_EXIT`, without a traceback, and the parent prints one line about it.
+With ``JITWATCH_MODE=error`` the serving compile in step 3 (request 3, ``step-3``) raises
+:class:`jitwatch.ServingCompileError` (by design); the worker then emits
+``{"event": "serving_compile_error", "kernel": ...}`` and exits with :data:`ERROR_MODE_EXIT`, without
+a traceback, and the parent prints one line about it.
 
 On a CUDA GPU the kernels launch; on CPU they are compiled with the compile-only driver and the
 torch reference computes the values (the report says which). Progress goes to stdout as JSON
@@ -229,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         served: list[dict[str, Any]] = []
         for i, counts in enumerate(REQUEST_STREAM):
             t = time.perf_counter()
-            with mon.request(name=f"step-{i}"):
+            # steps are named from 1, like request ids: the third step is request 3 and "step-3"
+            with mon.request(name=f"step-{i + 1}"):
                 info = engine.step(counts, zero_freed=i >= ZERO_FROM_STEP)
                 engine.sample(sampler, len(counts))
             info["latency_s"] = time.perf_counter() - t

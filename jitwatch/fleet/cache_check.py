@@ -341,20 +341,24 @@ class RedisCache:
     def keys(self, limit: int) -> list[str]:
         """Cache hashes that have a group value in Redis (at most ``limit``; SCAN, never KEYS)."""
         head, _, tail = self.key_format.partition("{key}")
+        sep = tail.split("{filename}")[0]
         pattern = self.key_format.format(key="*", filename="__grp__*")
-        out: list[str] = []
-        for raw in self._call(lambda: list(self.client.scan_iter(match=pattern, count=1000))):
-            name = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            if not name.startswith(head):
-                continue
-            middle = name[len(head) :]
-            sep = tail.split("{filename}")[0]
-            key = cache_key_of(middle.split(sep)[0] if sep else middle[:52])
-            if key is not None and key not in out:
-                out.append(key)
-                if len(out) >= limit:
-                    break
-        return out
+        out: dict[str, None] = {}  # insertion-ordered set: the first `limit` distinct hashes
+
+        def collect() -> None:
+            for raw in self.client.scan_iter(match=pattern, count=1000):
+                name = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+                if not name.startswith(head):
+                    continue
+                middle = name[len(head) :]
+                key = cache_key_of(middle.split(sep)[0] if sep else middle[:52])
+                if key is not None:
+                    out[key] = None
+                    if len(out) >= limit:
+                        return
+
+        self._call(collect)
+        return list(out)
 
     def lookup(self, cache_key: str) -> tuple[Status, str | None, int, int]:
         key = cache_dir_name(cache_key)

@@ -108,7 +108,9 @@ class ReplayReport:
         return (
             f"{len(self.results)} entries: {self.compiled} compiled, {self.cached} already cached, "
             f"{self.skipped} skipped, {self.refused} refused, {self.failed} failed "
-            f"in {self.wall_s:.2f} s ({self.mode}, {self.workers} workers)"
+            f"in {self.wall_s:.2f} s "
+            # a serial replay uses no pool: "(serial, 2 workers)" read as if two compiled at once
+            + (f"({self.mode})" if self.mode == "serial" else f"({self.mode}, {self.workers} workers)")
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -455,15 +457,21 @@ class _TrackingExecutor(Executor):
         self.on_done = on_done
         self.current: _Plan | None = None
         self.seconds: dict[int, float] = {}
+        self.errors: dict[int, str] = {}
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
         plan = self.current
         seconds = self.seconds
+        errors = self.errors
 
         def timed() -> Any:
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
+            except BaseException as exc:
+                if plan is not None:  # Triton's ignore_errors drops it; the report keeps why
+                    errors[id(plan)] = f"{type(exc).__name__}: {exc}"[:500]
+                raise
             finally:
                 if plan is not None:
                     seconds[id(plan)] = time.perf_counter() - t0
@@ -501,7 +509,24 @@ def _replay_threads(plans: list[_Plan], workers: int, done: Any, progressed: Any
         elif _in_memory(plan.fn, plan.entry.key):
             done(plan, EntryResult(plan.entry.kernel, plan.entry.key, "compiled", None, secs))
         else:
-            done(plan, EntryResult(plan.entry.kernel, plan.entry.key, "failed", "asynchronous compile failed", secs))
+            done(plan, _retry_in_thread(plan, ex.errors.get(id(plan), "asynchronous compile failed"), secs))
+
+
+def _retry_in_thread(plan: _Plan, why: str, pool_seconds: float) -> EntryResult:
+    """A compile that failed in the pool, compiled again in this thread (outside the async mode).
+
+    Concurrent compiles can fail where the same compile alone succeeds: CPython 3.11's ``ast``
+    module keeps its recursion-depth counter per interpreter, not per thread, so two Triton
+    frontends parsing at once can raise ``SystemError: AST constructor recursion depth mismatch``
+    (cpython gh-106905; seen here about once in 200 threaded replays under load). A real error
+    (bad source, unsupported target) fails again and is reported with this attempt's message.
+    """
+    log.info("jitwatch replay: %s failed in the thread pool (%s); compiling it again here", plan.entry.kernel, why)
+    result = _preload_one(plan)
+    result.seconds += pool_seconds
+    if result.status == "compiled":
+        result.reason = f"compiled on a second, serial attempt; the threaded one failed: {why}"[:500]
+    return result
 
 
 def _prefill_disk_cache(plans: list[_Plan], target: Mapping[str, Any], workers: int) -> None:

@@ -36,7 +36,6 @@ into detail on the journal writer's thread.
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 import threading
@@ -47,6 +46,7 @@ from types import CodeType, ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, CompileKind, LibraryBackend, enter_parent, exit_parent
+from jitwatch.backends.patching import CancelOnFailure, Patch, patch_attribute
 from jitwatch.backends.torch_compile.reasons import FIXES, reason_class
 from jitwatch.errors import ServingCompileError
 from jitwatch.importhook import when_imported
@@ -266,6 +266,32 @@ def _cache_hit(detail: dict[str, Any]) -> bool | None:
     return states <= {"hit"}
 
 
+class _AutotuneSweep(CancelOnFailure):
+    """Around ``CachingAutotuner.benchmark_all_configs(self, *args, **kwargs)`` (Inductor's runtime
+    autotuning): one ``autotune`` capture per sweep, named after the kernel."""
+
+    def __init__(self, backend: TorchCompileBackend) -> None:
+        self.backend = backend
+
+    def before(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sink = self.backend.sink
+        if sink is None or not args:
+            return None
+        autotuner = args[0]
+        meta = getattr(autotuner, "inductor_meta", None) or {}
+        name = str(meta.get("kernel_name") or getattr(getattr(autotuner, "fn", None), "__name__", "kernel"))
+        return (sink.begin(self.backend.name, name), name, autotuner, sink)
+
+    def after(self, state: Any, result: Any) -> None:
+        token, name, autotuner, sink = state
+        detail = {
+            "trigger": "inductor_autotune",
+            "configs": len(getattr(autotuner, "launchers", ()) or ()),
+            "compile_id": str(getattr(autotuner, "compile_id", None)),
+        }
+        sink.finish(token, Capture(self.backend.name, name, kind=CompileKind.AUTOTUNE, detail=detail))
+
+
 class TorchCompileBackend(LibraryBackend):
     """Dynamo compiles, recompiles (with Dynamo's guard-failure reason), lazy backward compiles
     and CUDA-graph recordings of ``torch.compile`` (torch ≥ 2.6 for the callbacks; tested on
@@ -290,9 +316,7 @@ class TorchCompileBackend(LibraryBackend):
         self._reregistering = False  # listed by the handler's clear wrapper (_reregister_after_clear)
         self._metrics_context: Any = None
         self._degraded: list[str] = []
-        self._autotuner_cls: Any = None
-        self._orig_bench: Any = None
-        self._wrapped_bench: Any = None
+        self._autotune_patch: Patch | None = None
         self._cancel_autotuner_wait: Any = None
 
     # ------------------------------------------------------------------ install
@@ -349,41 +373,15 @@ class TorchCompileBackend(LibraryBackend):
         autotuning; its ``TRITON_AUTOTUNING`` callback is disabled upstream). Recorded as an
         ``autotune`` capture named after the kernel, with the Dynamo ``compile_id`` it belongs to."""
         cls = getattr(module, "CachingAutotuner", None)
-        original = getattr(cls, "benchmark_all_configs", None)
-        if cls is None or not callable(original) or self.sink is None:
+        if cls is None or not callable(getattr(cls, "benchmark_all_configs", None)) or self.sink is None:
             return
-        backend = self
-
-        @functools.wraps(original)
-        def benchmark_all_configs(autotuner: Any, *args: Any, **kwargs: Any) -> Any:
-            sink = backend.sink
-            if sink is None:
-                return original(autotuner, *args, **kwargs)
-            try:
-                meta = getattr(autotuner, "inductor_meta", None) or {}
-                name = str(meta.get("kernel_name") or getattr(getattr(autotuner, "fn", None), "__name__", "kernel"))
-                token = sink.begin(backend.name, name)
-            except Exception as exc:  # noqa: BLE001
-                backend.report_error("CachingAutotuner.benchmark_all_configs", exc)
-                return original(autotuner, *args, **kwargs)
-            try:
-                result = original(autotuner, *args, **kwargs)
-            except BaseException:
-                sink.cancel(token)
-                raise
-            try:
-                detail = {
-                    "trigger": "inductor_autotune",
-                    "configs": len(getattr(autotuner, "launchers", ()) or ()),
-                    "compile_id": str(getattr(autotuner, "compile_id", None)),
-                }
-                sink.finish(token, Capture(backend.name, name, kind=CompileKind.AUTOTUNE, detail=detail))
-            except Exception as exc:  # noqa: BLE001
-                backend.report_error("CachingAutotuner.benchmark_all_configs", exc)
-            return result
-
-        self._autotuner_cls, self._orig_bench, self._wrapped_bench = cls, original, benchmark_all_configs
-        cls.benchmark_all_configs = benchmark_all_configs
+        self._autotune_patch = patch_attribute(
+            cls,
+            "benchmark_all_configs",
+            _AutotuneSweep(self),
+            where="CachingAutotuner.benchmark_all_configs",
+            on_error=self.report_error,
+        )
 
     def _register(self) -> None:
         handler = self._handler
@@ -407,10 +405,9 @@ class TorchCompileBackend(LibraryBackend):
         if self._cancel_autotuner_wait is not None:
             self._cancel_autotuner_wait()
             self._cancel_autotuner_wait = None
-        cls = self._autotuner_cls
-        if cls is not None and vars(cls).get("benchmark_all_configs") is self._wrapped_bench:
-            cls.benchmark_all_configs = self._orig_bench
-        self._autotuner_cls = self._orig_bench = self._wrapped_bench = None
+        if self._autotune_patch is not None:
+            self._autotune_patch.restore()
+            self._autotune_patch = None
         with self._lock:
             opened = list(self._open.values())
             self._open.clear()

@@ -341,6 +341,40 @@ def test_inductor_runtime_autotuner_is_wrapped_and_restored(fresh_dynamo: None) 
     assert heuristics.CachingAutotuner.__dict__["benchmark_all_configs"] is original
 
 
+def test_inductor_autotune_sweep_is_one_autotune_capture(fresh_dynamo: None) -> None:
+    """Inductor's own ``benchmark_all_configs`` over an empty config list (runs on a CPU): one
+    ``autotune`` event named after the kernel, with the sweep's config count and compile id."""
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    tuner = heuristics.CachingAutotuner.__new__(heuristics.CachingAutotuner)
+    tuner.inductor_meta = {"kernel_name": "triton_poi_fused_0"}
+    tuner.compile_id, tuner.is_backward, tuner.launchers, tuner.reset_to_zero_arg_names = None, False, [], []
+    try:
+        heuristics.CachingAutotuner.benchmark_all_configs(tuner)
+    except Exception as exc:  # noqa: BLE001 - another torch's sweep needs more state
+        pytest.skip(f"this torch's benchmark_all_configs needs more than an empty sweep: {exc!r}")
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        assert heuristics.CachingAutotuner.benchmark_all_configs(tuner) == {}
+        assert h.monitor.inflight() == []
+        (ev,) = _tc_events(h, EventKind.AUTOTUNE)
+    assert (ev.backend, ev.kernel) == ("torch_compile", "triton_poi_fused_0")
+    assert (ev.attrs["trigger"], ev.attrs["configs"], ev.attrs["compile_id"]) == ("inductor_autotune", 0, "None")
+
+
+def test_inductor_autotune_sweep_that_raises_leaves_nothing_in_flight(fresh_dynamo: None) -> None:
+    """A sweep that raises (here: an autotuner with no state) reaches the caller unchanged, is not
+    recorded and leaves no compile in flight (the wrapper cancels what it began)."""
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    bare = heuristics.CachingAutotuner.__new__(heuristics.CachingAutotuner)
+    with pytest.raises(Exception) as unwatched:
+        heuristics.CachingAutotuner.benchmark_all_configs(bare)
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        with pytest.raises(type(unwatched.value)):
+            heuristics.CachingAutotuner.benchmark_all_configs(bare)
+        assert h.monitor.inflight() == []
+        assert h.monitor.hook_errors == 0
+        assert _tc_events(h, EventKind.AUTOTUNE) == []
+
+
 def test_coverage_require_complete_fails_on_a_serving_recompile(tc: MonitorHarness) -> None:
     """`jitwatch coverage --require-complete` is a CI gate for every backend: a torch.compile
     recompile in serving is a missing key (with Dynamo's reason); a run whose serving shapes were
