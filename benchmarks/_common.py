@@ -7,12 +7,15 @@ asserts on a timing: the numbers are reported, and ``docs/benchmarks.md`` quotes
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,19 @@ if str(REPO) not in sys.path:  # run as `python benchmarks/x.py` without install
 
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # silence Triton 3.9's FutureWarning
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")  # the warmup span is not what is measured
+
+
+def scratch_dir(prefix: str = "jw-bench-") -> Path:
+    """A new private directory (``tempfile.mkdtemp``, mode 0700) for one benchmark's journals and
+    caches, removed with everything in it when the process exits (``atexit``), also after an
+    exception. ``JITWATCH_BENCH_KEEP=1`` keeps it and prints its path to stderr. Benchmarks write
+    journals of up to hundreds of MB; left behind, they filled this project's CI disk once."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.environ.get("JITWATCH_BENCH_KEEP") == "1":
+        print(f"kept: {path}", file=sys.stderr)
+    else:
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def percentile(values: Sequence[float], q: float) -> float:

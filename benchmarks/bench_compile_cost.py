@@ -34,13 +34,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import summary, write_result
+from _common import scratch_dir, summary, write_result
 
 HERE = Path(__file__).resolve()
 
@@ -319,7 +318,7 @@ def main() -> None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.quick:
         args.compiles, args.multi_compiles, args.burst_events = 6, 3, 50
-    tmp = Path(tempfile.mkdtemp(prefix="jw-bench-cc-"))
+    tmp = scratch_dir("jw-bench-cc-")
     result: dict[str, Any] = {"device": device, "timer_overhead_us": _timer_overhead() * 1e6}
 
     # single process, monitor on (cold + disk-hit) and the same compiles without jitwatch

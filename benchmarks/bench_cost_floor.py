@@ -51,13 +51,12 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import summary, write_result
+from _common import scratch_dir, summary, write_result
 
 HERE = Path(__file__).resolve()
 VARIANTS = ("none", "noop", "jitwatch")
@@ -274,6 +273,7 @@ def bench_compiles(
     variants = (*VARIANTS, BEFORE) if before else VARIANTS
     keys = ("cpu_s", "wall_s", "thread_s", "thread_mean_s", "tight_cpu_s", "writer_s", "build_s")
     per: dict[str, dict[str, list[float]]] = {v: {k: [] for k in keys} for v in variants}
+    by_round: dict[str, list[float]] = {v: [] for v in variants}  # each process's median CPU per compile
     dropped = 0
     for r in range(rounds):
         order = variants if r % 2 == 0 else tuple(reversed(variants))
@@ -285,6 +285,8 @@ def bench_compiles(
             res = _spawn(cfg, tmp, cache)
             for k in keys:
                 per[v][k] += res.get(k, [])
+            if res.get("cpu_s"):
+                by_round[v].append(statistics.median(res["cpu_s"]))
             dropped += int(res.get("dropped") or 0)
     med = {v: {k: statistics.median(xs) * 1e6 for k, xs in d.items() if xs} for v, d in per.items()}
     out: dict[str, Any] = {
@@ -304,6 +306,7 @@ def bench_compiles(
             out[f"added_{k[:-2]}_ratio_to_floor" + ("" if v == "jitwatch" else "_before")] = (
                 added / floor if floor > 0 else None
             )
+    out["paired_by_round"] = _paired(by_round, variants)
     out["compiling_thread_us"] = med["jitwatch"].get("thread_s")
     out["compiling_thread_mean_us"] = med["jitwatch"].get("thread_mean_s")
     out["compiling_thread_tight_cpu_us"] = med["jitwatch"].get("tight_cpu_s")
@@ -315,6 +318,26 @@ def bench_compiles(
         out["compiling_thread_us_before"] = med[BEFORE].get("thread_s")
         out["compiling_thread_mean_us_before"] = med[BEFORE].get("thread_mean_s")
         out["compiling_thread_tight_cpu_us_before"] = med[BEFORE].get("tight_cpu_s")
+    return out
+
+
+def _paired(by_round: dict[str, list[float]], variants: tuple[str, ...]) -> dict[str, Any]:
+    """Added CPU paired round by round: in each round every variant ran one process back to back,
+    so ``variant_r - none_r`` and ``noop_r - none_r`` share that round's machine state (a host
+    whose speed drifts between rounds, as the H200's did: ``none`` per compile ranged 1.1-1.8 ms
+    across processes). Medians over rounds, in µs per compile, and each round's ratio."""
+    none, noop = by_round["none"], by_round["noop"]
+    rounds = min(len(xs) for xs in by_round.values())
+    if rounds == 0:
+        return {}
+    floors = [(noop[r] - none[r]) * 1e6 for r in range(rounds)]
+    out: dict[str, Any] = {"rounds": rounds, "noop_floor_us": statistics.median(floors), "floor_by_round_us": floors}
+    for v in variants[2:]:
+        added = [(by_round[v][r] - none[r]) * 1e6 for r in range(rounds)]
+        floor = statistics.median(floors)
+        out[f"{v}_added_us"] = statistics.median(added)
+        out[f"{v}_ratio_to_floor"] = statistics.median(added) / floor if floor > 0 else None
+        out[f"{v}_ratio_by_round"] = [a / f if f > 0 else None for a, f in zip(added, floors, strict=True)]
     return out
 
 
@@ -544,7 +567,7 @@ def main() -> None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.smoke:
         args.compiles, args.reps, args.rounds, args.journal_events, args.journal_rounds = 3, 1, 1, 512, 1
-    tmp = Path(tempfile.mkdtemp(prefix="jw-bench-floor-"))
+    tmp = scratch_dir("jw-bench-floor-")
     try:
         sections = set(args.sections.split(","))
         result: dict[str, Any] = {"device": device, "smoke": args.smoke, "before": bool(args.before)}
@@ -581,6 +604,17 @@ def _print(doc: dict[str, Any]) -> None:
             floor = a.pop("noop_floor")
             shown = ", ".join(f"{v} {x:.1f} us ({x / floor:.2f}x)" for v, x in a.items()) if floor > 0 else str(a)
             print(f"  added {k}: noop floor {floor:.1f} us; {shown}")
+        pr = c.get("paired_by_round") or {}
+        if pr:
+            shown = ", ".join(
+                f"{v} {pr[f'{v}_added_us']:.1f} us ({pr[f'{v}_ratio_to_floor'] or float('nan'):.2f}x)"
+                for v in med
+                if f"{v}_added_us" in pr
+            )
+            print(
+                f"  added cpu, paired by round ({pr['rounds']} rounds): "
+                f"noop floor {pr['noop_floor_us']:.1f} us; {shown}"
+            )
         print(
             f"  compiling thread inside jitwatch: {c['compiling_thread_us']:.1f} us per compile (median calls)", end=""
         )

@@ -37,13 +37,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import summary, write_result
+from _common import scratch_dir, summary, write_result
 
 HERE = Path(__file__).resolve()
 SIZES = (1, 7, 16, 33, 64, 100, 512, 2048)
@@ -211,7 +210,7 @@ def main() -> None:
         print("bench_first_request: needs a CUDA GPU; skipped")
         write_result(args.out, "first_request", {"skipped": "no CUDA device"})
         return
-    tmp = Path(tempfile.mkdtemp(prefix="jw-bench-fr-"))
+    tmp = scratch_dir("jw-bench-fr-")
     runs: dict[str, list[dict[str, Any]]] = {}
     for rep in range(args.reps):
         for warm, awake in ((False, False), (True, False), (True, True)):

@@ -28,7 +28,6 @@ import gzip
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import write_result
+from _common import scratch_dir, write_result
 
 
 class _Receiver:
@@ -270,7 +269,7 @@ def main() -> None:
     os.environ.pop("OTEL_SDK_DISABLED", None)  # the SDK would hand out no-op loggers
     if args.smoke:
         args.compiles, args.burst, args.ranks, args.kernels = 3, 500, 2, 5
-    tmp = Path(tempfile.mkdtemp(prefix="jw-bench-fleet-"))
+    tmp = scratch_dir("jw-bench-fleet-")
     receiver = _Receiver()
     try:
         startup, compile_events, journal = bench_startup(args.compiles, tmp, receiver)

@@ -30,13 +30,12 @@ import dataclasses
 import gc
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import summary, write_result
+from _common import scratch_dir, summary, write_result
 
 MAX_NUM_TOKENS = 8192
 BLOCK_SIZE = 16
@@ -127,7 +126,7 @@ def main() -> None:
     for fn in calls.values():  # and a short untimed warm-up of the dispatch path
         _time(fn, 500, sync)
 
-    journal = Path(tempfile.mkdtemp(prefix="jw-bench-hot-"))
+    journal = scratch_dir("jw-bench-hot-")
     settings = dataclasses.replace(Settings.from_env(), journal_dir=journal)
     slots = (
         triton.knobs.runtime.jit_cache_hook,

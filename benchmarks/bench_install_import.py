@@ -22,11 +22,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, summary, write_result
+from _common import REPO, scratch_dir, summary, write_result
 
 HEAVY = ("torch", "triton", "cutlass", "tilelang", "tvm_ffi", "flashinfer", "deep_gemm", "numpy")
 
@@ -53,7 +52,9 @@ jitwatch.uninstall()
 def sample(backends: str | None, site: Path, lib: str = "") -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
     paths = [str(REPO), str(site), str(site / "nvidia_cutlass_dsl" / "dsl_packages")]
-    env.update(PYTHONPATH=os.pathsep.join(paths), JITWATCH_DIR=tempfile.mkdtemp(), OTEL_SDK_DISABLED="true")
+    env.update(
+        PYTHONPATH=os.pathsep.join(paths), JITWATCH_DIR=str(scratch_dir("jw-bench-import-")), OTEL_SDK_DISABLED="true"
+    )
     if backends is not None:
         env["JITWATCH_BACKENDS"] = backends
     out = subprocess.run(

@@ -26,14 +26,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import types
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import rss_bytes, write_result
+from _common import rss_bytes, scratch_dir, write_result
 
 HERE = Path(__file__).resolve()
 
@@ -184,7 +183,7 @@ def main() -> None:
         cfg = json.loads(Path(args.worker[0]).read_text())
         Path(args.worker[1]).write_text(json.dumps(_worker(cfg)))
         return
-    tmp = Path(tempfile.mkdtemp(prefix="jw-bench-mem-"))
+    tmp = scratch_dir("jw-bench-mem-")
     runs = {}
     for phase in ("warmup", "serving"):
         jdir = tmp / f"j-{phase}"

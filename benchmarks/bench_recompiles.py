@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result
+from _common import scratch_dir, write_result
 
 DEFAULT_SIZES = (1, 2, 3, 7, 16, 17, 32, 33, 64, 100, 128, 512, 1000, 2048)
 MAX_NUM_TOKENS = 4096
@@ -50,7 +49,7 @@ def _run_variant(specialize: bool, sizes: list[int], device: str) -> dict[str, A
     table = torch.randint(1, 1 << 16, (64, 512), dtype=torch.int32, generator=gen).to(device)
     out = torch.empty(MAX_NUM_TOKENS, dtype=torch.int64, device=device)
     per_size = []
-    with monitored("warn", compile_only=device == "cpu", triton_cache_dir=Path(tempfile.mkdtemp())) as h:
+    with monitored("warn", compile_only=device == "cpu", triton_cache_dir=scratch_dir("jw-bench-recompiles-")) as h:
         h.monitor.activate()  # no warmup: every compile here is a serving-phase compile
         for n in sizes:
             reqs = max(1, min(4, n))

@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result
+from _common import scratch_dir, write_result
 from bench_sidecar import build_journal
 
 from jitwatch.store.journal import JOURNAL_FILE
@@ -50,7 +49,7 @@ def main() -> None:
     ap.add_argument("--journal", help="reuse this journal directory (built there when it does not exist yet)")
     args = ap.parse_args()
     result: dict[str, Any] = {"events": args.events, "kernels": args.kernels, "ranks": args.ranks}
-    jdir = Path(args.journal) if args.journal else Path(tempfile.mkdtemp(prefix="jw-bench-series-")) / "journal"
+    jdir = Path(args.journal) if args.journal else scratch_dir("jw-bench-series-") / "journal"
     if not (jdir / JOURNAL_FILE).exists():
         result["journal"] = build_journal(jdir, args.events, args.kernels, args.ranks)
         print(f"journal: {result['journal']}")

@@ -41,14 +41,13 @@ import random
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import rss_bytes, summary, write_result
+from _common import rss_bytes, scratch_dir, summary, write_result
 
 HERE = Path(__file__).resolve()
 
@@ -368,7 +367,7 @@ def main() -> None:
     if args.journal:
         jdir = Path(args.journal)
     else:
-        jdir = Path(tempfile.mkdtemp(prefix="jw-bench-sidecar-")) / "journal"
+        jdir = scratch_dir("jw-bench-sidecar-") / "journal"
         result["journal"] = build_journal(jdir, args.events, args.kernels, args.ranks)
         print(f"journal: {result['journal']}")
     concs = [int(c) for c in args.concurrency.split(",")]

@@ -23,13 +23,12 @@ import dataclasses
 import gc
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import summary, write_result
+from _common import scratch_dir, summary, write_result
 
 
 def _time(fn: Any, n: int, sync: Any) -> list[float]:
@@ -80,7 +79,7 @@ def main() -> None:
     sync()
     _time(call, 500, sync)  # untimed warm-up of the call path
 
-    journal = Path(tempfile.mkdtemp(prefix="jw-bench-tc-"))
+    journal = scratch_dir("jw-bench-tc-")
     settings = dataclasses.replace(Settings.from_env(), journal_dir=journal)
     before = (list(callback_handler.start_callbacks), list(callback_handler.end_callbacks))
     data: dict[str, list[list[float]]] = {"none": [], "monitor": []}

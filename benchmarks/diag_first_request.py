@@ -19,13 +19,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import summary, write_result
+from _common import scratch_dir, summary, write_result
 
 HERE = Path(__file__).resolve()
 SIZES = (33, 1, 7, 16, 64, 100, 512, 2048)
@@ -101,7 +100,7 @@ def main() -> None:
         cfg = json.loads(Path(args.worker[0]).read_text())
         Path(args.worker[1]).write_text(json.dumps(_worker(cfg), default=str))
         return
-    tmp = Path(tempfile.mkdtemp(prefix="jw-diag-fr-"))
+    tmp = scratch_dir("jw-diag-fr-")
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / "cache"), JITWATCH_DIR=str(tmp / "j"))
     res: dict[str, Any] = {}
     modes = ["warmup1", "warmup1+launches", "warmup1+torch"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -88,12 +89,11 @@ def test_failed_import_keeps_the_callback_waiting(tmp_path: Path, monkeypatch: p
     sys.modules.pop(name, None)
 
 
-def test_installing_every_backend_imports_no_library() -> None:
+def test_installing_every_backend_imports_no_library(tmp_path: Path) -> None:
     """A fresh interpreter: jitwatch.install() with every backend imports neither triton nor torch."""
     code = textwrap.dedent(
         """
-        import os, sys, tempfile
-        os.environ["JITWATCH_DIR"] = tempfile.mkdtemp()
+        import sys
         import jitwatch
         mon = jitwatch.install(tracer_provider=False)
         libraries = ("triton", "torch", "tilelang", "cutlass", "flashinfer", "deep_gemm")
@@ -104,7 +104,8 @@ def test_installing_every_backend_imports_no_library() -> None:
         jitwatch.uninstall()
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    env = {**os.environ, "JITWATCH_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
     heavy, before, after = out.stdout.strip().split(" {", 1)[0], *out.stdout.strip().split(" {")[1:]
     assert heavy == "[]", out.stdout
     assert "'triton': 'waiting'" in before and "'triton': 'active'" in after, out.stdout

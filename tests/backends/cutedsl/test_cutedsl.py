@@ -96,7 +96,7 @@ def test_coexists_with_vllms_wrapper_of_cute_compile_and_uninstall_restores(tmp_
     assert lib["vllm_saw_after_uninstall"] == ["vllm", "vllm"]
 
 
-def test_backend_imports_nothing_of_cutedsl_until_the_host_does() -> None:
+def test_backend_imports_nothing_of_cutedsl_until_the_host_does(tmp_path: Path) -> None:
     code = (
         "import sys, jitwatch\n"
         "mon = jitwatch.install(tracer_provider=False)\n"
@@ -105,9 +105,8 @@ def test_backend_imports_nothing_of_cutedsl_until_the_host_does() -> None:
         "jitwatch.uninstall()\n"
     )
     import os
-    import tempfile
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
-    env.update(PYTHONPATH=dsl_env.pythonpath(), JITWATCH_DIR=tempfile.mkdtemp(), OTEL_SDK_DISABLED="true")
+    env.update(PYTHONPATH=dsl_env.pythonpath(), JITWATCH_DIR=str(tmp_path), OTEL_SDK_DISABLED="true")
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
