@@ -14,9 +14,10 @@ events; the sidecar reads them. Design:
 * The file and directory are created owner-only (0600 / 0700); SQLite gives the ``-wal`` and
   ``-shm`` files the database file's mode. Symlinks, FIFOs and files or directories of another
   user are refused before SQLite opens anything (:mod:`jitwatch.store.safety`).
-* Everything stored passes through :func:`~jitwatch.redact.redact` (kernel, key, attrs) and is
-  made strict JSON (no NaN/inf), whoever produced the event. Nothing read back is ever
-  evaluated: attrs are parsed with ``json.loads`` only.
+* Everything stored passes through :func:`~jitwatch.redact.redact` (kernel, key, attrs, and the
+  worker rows' attrs: backends and in-flight compiles) and is made strict JSON (no NaN/inf),
+  whoever produced the event. Nothing read back is ever evaluated: attrs are parsed with
+  ``json.loads`` only.
 * Corruption (``SQLITE_CORRUPT``/``SQLITE_NOTADB``, failed ``quick_check``) is told apart from
   storage faults (full, read-only, locked): only the former moves the file aside
   (:func:`open_or_recover`).
@@ -256,17 +257,6 @@ def is_corruption(exc: BaseException) -> bool:
         return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
     text = str(exc).lower()
     return any(m in text for m in _CORRUPT_MESSAGES)
-
-
-def _finite_json(value: Any) -> Any:
-    """``value`` with NaN/±inf floats replaced by their string names (JSON has no such numbers)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_json(v) for v in value]
-    return value
 
 
 def _finite(value: float | None) -> float | None:
@@ -1419,7 +1409,7 @@ class Journal:
                 attrs["degraded"] = ev.attrs.get("degraded")
             conn.execute(
                 "UPDATE workers SET attrs=?, last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
-                (json.dumps(_finite_json(attrs)), ev.ts, ev.host, ev.pid, ev.rank),
+                (_store_json(attrs), ev.ts, ev.host, ev.pid, ev.rank),
             )
         elif kind is EventKind.REQUEST_STALL:
             seconds = ev.duration_s or 0.0
@@ -1444,7 +1434,11 @@ class Journal:
     def set_inflight(self, host: str, pid: int, rank: int, items: list[dict[str, Any]], ts: float) -> bool:
         """Record the compiles in flight in worker ``(host, pid, rank)`` at ``ts`` (Unix seconds)
         in its row's ``attrs`` (``inflight``: list, ``inflight_ts``) and advance ``last_ts``.
-        ``False`` when the worker row does not exist yet. Raises ``sqlite3.Error`` like :meth:`write`."""
+        ``False`` when the worker row does not exist yet. Raises ``sqlite3.Error`` like :meth:`write`.
+
+        The row's attrs are stored as events' attrs are (:func:`_store_json`): every string
+        redacted (a kernel named ``fn at /home/alice/model.py`` is stored as ``fn at ~/model.py``)
+        and UTF-8-safe, NaN/±inf as their names."""
         if self.readonly:
             raise PermissionError("journal opened read-only")
         with self._transaction() as conn:
@@ -1460,7 +1454,7 @@ class Journal:
             attrs["inflight_ts"] = float(ts)
             conn.execute(
                 "UPDATE workers SET attrs=?, last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
-                (json.dumps(_finite_json(attrs)), float(ts), host, pid, rank),
+                (_store_json(attrs), float(ts), host, pid, rank),
             )
         return True
 

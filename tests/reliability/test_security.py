@@ -20,7 +20,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -287,3 +289,126 @@ def test_hostile_journal_content_stays_inert(tmp_path: Path) -> None:
         sc.stop()
     assert not mark.exists(), "a module named in the journal was imported"
     assert not list(tmp_path.rglob("CANARY*")), "a string from the journal was executed"
+
+
+# ------------------------------------------------------------------ homes, as the redaction sees them
+HOME_KINDS = ("plain", "non_ascii", "symlinked")
+HOME_USER = "jdoe4711"
+
+
+def _fake_home(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[str]]:
+    """Make this process's home directory one of ``HOME_KINDS`` (``$HOME`` and ``Path.home()``)
+    and its user :data:`HOME_USER` (``getpass.getuser()`` reads ``USER``/``LOGNAME``), as
+    ``tests/test_redact.py`` does. Returns (the directory paths name it by, every form of it and
+    of the user name that must never be exported: the paths, their ``json.dumps`` ASCII forms,
+    the user name as a path component)."""
+    from jitwatch import redact as redact_mod
+
+    users = tmp_path / "users"
+    users.mkdir()
+    if kind == "symlinked":  # HOME=/users/jdoe4711 → an NFS-like directory; resolved paths name the latter
+        real = tmp_path / "nfs" / "u12345"
+        real.mkdir(parents=True)
+        home = users / HOME_USER
+        home.symlink_to(real)
+        named, forms = real, [str(home), str(real)]
+    else:
+        home = users / (HOME_USER if kind == "plain" else "Jöse-Ünïcødé")
+        home.mkdir()
+        named, forms = home, [str(home)]
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("USER", HOME_USER)
+    monkeypatch.setenv("LOGNAME", HOME_USER)
+    monkeypatch.setattr(redact_mod.Path, "home", staticmethod(lambda: redact_mod.Path(str(home))))
+    monkeypatch.setattr(redact_mod.getpass, "getuser", lambda: HOME_USER)
+    redact_mod._patterns.cache_clear()
+    redact_mod._user_pattern.cache_clear()
+    secrets = [*forms, *(json.dumps(f)[1:-1] for f in forms), f"/{HOME_USER}"]
+    return named, sorted(set(secrets))
+
+
+@pytest.fixture
+def _redaction_caches() -> Iterator[None]:
+    from jitwatch import redact as redact_mod
+
+    yield
+    redact_mod._patterns.cache_clear()
+    redact_mod._user_pattern.cache_clear()
+
+
+def _assert_not_exported(secrets: list[str], where: str, text: str | bytes) -> None:
+    blob = text if isinstance(text, bytes) else text.encode("utf-8")
+    leaked = [secret for secret in secrets if secret.encode("utf-8") in blob]
+    assert not leaked, f"{leaked} in {where}"
+
+
+@pytest.mark.parametrize("kind", HOME_KINDS)
+def test_worker_rows_are_redacted_like_events(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _redaction_caches: None
+) -> None:
+    """The worker row's in-flight compiles (``Journal.set_inflight``) and backends
+    (``backend_ready``) are stored through the events' storing path: a kernel in flight named
+    ``fn at $HOME/model.py`` and a backend hook under the home directory reach neither the raw
+    journal bytes (``-wal`` included) nor the real sidecar's ``/jit``, ``/jit/events`` and
+    ``/metrics`` — with a plain, a non-ASCII and a symlinked home (paths through the link's
+    target)."""
+    from jitwatch.backends.base import BackendStatus
+    from jitwatch.core.identity import WorkerIdentity
+    from jitwatch.worker import create_monitor
+
+    named, secrets = _fake_home(kind, tmp_path, monkeypatch)
+    d = tmp_path / "journal"
+    kernel = f"fn at {named}/model.py"
+
+    class Hold:
+        name, label = "hold", "held kernel"
+
+        def available(self) -> bool:
+            return True
+
+        def version(self) -> str | None:
+            return "1"
+
+        def install(self, sink: Any) -> BackendStatus:
+            self.sink = sink
+            return BackendStatus(self.name, "active", "1", (f"{named}/hold.py:compile",))
+
+        def uninstall(self) -> None:
+            pass
+
+    backend = Hold()
+    settings = Settings(journal_dir=d, heartbeat_seconds=10.0)
+    mon = create_monitor(settings, identity=WorkerIdentity(rank=0), backends=[backend], tracer_provider=False)
+    mon.install()
+    mon.activate()
+    token = backend.sink.begin("hold", kernel)  # in flight until the end of the test
+    try:
+        mon.backend_ready(BackendStatus("late", "active", "2", (f"{named}/late.py:compile",), f"{named}/x missing"))
+        mon.flush(10)
+
+        def row_complete() -> bool:
+            with Journal(d, readonly=True) as j:
+                (w,) = j.workers()
+                return bool(w.attrs.get("inflight")) and "late" in (w.attrs.get("backends") or {})
+
+        deadline = time.monotonic() + 15
+        while not row_complete():
+            assert time.monotonic() < deadline, "in-flight compile or backend_ready never journaled"
+            time.sleep(0.05)
+        raw = b"".join(p.read_bytes() for p in d.iterdir() if p.is_file())
+        _assert_not_exported(secrets, "the journal's bytes", raw)
+        sc = Sidecar(d).start()
+        try:
+            status = httpx.get(sc.url + "/jit", timeout=10)
+            assert status.status_code == 200
+            (rank,) = status.json()["ranks"]
+            assert [c["kernel"] for c in rank["inflight"]] == ["fn at ~/model.py"]
+            for path in ("/jit", "/jit/events?limit=1000", "/metrics"):
+                body = httpx.get(sc.url + path, timeout=10)
+                assert body.status_code == 200, path
+                _assert_not_exported(secrets, path, body.text)
+        finally:
+            sc.stop()
+    finally:
+        backend.sink.cancel(token)
+        mon.uninstall()

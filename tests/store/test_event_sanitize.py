@@ -107,6 +107,37 @@ def test_redaction_is_structural(tmp_path: Path) -> None:
     assert ev.attrs == {"a": {"~/k": ["~/lib.bc", 'q"~"']}, "n": 3}
 
 
+def test_worker_row_attrs_are_stored_like_events(tmp_path: Path) -> None:
+    """``set_inflight`` and ``backend_ready`` rewrite the worker row's attrs through the events'
+    storing path: home paths redacted (also ones a row already held, e.g. from an older
+    jitwatch), non-ASCII kept as UTF-8 rather than ``\\uXXXX`` escapes that hide it from
+    redaction, NaN stored as its name."""
+    import sqlite3
+
+    with Journal(tmp_path) as j:
+        j.write([Event.now(EventKind.WORKER_START, host="h", pid=1, attrs={"mode": "warn"})])
+        with sqlite3.connect(tmp_path / "journal.db") as raw:  # a row an older writer left
+            raw.execute("""UPDATE workers SET attrs='{"mode": "warn", "note": "/home/bob/old"}'""")
+        assert j.set_inflight("h", 1, 0, [{"kernel": "fn at /home/bob/model.py", "start_ts": 1.0, "x": "é"}], 2.0)
+        j.write(
+            [
+                Event.now(
+                    EventKind.BACKEND_READY,
+                    host="h",
+                    pid=1,
+                    backend="late",
+                    attrs={"state": "active", "hooks": ["/home/bob/late.py"], "version": "1"},
+                )
+            ]
+        )
+        (w,) = j.workers()
+        (text,) = j._conn.execute("SELECT attrs FROM workers").fetchone()
+    assert w.attrs["note"] == "~/old"
+    assert w.attrs["inflight"] == [{"kernel": "fn at ~/model.py", "start_ts": 1.0, "x": "é"}]
+    assert w.attrs["backends"]["late"]["hooks"] == ["~/late.py"]
+    assert "/home/bob" not in text and "é" in text
+
+
 class _Unprintable:
     def __str__(self) -> str:
         raise RuntimeError("no str for you")
