@@ -59,6 +59,7 @@ from jitwatch.httpguard import (
     guarded_h11_protocol,
     install_accept_error_filter,
 )
+from jitwatch.redact import redact
 from jitwatch.store.journal import Journal
 from jitwatch.views.live import live
 from jitwatch.views.status import DEFAULT_KERNELS_LIMIT, JitStatus, Readiness, build_status, readiness
@@ -128,6 +129,31 @@ def _token_dependency(token: str) -> Callable[..., None]:
     return require_token
 
 
+def _open_readonly(directory: Path) -> tuple[Journal | None, str | None]:
+    """``(the journal opened read-only, None)``, or ``(None, why not)``.
+
+    The reason is served (``/readyz``'s ``reason`` without the token, ``/jit``'s
+    ``journal_error``, ``/jit/events``' 503 ``detail``), so it passes through
+    :func:`~jitwatch.redact.redact`: with the default ``JITWATCH_DIR`` the directory it may name
+    is under the home directory (``~/.local/state/jitwatch``), which holds the user name. The log
+    line keeps the full path (it stays on the host). Never raises for a journal problem.
+    """
+    if not directory.is_dir() and (directory.exists() or directory.parent.is_file()):
+        return None, redact(f"journal directory {directory} is not a directory")
+    try:
+        return Journal(directory, readonly=True), None
+    except FileNotFoundError:
+        return None, "no journal yet (no worker has written to it)"
+    except NotADirectoryError:
+        return None, redact(f"journal directory {directory} is not a directory")
+    except JournalVersionError as exc:  # names the file and both schema revisions
+        log.warning("jitwatch: %s", exc)
+        return None, redact(f"journal unreadable: {exc}")
+    except (OSError, JournalCorruptError, sqlite3.Error) as exc:
+        log.warning("jitwatch: cannot open journal in %s: %s", directory, exc)
+        return None, f"journal unreadable: {type(exc).__name__}"
+
+
 def create_app(
     journal_dir: Path | None = None,
     *,
@@ -185,24 +211,9 @@ def create_app(
 
     @contextmanager
     def open_journal() -> Iterator[tuple[Journal | None, str | None]]:
-        if not directory.is_dir() and (directory.exists() or directory.parent.is_file()):
-            yield None, f"journal directory {directory} is not a directory"
-            return
-        try:
-            journal = Journal(directory, readonly=True)
-        except FileNotFoundError:
-            yield None, "no journal yet (no worker has written to it)"
-            return
-        except NotADirectoryError:
-            yield None, f"journal directory {directory} is not a directory"
-            return
-        except JournalVersionError as exc:
-            log.warning("jitwatch: %s", exc)
-            yield None, f"journal unreadable: {exc}"
-            return
-        except (OSError, JournalCorruptError, sqlite3.Error) as exc:
-            log.warning("jitwatch: cannot open journal in %s: %s", directory, exc)
-            yield None, f"journal unreadable: {type(exc).__name__}"
+        journal, error = _open_readonly(directory)
+        if journal is None:
+            yield None, error
             return
         try:
             yield journal, None

@@ -412,3 +412,49 @@ def test_worker_rows_are_redacted_like_events(
     finally:
         backend.sink.cancel(token)
         mon.uninstall()
+
+
+@pytest.mark.parametrize("kind", HOME_KINDS)
+def test_journal_errors_do_not_name_the_home_directory(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _redaction_caches: None
+) -> None:
+    """With the default ``JITWATCH_DIR`` the journal directory is under the home directory, so
+    an error naming it names the home directory and the user: the real sidecar's ``/readyz``
+    reason (served without the token), ``/jit``'s ``journal_error`` and ``/jit/events``' 503
+    detail name it redacted (``~/.local/state/...``) — for a journal path that is a file and for a
+    journal of a newer schema revision, with a plain, a non-ASCII and a symlinked home (the
+    sidecar given the link's target)."""
+    import sqlite3
+
+    named, secrets = _fake_home(kind, tmp_path, monkeypatch)
+    state = named / ".local" / "state"
+    state.mkdir(parents=True)
+    a_file = state / "jitwatch"
+    a_file.write_text("x")
+    newer = state / "jitwatch-newer"
+    Journal(newer).close()
+    with sqlite3.connect(newer / JOURNAL_FILE) as con:
+        con.executemany("INSERT OR REPLACE INTO meta(k, v) VALUES (?, ?)", [("revision", "99"), ("min_reader", "99")])
+    con.close()
+    auth = {"Authorization": "Bearer s3cret-token-for-the-test"}
+    for directory, words, shown in (
+        (a_file, "is not a directory", "~/.local/state/jitwatch is not a directory"),
+        (newer, "schema revision 99", "journal ~/.local/state/jitwatch-newer/journal.db has schema revision 99"),
+    ):
+        sc = Sidecar(directory, token=auth["Authorization"].split()[1]).start()  # env: this fake home
+        try:
+            ready = httpx.get(sc.url + "/readyz", timeout=10)  # no token
+            assert ready.status_code == 503 and words in ready.json()["reason"], ready.text
+            assert shown in ready.json()["reason"]
+            _assert_not_exported(secrets, "/readyz", ready.text)
+            status = httpx.get(sc.url + "/jit", headers=auth, timeout=10)
+            assert status.status_code == 200 and shown in status.json()["journal_error"], status.text
+            _assert_not_exported(secrets, "/jit", status.text)
+            events = httpx.get(sc.url + "/jit/events", headers=auth, timeout=10)
+            assert events.status_code == 503 and shown in events.json()["detail"], events.text
+            _assert_not_exported(secrets, "/jit/events", events.text)
+            metrics = httpx.get(sc.url + "/metrics", headers=auth, timeout=10)
+            assert metrics.status_code == 200
+            _assert_not_exported(secrets, "/metrics", metrics.text)
+        finally:
+            sc.stop()
