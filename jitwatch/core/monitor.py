@@ -276,6 +276,9 @@ class Monitor:
         self.phase = Phase.STARTUP
         self._lock = threading.Lock()
         self._inflight: dict[int, tuple[Any, ...]] = {}  # id(token) → token (see begin)
+        self._inflight_walls: dict[int, tuple[tuple[Any, ...], float]] = {}
+        """id(token) → (token, its Unix start) of the compiles the last :meth:`inflight_snapshot`
+        listed (writer thread only)."""
         self._warned: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # bounded: _WARNED_MAX
         self._request_ids = itertools.count(1)
         self._request_names: dict[int, str] = {}  # open requests' names, by request_id
@@ -484,17 +487,33 @@ class Monitor:
         """The compiles in flight now, oldest first, as JSON-able dicts (``backend``, ``kernel``,
         ``start_ts`` Unix seconds, ``phase``, ``request_id``). Called by the journal writer's
         thread (:attr:`jitwatch.store.writer.JournalWriter.inflight_source`), which journals it so
-        a compile's age is visible while it runs — and while it hangs."""
-        return [
-            {
-                "backend": s.backend,
-                "kernel": s.name,
-                "start_ts": s.start_wall,
-                "phase": s.phase.value,
-                "request_id": s.request_id,
-            }
-            for s in self.inflight()
-        ]
+        a compile's age is visible while it runs — and while it hangs.
+
+        A compile's ``start_ts`` is converted from its ``perf_counter`` start once, by the first
+        snapshot that lists it, and is the same in every later one: converted afresh it would move
+        by the jitter between two clock reads each time, and the writer, which journals the list
+        when it changes, would take every 0.1 s wake-up for a change. Writer thread only (the
+        conversions are kept between calls)."""
+        items = sorted(self._inflight.values(), key=_by_start)  # a C-level copy, then sorted
+        known = self._inflight_walls
+        walls: dict[int, tuple[tuple[Any, ...], float]] = {}
+        now_wall, now_perf = time.time(), _perf()
+        out: list[dict[str, Any]] = []
+        for t in items:
+            seen = known.get(id(t))
+            wall = seen[1] if seen is not None and seen[0] is t else now_wall - (now_perf - t[_T_START])
+            walls[id(t)] = (t, wall)
+            out.append(
+                {
+                    "backend": t[_T_BACKEND],
+                    "kernel": t[_T_NAME],
+                    "start_ts": wall,
+                    "phase": t[_T_PHASE].value,
+                    "request_id": t[_T_REQUEST],
+                }
+            )
+        self._inflight_walls = walls
+        return out
 
     # ------------------------------------------------------------------ CompileSink
     def begin(self, backend: str, name: str) -> Any:

@@ -164,7 +164,10 @@ class JournalWriter:
         self._next_heartbeat = time.monotonic() + heartbeat_s
         self.inflight_source: Callable[[], list[dict[str, Any]]] | None = None
         """Set by :func:`jitwatch.worker.create_monitor` to the monitor's ``inflight_snapshot``:
-        the writer journals the compiles in flight (needs ``heartbeat``: the worker row to update)."""
+        the writer journals the compiles in flight (needs ``heartbeat``: the worker row to update).
+        A compile that is still running must come back with the same ``backend``, ``kernel`` and
+        ``start_ts``: those tell a change (journaled at the next wake-up) from a refresh (every
+        :data:`INFLIGHT_INTERVAL_S`)."""
         self._inflight_sig: tuple[Any, ...] = ()
         self._inflight_next = 0.0
         self._journal_kwargs = journal_kwargs or {}

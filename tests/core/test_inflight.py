@@ -4,9 +4,11 @@ defaults."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
@@ -14,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from jitwatch.backends.base import BackendStatus, Capture, CompileSink
 from jitwatch.config import ConfigError, Settings, collective_deadline
 from jitwatch.core.identity import WorkerIdentity
-from jitwatch.store.journal import Journal
+from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.views.metrics import render
 from jitwatch.views.status import build_status
 from jitwatch.worker import create_monitor
@@ -102,6 +104,52 @@ def test_running_compile_is_visible_with_its_age_then_gone(tmp_path: Path) -> No
     wait(done)
     assert gauge(render(tmp_path)[0].decode(), "jitwatch_inflight_compile_age_seconds", "1") == 0
     mon.uninstall()
+
+
+def _inflight_row(directory: Path) -> dict[str, Any] | None:
+    """The worker row's attrs when it lists a compile in flight, else ``None``."""
+    try:
+        with Journal(directory, readonly=True) as j:
+            workers = j.workers()
+    except FileNotFoundError:
+        return None
+    return workers[0].attrs if workers and workers[0].attrs.get("inflight") else None
+
+
+def test_a_hung_compile_is_rejournaled_once_per_second(tmp_path: Path) -> None:
+    """A compile that hangs is journaled when it starts and then refreshed every
+    ``INFLIGHT_INTERVAL_S`` (1 s), not at every 0.1 s wake-up of the writer: its ``start_ts`` is
+    the same in every snapshot, so the writer does not take a refresh for a change. Counted with
+    a real journal: a trigger on the worker row (each ``set_inflight`` is one transaction with
+    one ``UPDATE`` of it; the heartbeat, the only other writer of the row, is 60 s here)."""
+    backend = GateBackend()
+    settings = Settings(journal_dir=tmp_path, heartbeat_seconds=60.0)
+    mon = create_monitor(settings, identity=WorkerIdentity(rank=0), backends=[backend], tracer_provider=False)
+    mon.install()
+    mon.activate()
+    t = threading.Thread(target=backend.compile, args=("hung_kernel",))
+    t.start()
+    try:
+        first = wait(lambda: _inflight_row(tmp_path))
+        with sqlite3.connect(tmp_path / JOURNAL_FILE, timeout=10) as con:
+            con.execute("CREATE TABLE test_row_updates(ts REAL)")
+            con.execute(
+                "CREATE TRIGGER test_count_row_updates AFTER UPDATE ON workers"
+                " BEGIN INSERT INTO test_row_updates VALUES (julianday('now')); END"
+            )
+        con.close()
+        time.sleep(3.0)
+        with sqlite3.connect(tmp_path / JOURNAL_FILE, timeout=10) as con:
+            (updates,) = con.execute("SELECT COUNT(*) FROM test_row_updates").fetchone()
+        con.close()
+        last = _inflight_row(tmp_path)
+    finally:
+        backend.gate.set()
+        t.join(10)
+        mon.uninstall()
+    assert last is not None and last["inflight_ts"] > first["inflight_ts"]  # still refreshed
+    assert 2 <= updates <= 4, f"{updates} transactions in 3 s for one hung compile"
+    assert [i["start_ts"] for i in last["inflight"]] == [i["start_ts"] for i in first["inflight"]]
 
 
 @pytest.mark.parametrize(
