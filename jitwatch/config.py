@@ -89,7 +89,7 @@ JITWATCH_REPLAY_WORKERS = "JITWATCH_REPLAY_WORKERS"
 JITWATCH_HEARTBEAT_SECONDS = "JITWATCH_HEARTBEAT_SECONDS"
 """Seconds between a worker's liveness heartbeats (its journal writer thread updates the worker
 row's ``last_ts``). ``0`` turns the heartbeat off (the sidecar then never reports that worker
-stale). Default 10."""
+stale); compiles in flight are journaled all the same. Default 10."""
 
 JITWATCH_BACKENDS = "JITWATCH_BACKENDS"
 """Comma-separated JIT backends to watch (``triton``, or a third-party backend's entry-point name),

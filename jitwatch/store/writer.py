@@ -17,7 +17,8 @@ Liveness: given a ``heartbeat`` identity, the same thread advances the worker ro
 every ``heartbeat_s`` seconds (:meth:`~jitwatch.store.journal.Journal.heartbeat`, one ``UPDATE``), even
 when no event arrives; the sidecar reports a rank ``stale`` (not ready) once that stops (the
 worker died, e.g. ``kill -9``). A failed heartbeat is logged at debug level and retried at the
-next interval; it never counts as a dropped event.
+next interval; it never counts as a dropped event. The compiles in flight are journaled into the
+same row (:attr:`JournalWriter.inflight_source`) whether or not the worker heartbeats.
 """
 
 from __future__ import annotations
@@ -131,8 +132,11 @@ class JournalWriter:
         queue_size: events buffered before new ones are dropped (and counted).
         rank: rank stamped on the ``dropped`` bookkeeping event.
         journal_kwargs: passed to :class:`~jitwatch.store.journal.Journal` (retention, cap).
-        heartbeat: ``(host, pid, rank)`` of the worker row to keep alive; ``None``: no heartbeat.
-        heartbeat_s: seconds between heartbeats (``<= 0``: no heartbeat).
+        heartbeat: ``(host, pid, rank)`` of this worker's row: kept alive every ``heartbeat_s``
+            and where the compiles in flight are journaled (:attr:`inflight_source`); ``None``:
+            neither.
+        heartbeat_s: seconds between heartbeats (``<= 0``: no heartbeat; compiles in flight are
+            journaled all the same).
         interval_s: seconds between the writer's timed wake-ups (default :data:`WRITER_INTERVAL_S`).
         exporters: :class:`EventExporter` objects handed every batch on the writer thread.
     """
@@ -157,14 +161,17 @@ class JournalWriter:
         self.reopened_total = 0
         """Times the journal was found deleted or replaced and reopened."""
         self.rank = rank
+        self.worker_row = heartbeat
+        """``(host, pid, rank)`` of this worker's journal row (``None``: none), whatever ``heartbeat_s``."""
         self.heartbeat = heartbeat if heartbeat_s > 0 else None
+        """:attr:`worker_row` when it heartbeats (``heartbeat_s > 0``), else ``None``."""
         self.heartbeat_s = heartbeat_s
         self.heartbeats_total = 0
         self.interval_s = max(0.001, float(interval_s))
         self._next_heartbeat = time.monotonic() + heartbeat_s
         self.inflight_source: Callable[[], list[dict[str, Any]]] | None = None
         """Set by :func:`jitwatch.worker.create_monitor` to the monitor's ``inflight_snapshot``:
-        the writer journals the compiles in flight (needs ``heartbeat``: the worker row to update).
+        the writer journals the compiles in flight into :attr:`worker_row` (heartbeat or not).
         A compile that is still running must come back with the same ``backend``, ``kernel`` and
         ``start_ts``: those tell a change (journaled at the next wake-up) from a refresh (every
         :data:`INFLIGHT_INTERVAL_S`)."""
@@ -287,7 +294,7 @@ class JournalWriter:
                 wrote = True
             if self.exporters:
                 self._report_export_drops()
-            if self.inflight_source is not None and self.heartbeat is not None:
+            if self.inflight_source is not None and self.worker_row is not None:
                 self._inflight_tick()
             if self._journal is not None and time.monotonic() >= self._next_maintenance:
                 self._maintain()
@@ -322,8 +329,10 @@ class JournalWriter:
 
     def _inflight_tick(self) -> None:
         """Journal the in-flight compiles when they changed, or every :data:`INFLIGHT_INTERVAL_S`
-        while any is in flight (writer thread only; failures are retried at the next wake-up)."""
-        assert self.inflight_source is not None and self.heartbeat is not None
+        while any is in flight (writer thread only; failures are retried at the next wake-up).
+        Independent of the heartbeat: with ``heartbeat_s <= 0`` a running or hung compile is
+        journaled all the same (it also advances the row's ``last_ts``)."""
+        assert self.inflight_source is not None and self.worker_row is not None
         try:
             items = self.inflight_source()
             sig = tuple((i.get("backend"), i.get("kernel"), i.get("start_ts")) for i in items)
@@ -332,7 +341,7 @@ class JournalWriter:
                 return
             if self._journal is None:
                 self._journal = open_or_recover(self.directory, **self._journal_kwargs)
-            host, pid, rank = self.heartbeat
+            host, pid, rank = self.worker_row
             if self._journal.set_inflight(host, pid, rank, items, time.time()):
                 self._inflight_sig = sig
                 self._inflight_next = now + INFLIGHT_INTERVAL_S

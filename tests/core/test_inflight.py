@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -20,6 +21,7 @@ from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.views.metrics import render
 from jitwatch.views.status import build_status
 from jitwatch.worker import create_monitor
+from tests.reliability.conftest import Sidecar
 
 
 class GateBackend:
@@ -150,6 +152,40 @@ def test_a_hung_compile_is_rejournaled_once_per_second(tmp_path: Path) -> None:
     assert last is not None and last["inflight_ts"] > first["inflight_ts"]  # still refreshed
     assert 2 <= updates <= 4, f"{updates} transactions in 3 s for one hung compile"
     assert [i["start_ts"] for i in last["inflight"]] == [i["start_ts"] for i in first["inflight"]]
+
+
+def test_inflight_compiles_are_journaled_with_the_heartbeat_off(tmp_path: Path) -> None:
+    """``JITWATCH_HEARTBEAT_SECONDS=0`` turns the liveness heartbeat off, not the journaling of
+    compiles in flight: a running compile shows in the real sidecar's ``/jit`` and ``/metrics``
+    with its age, and is gone once it ends."""
+    backend = GateBackend()
+    d = tmp_path / "journal"
+    settings = Settings(journal_dir=d, heartbeat_seconds=0.0)
+    mon = create_monitor(settings, identity=WorkerIdentity(rank=2), backends=[backend], tracer_provider=False)
+    mon.install()
+    mon.activate()
+    t = threading.Thread(target=backend.compile, args=("slow_kernel",))
+    t.start()
+    sc = Sidecar(d).start()
+    try:
+
+        def running() -> Any:
+            (rank,) = httpx.get(sc.url + "/jit", timeout=10).json()["ranks"]
+            return rank if rank["inflight"] and rank["inflight"][0]["age_s"] >= 1.2 else None
+
+        rank = wait(running)
+        assert [(c["backend"], c["kernel"]) for c in rank["inflight"]] == [("gate", "slow_kernel")]
+        text = httpx.get(sc.url + "/metrics", timeout=10).text
+        assert gauge(text, "jitwatch_inflight_compiles", "2") == 1
+        assert gauge(text, "jitwatch_inflight_compile_age_seconds", "2") >= 1.2
+        backend.gate.set()
+        t.join(10)
+        wait(lambda: gauge(httpx.get(sc.url + "/metrics", timeout=10).text, "jitwatch_inflight_compiles", "2") == 0)
+    finally:
+        sc.stop()
+        backend.gate.set()
+        t.join(10)
+        mon.uninstall()
 
 
 @pytest.mark.parametrize(
