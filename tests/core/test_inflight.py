@@ -150,7 +150,8 @@ def test_a_hung_compile_is_rejournaled_once_per_second(tmp_path: Path) -> None:
         t.join(10)
         mon.uninstall()
     assert last is not None and last["inflight_ts"] > first["inflight_ts"]  # still refreshed
-    assert 2 <= updates <= 4, f"{updates} transactions in 3 s for one hung compile"
+    # 3 expected; 24 before the fix. Wide bounds: a loaded CI machine can delay a wake-up or two.
+    assert 1 <= updates <= 6, f"{updates} transactions in 3 s for one hung compile"
     assert [i["start_ts"] for i in last["inflight"]] == [i["start_ts"] for i in first["inflight"]]
 
 
