@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from jitwatch.importhook import when_imported
@@ -105,6 +105,22 @@ class Capture:
     detail: Detail | None = None
 
 
+class FrameWatcher(Protocol):
+    """A backend's side of the compiles it began with :meth:`CompileSink.begin_watched`; called
+    on the journal writer's thread, never on a compiling thread. Knows what the sink does not:
+    which code the watched frame runs, and the backend's own state of the compile."""
+
+    def alive(self, frame: FrameType) -> bool:
+        """Whether ``frame`` — found on the compiling thread's stack with the watched ``id()`` —
+        is still the compile's frame (an ``id()`` is reused once its object is freed)."""
+        ...
+
+    def abandoned(self, token: Any) -> tuple[str, str | None]:
+        """The compile begun with ``token`` left its frame without ending: forget it in the
+        backend and return (the probable cause in words, the compile's key or ``None``)."""
+        ...
+
+
 class CompileSink(Protocol):
     """What a backend calls; implemented by :class:`jitwatch.core.monitor.Monitor`.
 
@@ -116,6 +132,17 @@ class CompileSink(Protocol):
     def begin(self, backend: str, name: str) -> Any:
         """A compile of ``name`` starts on this thread, now. Returns an opaque token holding the
         start time, phase and request, for :meth:`finish` or :meth:`cancel`."""
+        ...
+
+    def begin_watched(self, backend: str, name: str, frame_id: int, watcher: FrameWatcher) -> Any:
+        """:meth:`begin` for a compile that runs synchronously inside one frame of this thread
+        (``frame_id``: ``id()`` of that frame object; the backend keeps no reference to it). If
+        that frame leaves the thread's stack without :meth:`end`/:meth:`finish`/:meth:`cancel`
+        (the compiler raised, or a hook chained after the backend's raised), the sink drops the
+        compile from its in-flight compiles on the journal writer's thread, at least
+        ``ABANDON_AFTER_S`` (1 s) after it began, asks ``watcher`` for the cause, counts it and
+        logs it (:meth:`jitwatch.core.monitor.Monitor.sweep_abandoned`). Costs the compiling
+        thread one ``threading.get_ident()`` more than :meth:`begin`."""
         ...
 
     def finish(self, token: Any, capture: Capture) -> None:
@@ -379,6 +406,7 @@ __all__ = [
     "CompileKind",
     "CompileSink",
     "Detail",
+    "FrameWatcher",
     "LibraryBackend",
     "current_parent",
     "distribution_version",

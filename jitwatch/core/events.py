@@ -55,6 +55,12 @@ class EventKind(str, Enum):
     REQUESTS = "requests"
     """``attrs.count`` marked serving requests that waited on no compile (batched, see
     :mod:`jitwatch.core.stalls`)."""
+    COMPILE_ABANDONED = "compile_abandoned"
+    """A compile that began and never ended: its frame left the compiling thread's stack without
+    an end (the compiler raised — Triton's ``CompilationError``, a ptxas error in an autotune
+    config — or a hook chained after jitwatch's raised). Dropped from the in-flight compiles by
+    the writer thread; ``start_ts`` is when it began, ``duration_s`` ``None`` (its end was not
+    seen); ``attrs``: ``cause``, ``request_id``. Counted per backend (``abandoned_compiles``)."""
     HOOK_ERROR = "hook_error"
     """An exception caught inside a jitwatch hook (counted, never raised)."""
     DROPPED = "dropped"

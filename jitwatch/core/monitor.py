@@ -30,6 +30,7 @@ import atexit
 import contextvars
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -40,7 +41,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
-from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind, current_parent
+from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind, FrameWatcher, current_parent
 from jitwatch.backends.base import parent_marks as _marks
 from jitwatch.config import Mode, Settings, parse_mode
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
@@ -64,6 +65,14 @@ _WARNED_MAX = 4096
 """(backend, name, key) triples remembered for warn-once; the oldest is forgotten past this."""
 _FOLD_AT = 4096
 """Compiles ended and not yet counted past which the compiling thread folds them itself."""
+ABANDON_AFTER_S = 1.0
+"""Seconds a compile begun with :meth:`Monitor.begin_watched` must have been in flight before
+:meth:`Monitor.sweep_abandoned` may drop it (a compile that ends sooner is never looked at)."""
+SWEEP_INTERVAL_S = 0.5
+"""Least seconds between two looks at the compiling threads' stacks by
+:meth:`Monitor.sweep_abandoned` (the journal writer's thread calls it every wake-up, 0.1 s)."""
+_ABANDON_WARNED_MAX = 4096
+"""(backend, name) pairs whose abandoned compile was logged; past this, the oldest is forgotten."""
 
 _current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("jitwatch_request", default=None)
 
@@ -81,9 +90,14 @@ _COMPILE = CompileKind.COMPILE
 _WARN = Mode.WARN
 _ERROR = Mode.ERROR
 _perf = time.perf_counter
+_get_ident = threading.get_ident
 
-# A compile token (what ``Monitor.begin`` returns): a plain tuple, indexed by these.
+# A compile token (what ``Monitor.begin`` returns): a plain tuple, indexed by these. A token of
+# ``Monitor.begin_watched`` has three more: the compiling thread's id, the id() of the frame the
+# compile runs in, and the backend's FrameWatcher.
 _T_BACKEND, _T_NAME, _T_PHASE, _T_REQUEST, _T_START, _T_PARENT = range(6)
+_T_THREAD, _T_FRAME, _T_WATCHER = range(6, 9)
+_WATCHED_LEN = 9
 _by_start = itemgetter(_T_START)
 
 
@@ -285,6 +299,10 @@ class Monitor:
         self.first_request_done = False
         self.requests_seen = 0
         self.hook_errors = 0
+        self.abandoned_compiles = 0
+        """Compiles dropped from the in-flight compiles by :meth:`sweep_abandoned`."""
+        self._abandon_warned: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._next_sweep = 0.0  # time.perf_counter() seconds
         self._tallies: dict[Phase, list[Any]] = {p: [0, 0.0] for p in Phase}
         """phase → [compiles, compile seconds], folded from ``_ended`` under ``_lock``."""
         self._ended: deque[tuple[Phase, float]] = deque()
@@ -487,13 +505,15 @@ class Monitor:
         """The compiles in flight now, oldest first, as JSON-able dicts (``backend``, ``kernel``,
         ``start_ts`` Unix seconds, ``phase``, ``request_id``). Called by the journal writer's
         thread (:attr:`jitwatch.store.writer.JournalWriter.inflight_source`), which journals it so
-        a compile's age is visible while it runs — and while it hangs.
+        a compile's age is visible while it runs — and while it hangs. Runs
+        :meth:`sweep_abandoned` first, so a compile that raised is not listed as running.
 
         A compile's ``start_ts`` is converted from its ``perf_counter`` start once, by the first
         snapshot that lists it, and is the same in every later one: converted afresh it would move
         by the jitter between two clock reads each time, and the writer, which journals the list
         when it changes, would take every 0.1 s wake-up for a change. Writer thread only (the
         conversions are kept between calls)."""
+        self.sweep_abandoned()
         items = sorted(self._inflight.values(), key=_by_start)  # a C-level copy, then sorted
         known = self._inflight_walls
         walls: dict[int, tuple[tuple[Any, ...], float]] = {}
@@ -525,6 +545,123 @@ class Monitor:
         token = (backend, name, self.phase, _current_request.get(), _perf(), current_parent() if _marks else None)
         self._inflight[id(token)] = token
         return token
+
+    def begin_watched(self, backend: str, name: str, frame_id: int, watcher: FrameWatcher) -> Any:
+        """:meth:`begin` for a compile that runs inside the frame whose ``id()`` is ``frame_id``
+        on this thread (see :meth:`CompileSink.begin_watched`): the token also holds this
+        thread's id, ``frame_id`` and ``watcher``, for :meth:`sweep_abandoned`."""
+        token = (
+            backend,
+            name,
+            self.phase,
+            _current_request.get(),
+            _perf(),
+            current_parent() if _marks else None,
+            _get_ident(),
+            frame_id,
+            watcher,
+        )
+        self._inflight[id(token)] = token
+        return token
+
+    def sweep_abandoned(self, *, force: bool = False) -> int:
+        """Drop the watched compiles (:meth:`begin_watched`) whose frame left their thread's stack
+        without an end; returns how many. Journal writer's thread (from :meth:`inflight_snapshot`);
+        never raises.
+
+        Looks at most every :data:`SWEEP_INTERVAL_S` seconds (``force``: now), and only at
+        compiles in flight for :data:`ABANDON_AFTER_S` or more: a compile is abandoned when its
+        thread has ended, when no frame with its ``id()`` is on the thread's stack (read with
+        ``sys._current_frames()``, a CPython snapshot of every thread's top frame, walked up
+        through ``f_back``), when the frame there is no longer the compile's
+        (:meth:`FrameWatcher.alive`: an ``id()`` is reused once its object is freed), or when a
+        later watched compile on the same thread holds the same frame id (so the first frame
+        was freed). A compile still running — however slow — keeps its frame on the stack and is
+        never dropped. For each one dropped: the backend forgets it and names the cause
+        (:meth:`FrameWatcher.abandoned`), :attr:`abandoned_compiles` counts it, one warning per
+        (backend, name) is logged, and a ``compile_abandoned`` event is journaled."""
+        try:
+            now = _perf()
+            if not force and now < self._next_sweep:
+                return 0
+            self._next_sweep = now + SWEEP_INTERVAL_S
+            watched = [t for t in list(self._inflight.values()) if len(t) == _WATCHED_LEN]  # a C-level copy
+            if not watched:
+                return 0
+            newest: dict[tuple[int, int], tuple[Any, ...]] = {}
+            for t in sorted(watched, key=_by_start):
+                newest[(t[_T_THREAD], t[_T_FRAME])] = t
+            old = [t for t in watched if now - t[_T_START] >= ABANDON_AFTER_S]
+            if not old:
+                return 0
+            tops = sys._current_frames()
+            stacks: dict[int, dict[int, Any]] = {}
+            gone = []
+            for t in old:
+                if newest[(t[_T_THREAD], t[_T_FRAME])] is not t:
+                    gone.append(t)  # a later compile on this thread runs in a frame with this id
+                    continue
+                frames = stacks.get(t[_T_THREAD])
+                if frames is None:
+                    frames = stacks[t[_T_THREAD]] = _stack_ids(tops.get(t[_T_THREAD]))
+                frame = frames.get(t[_T_FRAME])
+                if frame is None or not self._alive(t, frame):
+                    gone.append(t)
+            del tops, stacks
+            dropped = 0
+            for t in gone:
+                if self._inflight.pop(id(t), None) is not None:  # not ended meanwhile
+                    dropped += 1
+                    self._abandon(t)
+            return dropped
+        except Exception as exc:  # noqa: BLE001 - never into the writer thread
+            self.hook_error("", "abandoned-compile sweep", exc)
+            return 0
+
+    def _alive(self, token: tuple[Any, ...], frame: Any) -> bool:
+        try:
+            return bool(token[_T_WATCHER].alive(frame))
+        except Exception as exc:  # noqa: BLE001 - a backend fault: keep the compile listed
+            self.hook_error(token[_T_BACKEND], "FrameWatcher.alive", exc)
+            return True
+
+    def _abandon(self, token: tuple[Any, ...]) -> None:
+        """Account for one compile :meth:`sweep_abandoned` dropped (writer thread)."""
+        backend, name = token[_T_BACKEND], token[_T_NAME]
+        cause, key = "its frame left the stack without an end", None
+        try:
+            cause, key = token[_T_WATCHER].abandoned(token)
+        except Exception as exc:  # noqa: BLE001
+            self.hook_error(backend, "FrameWatcher.abandoned", exc)
+        self.abandoned_compiles += 1
+        start = _wall(token[_T_START])
+        first = (backend, name) not in self._abandon_warned
+        if first:
+            self._abandon_warned[(backend, name)] = None
+            if len(self._abandon_warned) > _ABANDON_WARNED_MAX:
+                self._abandon_warned.popitem(last=False)
+            log.warning(
+                "jitwatch: %s on rank %d began %.1f s ago and never ended: %s; dropped from the "
+                "in-flight compiles (abandoned compiles in this worker: %d; later ones of this kernel are counted, "
+                "not logged)",
+                self._describe(backend, name),
+                self.identity.rank,
+                time.time() - start,
+                cause,
+                self.abandoned_compiles,
+            )
+        attrs: dict[str, Any] = {"cause": cause}
+        if token[_T_REQUEST] is not None:
+            attrs["request_id"] = token[_T_REQUEST]
+        self._emit(
+            EventKind.COMPILE_ABANDONED,
+            backend=backend,
+            kernel=name,
+            key=key,
+            phase=token[_T_PHASE],
+            start_ts=start,
+            attrs=attrs,
+        )
 
     def cancel(self, token: Any) -> None:
         """The compile did not happen."""
@@ -704,6 +841,15 @@ class Monitor:
             if len(self._warned) > _WARNED_MAX:
                 self._warned.popitem(last=False)
         return self._describe(backend, name) if first else None
+
+
+def _stack_ids(frame: Any) -> dict[int, Any]:
+    """``id()`` → frame for ``frame`` and every frame below it on its thread's stack."""
+    out: dict[int, Any] = {}
+    while frame is not None:
+        out[id(frame)] = frame
+        frame = frame.f_back
+    return out
 
 
 class _RequestMarker(ContextDecorator):

@@ -180,6 +180,9 @@ REQUEST_BUCKET_PREFIX = "request_compile_b"
 REQUEST_SECONDS_COUNTER = "request_compile_seconds"
 REQUESTS_DELAYED_COUNTER = "requests_delayed"
 """Per backend (``requests_delayed:triton``): requests that waited on ≥ 1 compile of it."""
+ABANDONED_COUNTER = "abandoned_compiles"
+"""Per backend (``abandoned_compiles:triton``): ``compile_abandoned`` events (compiles that began
+and never ended: the compiler raised)."""
 
 
 def counter_name(base: str, backend: str) -> str:
@@ -1426,6 +1429,8 @@ class Journal:
                 self._add_counter(conn, ev.rank, f"{REQUEST_BUCKET_PREFIX}0", n)
         elif kind is EventKind.HOOK_ERROR:
             self._add_counter(conn, ev.rank, counter_name("hook_errors", ev.backend), 1)
+        elif kind is EventKind.COMPILE_ABANDONED:
+            self._add_counter(conn, ev.rank, counter_name(ABANDONED_COUNTER, ev.backend), 1)
         elif kind is EventKind.DROPPED:
             exporter = ev.attrs.get("exporter")
             name = counter_name("export_dropped", exporter) if isinstance(exporter, str) else "dropped_events"
