@@ -254,6 +254,15 @@ METRICS: tuple[MetricSpec, ...] = (
         "backend is empty for the vLLM plugin's own failures.",
     ),
     MetricSpec(
+        "jitwatch_abandoned_compiles_total",
+        "counter",
+        ("backend", "rank"),
+        "",
+        "Compiles that began and never ended — the compiler raised (Triton: a CompilationError, a ptxas "
+        "error in an autotune config) — dropped from the in-flight compiles by the worker about 1 s "
+        "after they began; each is a compile_abandoned event naming the kernel and the cause.",
+    ),
+    MetricSpec(
         "jitwatch_backend_info",
         "info",
         ("rank", "backend", "version", "state"),

@@ -48,6 +48,7 @@ from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.events import Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.store.journal import (
+    ABANDONED_COUNTER,
     COMPILE_DURATION_BUCKETS,
     OTHER_KERNEL,
     REQUESTS_DELAYED_COUNTER,
@@ -398,6 +399,7 @@ def families_from(
     hist = source.histogram()
     counters = source.counters()
     hook_errors = backend_counter_of(counters, "hook_errors")
+    abandoned = backend_counter_of(counters, ABANDONED_COUNTER)
     workers = source.latest_workers()
     named, folded = source.kernel_label_counts()
     n_events = source.count_events()
@@ -502,10 +504,13 @@ def families_from(
     errors = _counter("jitwatch_hook_errors_total")
     for backend, rank in sorted(pairs):
         errors.add_metric([backend, str(rank)], hook_errors.get((backend, rank), 0.0))
+    gone = _counter("jitwatch_abandoned_compiles_total")
+    for backend, rank in sorted(set(abandoned) | pairs):
+        gone.add_metric([backend, str(rank)], abandoned.get((backend, rank), 0.0))
     dropped = _counter("jitwatch_dropped_events_total")
     for rank in sorted(ranks):
         dropped.add_metric([str(rank)], counters.get((rank, "dropped_events"), 0.0))
-    out += [errors, dropped]
+    out += [errors, gone, dropped]
     lookups = _counter("jitwatch_remote_cache_lookups_total")
     for result, base in (("hit", "remote_cache_hits"), ("miss", "remote_cache_misses")):
         for (backend, rank), value in sorted(backend_counter_of(counters, base).items()):

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.events import Event, EventKind, Phase
-from jitwatch.store.journal import Journal, RecompileRow, StatRow, WorkerRow, backend_counter_of
+from jitwatch.store.journal import ABANDONED_COUNTER, Journal, RecompileRow, StatRow, WorkerRow, backend_counter_of
 from jitwatch.views.coverage import CoverageReport, KernelCoverage, coverage_for_journal
 from jitwatch.views.diagnosis import InflightCompile, inflight_of
 
@@ -221,6 +221,11 @@ class BackendTotals(BaseModel):
     autotune_runs: int = 0
     graph_captures: int = 0
     hook_errors: int = 0
+    abandoned_compiles: int = Field(
+        default=0,
+        description="Compiles that began and never ended (the compiler raised: a CompilationError, a ptxas "
+        "error in an autotune config), dropped from the in-flight compiles by the worker (compile_abandoned events).",
+    )
 
 
 class Totals(BaseModel):
@@ -235,6 +240,11 @@ class Totals(BaseModel):
     disk_cache_hits: int = 0
     autotune_runs: int = 0
     hook_errors: int = 0
+    abandoned_compiles: int = Field(
+        default=0,
+        description="Compiles that began and never ended (the compiler raised: a CompilationError, a ptxas "
+        "error in an autotune config), dropped from the in-flight compiles by the worker (compile_abandoned events).",
+    )
     dropped_events: int = 0
     journal_events: int = Field(default=0, description="Events kept in the event log now.")
     retired_events: int = Field(default=0, description="Events removed by retention (still in the totals).")
@@ -637,6 +647,7 @@ def status_parts(
         accs = kernel_accs(journal.stats())
     counters = journal.counters()
     hook_errors = backend_counter_of(counters, "hook_errors")
+    abandoned = backend_counter_of(counters, ABANDONED_COUNTER)
 
     serving_by_rank: dict[int, int] = {}
     kernels = {key: k for key, k in accs.items() if backend is None or key[0] == backend}
@@ -656,6 +667,9 @@ def status_parts(
     for (name, _rank), value in hook_errors.items():
         if backend is None or name == backend:
             per_backend.setdefault(name, BackendTotals(name=name)).hook_errors += int(value)
+    for (name, _rank), value in abandoned.items():
+        if backend is None or name == backend:
+            per_backend.setdefault(name, BackendTotals(name=name)).abandoned_compiles += int(value)
     for b in per_backend.values():
         totals.compiles_startup += b.compiles_startup
         totals.compiles_warmup += b.compiles_warmup
@@ -667,6 +681,7 @@ def status_parts(
     totals.kernels = len(kernels)
 
     totals.hook_errors = int(sum(b.hook_errors for b in per_backend.values()))
+    totals.abandoned_compiles = int(sum(b.abandoned_compiles for b in per_backend.values()))
     totals.dropped_events = int(sum(v for (r, name), v in counters.items() if name == "dropped_events"))
     totals.retired_events = int(sum(v for (r, name), v in counters.items() if name == "retired_events"))
     totals.journal_events = journal.count_events()

@@ -14,6 +14,16 @@ references, and :func:`_capture` decodes Triton's payloads into a
 * ``knobs.autotuning.listener`` (3.8+) or the ``Autotuner`` wrappers (3.4-3.7) → an ``autotune``
   capture per benchmark sweep.
 
+A compile that raises (``CompilationError``, a ptxas error in an autotune config) calls no
+Triton hook after ``jit_cache_hook``. So a synchronous compile is begun *watched*
+(:meth:`~jitwatch.backends.base.CompileSink.begin_watched`) with the ``id()`` of the
+``JITFunction._do_compile`` frame that called the hook (found from ``sys._getframe``; no frame
+object is kept): once that frame has left the thread's stack without a post-compile hook, the
+core drops the compile from the in-flight compiles and :class:`_FrameWatcher` forgets it here and
+names the cause. A compile in Triton's asynchronous compile mode (``triton.AsyncCompileMode``:
+``_do_compile`` returns a future at once and the post-compile hook fires when it is finalized)
+is begun unwatched.
+
 On the compiling thread the hooks read only what Triton hands them — the kernel's ``name``, the
 ``JITFunction``'s identity and the in-memory cache key (a ``str`` in Triton 3.5+) — plus one clock
 read in the core, and keep references to the rest; names of constexprs, signature, options,
@@ -23,10 +33,12 @@ read in the core, and keep references to the rest; names of constexprs, signatur
 
 from __future__ import annotations
 
+import inspect
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import ModuleType
+from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, CompileKind, CompileSink, LibraryBackend
@@ -255,6 +267,87 @@ def _slow_key(key: Any, compile: Any) -> str | None:
     return hook_key({"key": key, "compile": compile})
 
 
+def _do_compile_code() -> CodeType | None:
+    """The code object of ``triton.runtime.jit.JITFunction._do_compile`` (through ``__wrapped__``
+    if someone wrapped it): the frame that calls ``jit_cache_hook`` and, when a synchronous
+    compile succeeds, ``jit_post_compile_hook`` (Triton 3.4-3.9). ``None`` if not found."""
+    try:
+        from triton.runtime.jit import JITFunction
+
+        fn = inspect.unwrap(inspect.getattr_static(JITFunction, "_do_compile"))
+        code = getattr(fn, "__code__", None)
+        return code if isinstance(code, CodeType) else None
+    except Exception:  # noqa: BLE001 - a vendor build without it: compiles are begun unwatched
+        return None
+
+
+def _async_mode_var() -> tuple[bool, Any]:
+    """(whether this Triton has an asynchronous compile mode, the ``ContextVar`` that says one
+    is active on this context: ``triton.runtime._async_compile.active_mode``, Triton 3.5+)."""
+    try:
+        from triton.runtime import _async_compile
+    except Exception:  # noqa: BLE001 - before 3.5: no asynchronous compile mode
+        return False, None
+    var = getattr(_async_compile, "active_mode", None)
+    return True, (var if callable(getattr(var, "get", None)) else None)
+
+
+_FRAME_WALK = 8
+"""Frames looked through, above ``jit_cache_hook``'s caller, for ``_do_compile``: hooks chained
+around jitwatch's (vLLM's monitor, others) add one frame each."""
+
+
+def _compile_frame(frame: FrameType | None, code: CodeType) -> FrameType | None:
+    """The first frame from ``frame`` down the stack (``f_back``) that runs ``code``, or ``None``."""
+    for _ in range(_FRAME_WALK):
+        if frame is None or frame.f_code is code:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+class _FrameWatcher:
+    """The Triton side of watched compiles (:class:`~jitwatch.backends.base.FrameWatcher`),
+    called by the core on the journal writer's thread."""
+
+    __slots__ = ("code", "pending")
+
+    def __init__(self, code: CodeType, pending: dict[tuple[int, str | None], list[Any]]) -> None:
+        self.code = code
+        self.pending = pending
+
+    def alive(self, frame: FrameType) -> bool:
+        """The frame with the watched id still runs ``JITFunction._do_compile``."""
+        return frame.f_code is self.code
+
+    def abandoned(self, token: Any) -> tuple[str, str | None]:
+        """Forget the compile begun with ``token`` (out of the compiles in flight, so the
+        compilation listener never matches it) and say why it never ended, from whether the
+        compilation listener saw it."""
+        for ident, entry in list(self.pending.items()):  # a C-level copy
+            if entry[_P_TOKEN] is token:
+                # Not atomic with the get: a compile of the same kernel and key beginning in
+                # between loses its start (its end is then recorded as a compile whose start
+                # was not seen), never its event.
+                if self.pending.get(ident) is entry:
+                    self.pending.pop(ident, None)
+                if entry[_P_SEEN]:
+                    return (
+                        "Triton compiled it (the compilation listener saw it) but jitwatch's "
+                        "jit_post_compile_hook never ran: a jit_post_compile_hook chained on top of "
+                        "jitwatch's raised first (vLLM's monitor does in its error mode), or storing "
+                        "the kernel raised",
+                        entry[_P_KEY],
+                    )
+                return (
+                    "the compile raised inside Triton (no compilation listener call, no "
+                    "jit_post_compile_hook): a CompilationError, a ptxas error (often one autotune "
+                    "config) or an interrupt; the exception went to the host",
+                    entry[_P_KEY],
+                )
+        return ("JITFunction._do_compile returned or raised without jit_post_compile_hook", None)
+
+
 def _capture(entry: list[Any]) -> Capture:
     """The :class:`Capture` of one JIT compile, built on the journal writer's thread
     (:meth:`CompileSink.end`): names, module, signature, constexprs, options, stage times,
@@ -299,6 +392,9 @@ class TritonBackend(LibraryBackend):
         self._last = threading.local()
         """``.entry``: the compile this thread began last, which the compilation listener of a
         synchronous compile belongs to (checked by identity of Triton's ``signature`` dict)."""
+        self.watching: str | None = None
+        """Why synchronous compiles are not watched for an end that never comes (``None``: they
+        are; see the module docstring), set when the hooks go in."""
 
     @property
     def hooks(self) -> HookSet | None:
@@ -323,7 +419,11 @@ class TritonBackend(LibraryBackend):
         support = hooks.install()
         if support.version is None:
             return BackendStatus(self.name, "failed", degraded=support.reason)
-        return BackendStatus(self.name, "active", support.version, tuple(hooks.installed_slots()), support.reason)
+        degraded = support.reason
+        if self.watching is not None and support.jit_hooks:
+            unwatched = f"a Triton compile that raises stays listed in flight ({self.watching})"
+            degraded = f"{degraded}; {unwatched}" if degraded else unwatched
+        return BackendStatus(self.name, "active", support.version, tuple(hooks.installed_slots()), degraded)
 
     def unhook(self) -> None:
         if self._hooks is not None:
@@ -352,9 +452,29 @@ class TritonBackend(LibraryBackend):
         return self._make_autotune(link)
 
     def _make_pre(self, link: HookLink, sink: CompileSink) -> Callable[..., Any]:
-        """``jit_cache_hook``: a compile starts (phase and request are taken now, by the core)."""
+        """``jit_cache_hook``: a compile starts (phase and request are taken now, by the core).
+
+        A synchronous compile is begun watched by its ``JITFunction._do_compile`` frame
+        (``sys._getframe(2)``: the hook's caller is ``_call_hook``, whose caller is ``_do_compile``;
+        a few frames further where hooks are chained); one in asynchronous compile mode, or one
+        whose frame is not found, is begun as before."""
         begin, cancel, report = sink.begin, sink.cancel, self.report_error
         pending, last, backend = self._pending, self._last, self.name
+        found = _do_compile_code()
+        has_async, async_var = _async_mode_var()
+        begin_watched = getattr(sink, "begin_watched", None)
+        if found is None:
+            self.watching = "JITFunction._do_compile not found"
+        elif has_async and async_var is None:
+            self.watching = "triton.runtime._async_compile.active_mode not found"
+        elif begin_watched is None:
+            self.watching = "the sink has no begin_watched"
+        else:
+            self.watching = None
+        watch = self.watching is None
+        code: CodeType = found if found is not None else _do_compile_code.__code__  # never matched unless watching
+        watcher, getframe = _FrameWatcher(code, pending), sys._getframe
+        async_get = async_var.get if async_var is not None else None
 
         def jitwatch_jit_cache_hook(
             *args: Any,
@@ -377,7 +497,20 @@ class TritonBackend(LibraryBackend):
                     name, fid = _slow_names(fn)
                 if key.__class__ is not str:
                     key = _slow_key(key, compile)
-                entry = [begin(backend, name), fn, key, compile, is_manual_warmup, name, fid, False, None, None, None]
+                token = None
+                if watch and (async_get is None or async_get() is None):
+                    try:
+                        frame = getframe(2)
+                    except ValueError:  # called from the top of a stack: not from Triton
+                        frame = None
+                    if frame is not None and frame.f_code is not code:
+                        frame = _compile_frame(frame.f_back, code)  # hooks chained around jitwatch's
+                    if frame is not None:
+                        token = begin_watched(backend, name, id(frame), watcher)  # type: ignore[misc]
+                    frame = None
+                if token is None:
+                    token = begin(backend, name)
+                entry = [token, fn, key, compile, is_manual_warmup, name, fid, False, None, None, None]
                 ident = (fid, key)
                 held = pending.setdefault(ident, entry)  # one atomic step: check and insert
                 if held is not entry:  # the same kernel and key began before and never ended

@@ -1,0 +1,267 @@
+"""A Triton compile that raises calls no hook after ``jit_cache_hook``: it must leave the in-flight
+compiles (``/jit``'s list, ``jitwatch_inflight_compiles``) instead of ageing there for ever as a
+false "rank stuck compiling" — and a compile that is merely slow, or runs in Triton's asynchronous
+compile mode, must not be dropped. Real compiles with the compile-only driver."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure
+
+from jitwatch.core.events import EventKind, Phase
+from jitwatch.store.journal import Journal
+from jitwatch.testing import MonitorHarness, fresh_kernel_cache, monitored
+from jitwatch.views.metrics import render
+from jitwatch.views.status import build_status
+
+
+@triton.jit
+def abd_bad(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    y = tl.dot(x, 3)  # a type error: tl.dot takes two 2-D blocks
+    tl.store(x_ptr + offs, y, mask=offs < n)
+
+
+@triton.jit
+def abd_tuned(x_ptr, n, BLOCK: tl.constexpr):
+    tl.static_assert(BLOCK <= 64)  # the BLOCK=128 "autotune config" fails to compile
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+X = torch.empty(256, dtype=torch.float32)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kernels() -> None:
+    fresh_kernel_cache(abd_bad, abd_tuned)
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    pytest.fail("timed out")
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    for fam in parse_text(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    raise KeyError(name)
+
+
+@contextmanager
+def slow_listener(seconds: float, during: Callable[[], None] | None = None) -> Iterator[list[Any]]:
+    """A ``knobs.compilation.listener`` installed *before* jitwatch (so jitwatch chains it) that
+    holds each compile open ``seconds`` inside ``triton.compile``, then calls ``during``; restored after."""
+    seen: list[Any] = []
+    knobs = triton.knobs.compilation
+    before = knobs.listener
+
+    def listener(**kwargs: Any) -> None:
+        time.sleep(seconds)
+        if during is not None:
+            seen.append(during())
+
+    knobs.listener = listener
+    try:
+        yield seen
+    finally:
+        knobs.listener = before
+
+
+def abandoned_events(h: MonitorHarness) -> list[Any]:
+    return h.events(EventKind.COMPILE_ABANDONED)
+
+
+def test_compile_that_raises_leaves_the_inflight_list_counted_and_logged(
+    tmp_path: Path, triton_cache: Path, compile_only: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="jitwatch.core.monitor")
+    jdir = tmp_path / "j"
+    with monitored(journal_dir=jdir, triton_cache_dir=triton_cache) as h:
+        h.monitor.activate()
+        with pytest.raises(CompilationError):
+            abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+        assert [s.name for s in h.monitor.inflight()] == ["abd_bad"]  # nothing ended it (Triton 3.6-3.9)
+        wait_for(lambda: not h.monitor.inflight())
+        assert h.triton.pending() == 0  # the backend forgot it too
+
+        def journaled_idle() -> bool:
+            with Journal(jdir, readonly=True) as j:
+                (rank,) = build_status(j).ranks
+            return not rank.inflight
+
+        wait_for(journaled_idle)
+        h.monitor.flush()  # the compile_abandoned event is written at the writer's next wake-up
+        text = render(jdir)[0].decode()
+        assert sample(text, "jitwatch_inflight_compiles", rank="0") == 0
+        assert sample(text, "jitwatch_inflight_compile_age_seconds", rank="0") == 0
+        assert sample(text, "jitwatch_abandoned_compiles_total", backend="triton", rank="0") == 1
+        assert sample(text, "jitwatch_hook_errors_total", backend="triton", rank="0") == 0  # not jitwatch's fault
+
+        (ev,) = abandoned_events(h)
+        assert (ev.backend, ev.kernel, ev.phase, ev.duration_s) == ("triton", "abd_bad", Phase.SERVING, None)
+        assert ev.key and "('constexpr', 16)" in ev.key
+        assert "raised inside Triton" in ev.attrs["cause"]
+        assert ev.start_ts is not None and ev.start_ts < ev.ts
+        with Journal(jdir, readonly=True) as j:
+            status = build_status(j)
+        (triton_totals,) = [b for b in status.backends if b.name == "triton"]
+        assert status.totals.abandoned_compiles == triton_totals.abandoned_compiles == 1
+        assert status.totals.hook_errors == 0
+        assert h.compiles() == []  # an abandoned compile is not a compile
+
+        # Once per kernel in the log; every one counted.
+        with pytest.raises(CompilationError):
+            abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+        wait_for(lambda: len(abandoned_events(h)) == 2)
+        assert h.monitor.abandoned_compiles == 2
+    lines = [r.getMessage() for r in caplog.records if "never ended" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "Triton kernel 'abd_bad' on rank 0" in lines[0] and "CompilationError" in lines[0]
+
+
+@pytest.mark.parametrize("where", ["listener", "chained_pre_hook"])
+def test_slow_compile_is_never_swept(tmp_path: Path, triton_cache: Path, compile_only: Any, where: str) -> None:
+    """A compile held open 3 s (inside ``triton.compile``, or in a ``jit_cache_hook`` chained
+    after jitwatch's, which also puts a chaining frame between the hook and ``_do_compile``)
+    stays listed with its growing age, and ends as an ordinary compile."""
+    harness: list[MonitorHarness] = []
+
+    def inside() -> tuple[list[str], float, int]:
+        mon = harness[0].monitor
+        running = mon.inflight()
+        return [s.name for s in running], time.perf_counter() - running[0].start_perf, mon.sweep_abandoned(force=True)
+
+    runtime = triton.knobs.runtime
+    before = runtime.jit_cache_hook
+
+    def slow_pre_hook(**kwargs: Any) -> None:
+        time.sleep(3.0)
+        seen.append(inside())
+
+    seen: list[Any] = []
+    with slow_listener(3.0, inside) if where == "listener" else _nothing() as listened:
+        if where == "chained_pre_hook":
+            runtime.jit_cache_hook = slow_pre_hook
+        try:
+            with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+                harness.append(h)
+                abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
+                (ev,) = h.compiles()
+                assert abandoned_events(h) == [] and h.monitor.abandoned_compiles == 0
+        finally:
+            runtime.jit_cache_hook = before
+    ((names, age, swept),) = seen or listened
+    assert names == ["abd_tuned"] and age >= 2.9 and swept == 0
+    assert ev.kernel == "abd_tuned" and (ev.duration_s or 0) >= 3.0
+
+
+@contextmanager
+def _nothing() -> Iterator[list[Any]]:
+    yield []
+
+
+def test_failed_config_then_a_slow_one_on_the_same_thread(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """An autotune-like loop: one config fails to compile (caught, as ``Autotuner._bench`` catches
+    ``CompileTimeAssertionFailure``) and the next one compiles at once on the same thread — its
+    ``_do_compile`` frame may well reuse the failed one's id. The failed compile is dropped while
+    the next still runs; the running one is not."""
+    harness: list[MonitorHarness] = []
+
+    def inside() -> list[str]:
+        mon = harness[0].monitor
+        wait_for(lambda: mon.abandoned_compiles == 1, timeout=10.0)
+        return [s.name + str(s.request_id) for s in mon.inflight()]
+
+    with slow_listener(0.0, inside) as seen:
+        with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+            harness.append(h)
+            for block in (128, 64):
+                try:
+                    abd_tuned.warmup(X, 100, BLOCK=block, grid=(1,))
+                except CompileTimeAssertionFailure:
+                    continue
+            (ev,) = h.compiles()
+            (gone,) = abandoned_events(h)
+    assert seen[0] == ["abd_tunedNone"]  # the failed config is gone, the running one listed
+    assert "('constexpr', 128)" in (gone.key or "") and "('constexpr', 64)" in (ev.key or "")
+
+
+def test_async_compile_mode_is_not_swept(tmp_path: Path, triton_cache: Path, compile_only: Any) -> None:
+    """``triton.AsyncCompileMode``: ``_do_compile`` returns a future at once and the compile runs on
+    a pool thread for 2.5 s; the post-compile hook fires when the mode finalizes it. That is not
+    an abandoned compile (its compiles are begun unwatched)."""
+    with slow_listener(2.5) as _, monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        with ThreadPoolExecutor(1) as pool, triton.AsyncCompileMode(pool):
+            abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
+            time.sleep(2.0)  # sweeps run on the writer thread meanwhile; _do_compile returned long ago
+            assert [s.name for s in h.monitor.inflight()] == ["abd_tuned"]
+            assert h.monitor.sweep_abandoned(force=True) == 0
+        (ev,) = h.compiles()
+        assert abandoned_events(h) == [] and h.triton.pending() == 0
+    assert (ev.duration_s or 0) >= 2.5
+
+
+def test_post_compile_hook_chained_on_top_raising_is_abandoned_with_its_cause(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """A ``jit_post_compile_hook`` installed after jitwatch's that raises before calling it (vLLM's
+    monitor does in its error mode): Triton compiled the kernel, jitwatch's post hook never ran."""
+    runtime = triton.knobs.runtime
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        ours = runtime.jit_post_compile_hook
+
+        def refusing(**kwargs: Any) -> None:
+            raise RuntimeError("refused by a hook chained on top")
+
+        runtime.jit_post_compile_hook = refusing
+        try:
+            with pytest.raises(RuntimeError, match="refused"):
+                abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
+        finally:
+            runtime.jit_post_compile_hook = ours
+        (ev,) = wait_for(lambda: abandoned_events(h))
+        assert "compilation listener saw it" in ev.attrs["cause"] and "vLLM" in ev.attrs["cause"]
+        assert not h.monitor.inflight() and h.triton.pending() == 0
+
+
+def test_compile_on_a_thread_that_ended_is_dropped(tmp_path: Path, triton_cache: Path, compile_only: Any) -> None:
+    """The compiling thread itself is gone (it raised out of its target): its compile is dropped."""
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+            except CompilationError as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=target)
+        t.start()
+        t.join(60)
+        assert errors and [s.name for s in h.monitor.inflight()] == ["abd_bad"]
+        (ev,) = wait_for(lambda: abandoned_events(h))
+        assert ev.kernel == "abd_bad" and not h.monitor.inflight()
