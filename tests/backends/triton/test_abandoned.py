@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 import triton
@@ -265,3 +266,33 @@ def test_compile_on_a_thread_that_ended_is_dropped(tmp_path: Path, triton_cache:
         assert errors and [s.name for s in h.monitor.inflight()] == ["abd_bad"]
         (ev,) = wait_for(lambda: abandoned_events(h))
         assert ev.kernel == "abd_bad" and not h.monitor.inflight()
+
+
+def test_abandoned_compile_over_http_from_a_real_sidecar(tmp_path: Path, triton_cache: Path, compile_only: Any) -> None:
+    """``jitwatch serve`` on 127.0.0.1 (its in-memory copy of the journal, refreshed from the rows
+    changed since): the failed compile leaves ``/jit``'s in-flight list and the gauges, and is
+    counted in ``/jit`` and ``/metrics``; ``/jit/events?kind=compile_abandoned`` has it."""
+    from tests.test_sidecar import serve
+
+    jdir = tmp_path / "j"
+    with monitored(journal_dir=jdir, triton_cache_dir=triton_cache) as h, serve(jdir, tmp_path) as base:
+        h.monitor.activate()
+        with pytest.raises(CompilationError):
+            abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+        wait_for(lambda: h.monitor.abandoned_compiles == 1)
+        h.monitor.flush()
+
+        def settled() -> dict[str, Any] | None:
+            body = httpx.get(base + "/jit", timeout=10).json()
+            return body if body["totals"]["abandoned_compiles"] == 1 and not body["ranks"][0]["inflight"] else None
+
+        body = wait_for(settled)
+        assert body["ranks"][0]["oldest_inflight_age_s"] == 0
+        assert [
+            (b["name"], b["abandoned_compiles"], b["hook_errors"]) for b in body["backends"] if b["name"] == "triton"
+        ] == [("triton", 1, 0)]
+        text = httpx.get(base + "/metrics", timeout=10).text
+        assert sample(text, "jitwatch_inflight_compiles", rank="0") == 0
+        assert sample(text, "jitwatch_abandoned_compiles_total", backend="triton", rank="0") == 1
+        (ev,) = httpx.get(base + "/jit/events", params={"kind": "compile_abandoned"}, timeout=10).json()
+        assert (ev["kernel"], ev["phase"]) == ("abd_bad", "serving") and "raised inside Triton" in ev["attrs"]["cause"]
