@@ -320,6 +320,7 @@ def monitored(
     compile_only: bool = True,
     tracer_provider: Any = False,
     backends: Sequence[Backend] | None = None,
+    heartbeat_seconds: float | None = None,
 ) -> Iterator[MonitorHarness]:
     """A fresh, installed :class:`Monitor` (not the process-wide one) in a sandbox.
 
@@ -327,12 +328,15 @@ def monitored(
     ``triton_cache_dir`` (default: a fresh temp dir), the compile-only driver for ``arch`` active
     when ``compile_only`` (set ``False`` on a GPU machine to launch for real), tracing off unless a
     provider is given, ``backends`` as :func:`jitwatch.create_monitor` (default: every available
-    one). On exit the monitor is uninstalled (every backend's hooks restored) and the previous
-    driver and environment are put back.
+    one), ``heartbeat_seconds`` as ``JITWATCH_HEARTBEAT_SECONDS`` (default: its default). On exit
+    the monitor is uninstalled (every backend's hooks restored) and the previous driver and
+    environment are put back.
     """
     own_journal = journal_dir is None
     jdir = Path(tempfile.mkdtemp(prefix="jitwatch-journal-")) if journal_dir is None else Path(journal_dir)
     settings = replace(Settings.from_env({}), journal_dir=jdir)
+    if heartbeat_seconds is not None:
+        settings = replace(settings, heartbeat_seconds=heartbeat_seconds)
     ident = identity or WorkerIdentity(rank=rank)
     try:
         with fresh_triton_cache(triton_cache_dir) as cache_dir:

@@ -142,6 +142,20 @@ def test_compile_that_raises_leaves_the_inflight_list_counted_and_logged(
     assert "Triton kernel 'abd_bad' on rank 0" in lines[0] and "CompilationError" in lines[0]
 
 
+def test_compile_that_raises_is_dropped_with_the_heartbeat_off(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """``JITWATCH_HEARTBEAT_SECONDS=0``: the writer still journals the compiles in flight, and
+    the sweep that runs before each snapshot still drops the one that raised."""
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache, heartbeat_seconds=0) as h:
+        h.monitor.activate()
+        with pytest.raises(CompilationError):
+            abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+        wait_for(lambda: not h.monitor.inflight())
+        wait_for(lambda: len(abandoned_events(h)) == 1)
+        assert h.monitor.abandoned_compiles == 1
+
+
 @pytest.mark.parametrize("where", ["listener", "chained_pre_hook"])
 def test_slow_compile_is_never_swept(tmp_path: Path, triton_cache: Path, compile_only: Any, where: str) -> None:
     """A compile held open 3 s (inside ``triton.compile``, or in a ``jit_cache_hook`` chained
