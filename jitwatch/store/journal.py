@@ -640,6 +640,19 @@ class _Pending:
         self.resolved.clear()
 
 
+_DIGEST_SQL = {
+    "meta": "SELECT count(*), group_concat(k || '=' || v, ';') FROM meta",
+    "workers": "SELECT count(*), max(rowid), total(pid), total(rank), group_concat(state), total(started_ts),"
+    " total(last_ts), total(warmup_end_ts), total(first_request_ts), total(length(attrs)) FROM workers",
+    "counters": "SELECT count(*), max(rowid), total(rank), total(value), total(length(name)) FROM counters",
+    "compile_hist": "SELECT count(*), max(rowid), total(bucket), total(count) FROM compile_hist",
+    "duration_hist": "SELECT count(*), max(rowid), total(bucket), total(count) FROM duration_hist",
+    "kernels": "SELECT count(*), max(rowid) FROM kernels",  # labels never change once assigned
+}
+"""What :meth:`Journal.small_tables_digest` reads of each small table: aggregates computed by
+SQLite over every row (no row crosses into Python)."""
+
+
 class Journal:
     """One connection to the journal in ``directory`` (``journal.db`` inside it).
 
@@ -701,6 +714,7 @@ class Journal:
         self._spec_generation: str | None = None
         self._redacted: dict[str, str] = {}  # kernel names and keys → redacted (bounded)
         self._retired_since_gc = 0
+        self._parsed_workers: dict[tuple[Any, ...], WorkerRow] = {}  # raw row → parsed, last workers() read
         self.skipped_rows = 0
         """Rows read back that made no sense (unknown phase, text or inf in a number column…) and
         were skipped: see :mod:`jitwatch.store.readsafe`."""
@@ -1667,6 +1681,51 @@ class Journal:
         finally:
             self._conn.execute("COMMIT")
 
+    def small_tables_digest(self) -> int:
+        """A digest of what a reader re-reads whole at every refresh: per small table (``meta``,
+        ``workers``, ``counters``, ``compile_hist``, ``duration_hist``, ``kernels``) its row
+        count, newest row id and sums of its columns (a worker's state, times, pid and attrs
+        length among them; of the kernel labels only count and id), computed by SQLite
+        (:data:`_DIGEST_SQL`), with ``PRAGMA schema_version`` and the event watermark
+        (:meth:`event_watermark`). Python's ``hash`` of those values: comparable within one
+        process only. Equal contents give equal digests; a heartbeat, an event, a state change or
+        a retention pass changes it. Every page of those tables is read, so a damaged one raises.
+        Reads the connection's current snapshot (call inside :meth:`snapshot` to pair it with
+        other reads). About 0.13 ms for 64 ranks. Raises ``sqlite3.Error`` like any read."""
+        cur = self._conn.cursor()
+        cur.row_factory = None
+        parts: list[Any] = [cur.execute("PRAGMA schema_version").fetchone(), self.event_watermark()]
+        for table, sql in _DIGEST_SQL.items():
+            if table in self._tables:
+                parts.append(cur.execute(sql).fetchone())
+        return hash(tuple(parts))
+
+    def verify_pages(self) -> tuple[int, int]:
+        """Re-read from the file what a long-lived reader's page cache may hide, and return
+        ``(data_version, digest)``: :meth:`data_version` and :meth:`small_tables_digest`, read in
+        one read transaction.
+
+        SQLite tells a connection about other connections' *commits* (``PRAGMA data_version``, WAL
+        index); it keeps its page cache while it sees none, so pages changed in the file by anything
+        else (overwritten in place, ``cp`` of a backup over the same inode) stay invisible to it,
+        while a new connection would read them. This drops the connection's page cache first
+        (``PRAGMA shrink_memory``: ``sqlite3_db_release_memory``), so the reads that follow fetch
+        page 1 (which SQLite checks on every read transaction: magic string, page size, schema
+        cookie) and the small tables from the file again. A digest that changed while
+        ``data_version`` did not means the file changed without a commit.
+
+        Not seen, by this or any SQLite reader: damage to a page whose newest copy is still in the
+        ``-wal`` file (readers take that copy; a checkpoint writes it over the damage), and damage to
+        pages not read here (the event log, the per-kernel aggregates) until a read needs them.
+        Read-only journals only (:meth:`snapshot`); cost: the small tables' size (0.14 ms for 64
+        ranks and 686 histogram rows on the 2-core VM). Raises ``sqlite3.DatabaseError`` when the file is damaged (see
+        :func:`is_corruption`), other ``sqlite3.Error`` for storage faults."""
+        self._conn.execute("PRAGMA shrink_memory")
+        with self.snapshot():
+            digest = self.small_tables_digest()
+            version = self.data_version()
+        return version, digest
+
     def _skip_row(self, table: str, why: object) -> None:
         """Count (``skipped_rows``) and log once per connection a row that makes no sense."""
         self.skipped_rows += 1
@@ -1675,10 +1734,19 @@ class Journal:
 
     def workers(self) -> list[WorkerRow]:
         """Every worker row, oldest start first; rows with an unknown state, a non-numeric time or
-        an out-of-range rank are skipped (:mod:`jitwatch.store.readsafe`)."""
+        an out-of-range rank are skipped (:mod:`jitwatch.store.readsafe`). A row read unchanged
+        since the previous call on this connection is not parsed again (the same
+        :class:`WorkerRow`: treat its ``attrs`` as read-only)."""
         rows = self._conn.execute("SELECT * FROM workers ORDER BY started_ts, pid")
         out: list[WorkerRow] = []
+        parsed, self._parsed_workers = self._parsed_workers, {}
         for r in rows:
+            raw = tuple(r)
+            known = parsed.get(raw)
+            if known is not None:  # the same row as last time (a heartbeat changes one row's last_ts)
+                self._parsed_workers[raw] = known
+                out.append(known)
+                continue
             f = dict(r)
             state, rank = readsafe.phase(f["state"]), readsafe.rank(f["rank"])
             started, last = readsafe.timestamp(f["started_ts"]), readsafe.timestamp(f["last_ts"])
@@ -1692,18 +1760,18 @@ class Journal:
             f["warmup_compiles"] = readsafe.count(f.get("warmup_compiles"))
             f["mode"] = readsafe.text(f.get("mode"))
             f["host"] = str(f["host"])
-            out.append(
-                WorkerRow(
-                    **{
-                        **f,
-                        "state": state,
-                        "rank": rank,
-                        "started_ts": started,
-                        "last_ts": last,
-                        "attrs": readsafe.json_object(f["attrs"]),
-                    }
-                )
+            row = WorkerRow(
+                **{
+                    **f,
+                    "state": state,
+                    "rank": rank,
+                    "started_ts": started,
+                    "last_ts": last,
+                    "attrs": readsafe.json_object(f["attrs"]),
+                }
             )
+            self._parsed_workers[raw] = row
+            out.append(row)
         return out
 
     def latest_workers(self) -> dict[int, WorkerRow]:
