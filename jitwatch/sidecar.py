@@ -16,15 +16,20 @@ Routes (see ``docs/sidecar.md``):
 
 ``/metrics`` and ``/jit`` are answered from an in-memory copy of the journal's aggregates, refreshed
 incrementally on each request through one long-lived read-only connection
-(:mod:`jitwatch.views.live`); ``/jit/events`` and ``/readyz`` open the journal read-only
-(``Journal(..., readonly=True)``) per request and close it again. The sidecar never writes.
+(:mod:`jitwatch.views.live`); ``/readyz`` from each rank's latest worker kept over a second
+long-lived connection (:meth:`~jitwatch.views.live.LiveJournal.readiness`), opening the journal
+only to say why it cannot be followed; ``/jit/events`` opens the journal read-only
+(``Journal(..., readonly=True)``) per request and closes it again. The probes' connection re-reads
+page 1 and the small tables at most every 2 s (as a per-probe open did, a journal damaged or copied
+over in place reaches ``/readyz``). The sidecar never writes.
 With a token (``JITWATCH_TOKEN`` / ``--token``) every route except ``/livez`` and ``/readyz``
 needs ``Authorization: Bearer <token>`` (401 otherwise).
 
 Fail-safe serving (:mod:`jitwatch.httpguard`): every journal read runs on a daemon thread with a
-deadline (``JITWATCH_READ_TIMEOUT_SECONDS``, 5 s; at most 8 at once) and the endpoint answers 503
-when it passes, so a hung filesystem or a held lock never blocks ``/livez``, the other endpoints
-or SIGTERM. :func:`run` adds a request-head timeout and a connection cap to uvicorn's h11
+deadline (``JITWATCH_READ_TIMEOUT_SECONDS``, 5 s; at most 8 at once, and :data:`PROBE_THREADS`
+more for ``/readyz``, which never queues behind scrapes) and the endpoint answers 503 when it
+passes, so a hung filesystem or a held lock never blocks ``/livez``, the other endpoints or
+SIGTERM. :func:`run` adds a request-head timeout and a connection cap to uvicorn's h11
 protocol, rate-limits ``EMFILE`` log lines, bounds the graceful shutdown, and (without a token)
 refuses DNS names in ``Host`` other than ``localhost``, the bind address and
 ``JITWATCH_ALLOWED_HOSTS`` (421). ``/metrics/`` is a 404, not a redirect (no ``Location`` is ever
@@ -68,6 +73,8 @@ log = logging.getLogger(__name__)
 
 ALL_INTERFACES = frozenset({"0.0.0.0", "::", "[::]", ""})
 MAX_EVENTS_LIMIT = 1000
+PROBE_THREADS = 4
+"""Most ``/readyz`` reads running at once, apart from the 8 of the other endpoints."""
 MAX_RANK = 2**31 - 1
 """Upper bound of the ``rank`` filter: larger integers do not fit SQLite's INTEGER (would be a 500)."""
 
@@ -198,6 +205,9 @@ def create_app(
     app.state.journal_dir = directory
     reads = BlockingCalls(settings.read_timeout_seconds, max_in_flight=8)
     app.state.journal_reads = reads
+    # /readyz has threads of its own: scrapes waiting for a slow refresh never starve the probes.
+    probes = BlockingCalls(settings.read_timeout_seconds, max_in_flight=PROBE_THREADS)
+    app.state.probe_reads = probes
 
     def timed_out(exc: CallTimeout) -> str:
         log.warning("jitwatch: %s; answering 503", exc)
@@ -340,7 +350,10 @@ def create_app(
     )
     async def readyz() -> JSONResponse:
         def read() -> Readiness:
-            with open_journal() as (journal, error):
+            ready = live(directory).readiness(stale_after=stale)  # the probes' own connection
+            if ready is not None:
+                return ready
+            with open_journal() as (journal, error):  # cannot follow the journal: say why
                 try:
                     ready = readiness(journal.latest_workers() if journal is not None else {}, stale_after=stale)
                 except sqlite3.Error as exc:
@@ -352,7 +365,7 @@ def create_app(
             return ready
 
         try:
-            ready = await reads.call(read)
+            ready = await probes.call(read)
         except CallTimeout as exc:
             ready = Readiness(status="not ready", ready=False, reason=timed_out(exc))
         return JSONResponse(ready.model_dump(mode="json"), status_code=200 if ready.ready else 503)

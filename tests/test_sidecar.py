@@ -621,3 +621,106 @@ def test_heartbeat_then_kill_9_makes_the_rank_stale(tmp_path: Path) -> None:
         if worker.poll() is None:
             worker.kill()
             worker.wait(10)
+
+
+# ------------------------------------------------------------------ readiness from memory, damage
+def ready_fleet(directory: Path, ranks: int) -> None:
+    """``ranks`` workers that completed warmup, written in one go (the writer closes: no -wal left)."""
+    for rank in range(ranks):
+        worker_started(directory, rank=rank)
+        warmup_done(directory, rank=rank)
+
+
+def count_opens(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every ``Journal`` opened from now on (the real constructor runs; its directory is recorded)."""
+    opened: list[Path] = []
+    original = Journal.__init__
+
+    def counting(self: Journal, directory: Any, **kwargs: Any) -> None:
+        opened.append(Path(directory))
+        original(self, directory, **kwargs)
+
+    monkeypatch.setattr(Journal, "__init__", counting)
+    return opened
+
+
+def test_readyz_answers_from_memory_without_opening_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe used to open the journal (a SQLite connection, schema read and revision check) every
+    time: 1.7-3.3 ms with 64 ranks. Now probes share one long-lived read-only connection and read
+    the workers table only when something was committed; the answer follows every commit."""
+    ready_fleet(tmp_path, 64)
+    app = create_app(tmp_path, settings=NO_ENV, stale_after=0)
+    opened = count_opens(monkeypatch)
+    for _ in range(20):
+        assert get(app, "/readyz").status_code == 200
+    assert len(opened) <= 1, opened
+    worker_started(tmp_path, rank=64)  # a new rank registers: not ready until its warmup completes
+    r = get(app, "/readyz")
+    assert r.status_code == 503 and r.json()["not_ready_ranks"] == [64]
+    warmup_done(tmp_path, rank=64)
+    assert get(app, "/readyz").status_code == 200
+    assert len(opened) <= 1 + 2, opened  # the two writes above opened their own Journal
+
+
+def test_readyz_does_not_wait_behind_scrapes(tmp_path: Path) -> None:
+    """A restarted sidecar's first scrape computes its first specialization-coverage report inline
+    (seconds on a large journal) holding the live copy's lock, and Prometheus's retries pile up behind it
+    until they hold all 8 journal-read threads: /readyz then answered 503 for a ready fleet. Probes
+    now have their own connection and 4 threads of their own. (The lock is held here by the test,
+    as such a scrape holds it.)"""
+    from jitwatch.views.live import live
+
+    ready_fleet(tmp_path, 2)
+    app = create_app(tmp_path, settings=NO_ENV, stale_after=0)
+
+    async def go() -> tuple[int, float, list[int]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sidecar", timeout=30) as client:
+            lock = live(tmp_path)._lock
+            lock.acquire()
+            try:
+                scrapes = [asyncio.create_task(client.get("/metrics")) for _ in range(8)]
+                await asyncio.sleep(0.3)
+                t0 = time.monotonic()
+                probe = await client.get("/readyz")
+                took = time.monotonic() - t0
+            finally:
+                lock.release()
+            return probe.status_code, took, [r.status_code for r in await asyncio.gather(*scrapes)]
+
+    status, took, scraped = asyncio.run(go())
+    assert status == 200 and took < 2.0, (status, took)
+    assert scraped == [200] * 8
+
+
+def test_readyz_follows_a_deleted_replaced_or_unsafe_journal(tmp_path: Path) -> None:
+    """The probes' long-lived connection follows the path, not the file it opened: a deleted
+    journal is "no worker has registered", a new file (another inode) is read at once, a symlink
+    put in its place is refused as unreadable, and a second sidecar's own connections (another
+    LiveJournal, as in another process) agree."""
+    from jitwatch.views.live import LiveJournal
+
+    jdir = tmp_path / "j"
+    ready_fleet(jdir, 2)
+    app, second = create_app(jdir, settings=NO_ENV, stale_after=0), LiveJournal(jdir)
+    assert get(app, "/readyz").status_code == 200
+    assert (ready := second.readiness(stale_after=0)) is not None and ready.ready
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{jdir / JOURNAL_FILE}{suffix}").unlink(missing_ok=True)
+    r = get(app, "/readyz")
+    assert r.status_code == 503 and r.json()["reason"] == NO_WORKER_REASON
+    other = tmp_path / "other"
+    worker_started(other, rank=0)
+    (other / JOURNAL_FILE).rename(jdir / JOURNAL_FILE)
+    r = get(app, "/readyz")
+    assert r.status_code == 503 and r.json()["not_ready_ranks"] == [0]
+    warmup_done(jdir, rank=0)
+    assert get(app, "/readyz").status_code == 200
+    assert (ready := second.readiness(stale_after=0)) is not None and ready.ready and list(ready.ranks) == ["0"]
+    second.close()
+    (jdir / JOURNAL_FILE).rename(tmp_path / "moved.db")
+    os.symlink(tmp_path / "moved.db", jdir / JOURNAL_FILE)
+    r = get(app, "/readyz")
+    assert r.status_code == 503 and "unreadable" in r.json()["reason"]

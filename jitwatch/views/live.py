@@ -22,6 +22,10 @@ flight), then answers from memory:
 Retention never changes the aggregates (the writer keeps them), so after it only the event count
 is re-read. Several sidecars on one journal each keep their own copy; a restarted sidecar rebuilds.
 
+``/readyz`` (:meth:`LiveJournal.readiness`) reads each rank's latest worker through a second
+long-lived connection with its own lock (:class:`_Probe`), so a probe never waits for a refresh,
+a rebuild or the first coverage report behind the copy's lock.
+
 ``/metrics``: per-kernel families (:data:`~jitwatch.views.metrics.KERNEL_FAMILIES`) keep one
 formatted line per series; a refresh re-sums and re-formats only the series whose rows changed
 (counts exactly, seconds with ``math.fsum``, so the floats are those of a full build whatever the
@@ -96,6 +100,7 @@ from jitwatch.views.status import (
     DEFAULT_KERNELS_LIMIT,
     JitStatus,
     KernelAcc,
+    Readiness,
     StatusParts,
     build_status,
     guarded_coverage,
@@ -103,6 +108,7 @@ from jitwatch.views.status import (
     kernel_accs,
     status_parts,
 )
+from jitwatch.views.status import readiness as readiness_of
 
 log = logging.getLogger(__name__)
 
@@ -441,6 +447,100 @@ class _Reopen(Exception):
     """The journal's schema changed since the live connection opened it (a migration)."""
 
 
+VERIFY_INTERVAL_S = 2.0
+"""Seconds between two :meth:`~jitwatch.store.journal.Journal.verify_pages` of the probes'
+long-lived connection: how long a journal damaged or copied over in place
+(no commit SQLite sees) can go unnoticed."""
+
+
+def _open_follower(journal_dir: Path) -> Journal | None:
+    """A read-only :class:`Journal` worth keeping open to follow ``journal_dir``, or ``None``
+    (missing, not a regular file, unreadable, or only readable ``immutable``)."""
+    try:
+        journal = Journal(journal_dir, readonly=True)
+    except (OSError, JournalCorruptError, JournalVersionError, sqlite3.Error, ValueError) as exc:
+        log.debug("jitwatch: journal in %s not readable: %s", journal_dir, exc)
+        return None
+    if journal.immutable:  # never sees later writes: not worth keeping
+        journal.close()
+        return None
+    return journal
+
+
+def _regular_file_id(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of ``path`` when it is a regular file (not a link, FIFO…), else ``None``."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+class _Probe:
+    """``/readyz``'s view of one journal: each rank's latest worker, over a read-only connection of
+    its own, so that probes never wait behind ``/metrics`` or ``/jit`` (a first scrape computing
+    specialization coverage holds the live copy's lock for seconds).
+
+    A probe costs one ``lstat`` and ``PRAGMA data_version`` when nothing was committed; the workers
+    table is read again after a commit (rows unchanged since are not parsed again) and, with the
+    page cache dropped, every :data:`VERIFY_INTERVAL_S` (:meth:`Journal.verify_pages`)."""
+
+    def __init__(self, journal_dir: Path) -> None:
+        self.journal_dir = journal_dir
+        self._lock = threading.Lock()
+        self._journal: Journal | None = None
+        self._workers: dict[int, WorkerRow] | None = None
+        self._data_version: int | None = None
+        self._verified_at = -VERIFY_INTERVAL_S
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._journal is not None:
+            try:
+                self._journal.close()
+            except sqlite3.Error:
+                pass
+        self._journal, self._workers, self._data_version = None, None, None
+
+    def latest_workers(self) -> dict[int, WorkerRow] | None:
+        """:meth:`Journal.latest_workers` as of now, or ``None`` when the journal cannot be
+        followed (missing, replaced by a link, unreadable, damaged): the caller opens it to say why."""
+        with self._lock:
+            file_id = _regular_file_id(self.journal_dir / JOURNAL_FILE)
+            if file_id is None:
+                self._drop()
+                return None
+            if self._journal is None or self._journal.file_id != file_id:
+                self._drop()
+                self._journal = _open_follower(self.journal_dir)
+                if self._journal is None:
+                    return None
+            journal = self._journal
+            try:
+                now = time.monotonic()
+                if now - self._verified_at >= VERIFY_INTERVAL_S:
+                    version, _ = journal.verify_pages()  # raises on damage; the cache is dropped either way
+                    self._verified_at = now
+                    self._workers = None  # read again from the file
+                else:
+                    version = journal.data_version()
+                if self._workers is None or version != self._data_version:
+                    with journal.snapshot():
+                        self._workers = journal.latest_workers()
+                        self._data_version = journal.data_version()
+                return self._workers
+            except (sqlite3.Error, ValueError) as exc:
+                log.warning("jitwatch: journal in %s unreadable for /readyz: %s", self.journal_dir, exc)
+                self._drop()
+                return None
+            except BaseException:
+                self._drop()
+                raise
+
+
 class LiveJournal:
     """``/metrics`` and ``/jit`` of one journal directory from :class:`LiveAggregates`.
 
@@ -462,6 +562,7 @@ class LiveJournal:
         self._retired = 0.0
         self._version = 0
         """The last :attr:`LiveAggregates.version` (a rebuilt copy continues from it)."""
+        self._probe = _Probe(self.journal_dir)
         self._families: dict[str, _KernelFamily] = {}
         self._headers: dict[tuple[str, str, str, str, str], bytes] = {}
         self._chunks: dict[str, tuple[int, list[tuple[str, bytes]]]] = {}
@@ -481,6 +582,7 @@ class LiveJournal:
     def close(self) -> None:
         with self._lock:
             self._drop()
+        self._probe.close()
 
     def _drop(self) -> None:
         if self._journal is not None:
@@ -496,27 +598,17 @@ class LiveJournal:
     def _refresh(self) -> LiveAggregates | None:
         """Bring the copy up to date (call with the lock held); ``None`` when the journal cannot
         be followed (missing, unreadable, immutable): the caller answers without the copy."""
-        path = self.journal_dir / JOURNAL_FILE
-        try:
-            st = path.lstat()
-        except OSError:
-            self._drop()
-            return None
-        if not stat.S_ISREG(st.st_mode):  # a link or FIFO: Journal's own checks refuse it
+        file_id = _regular_file_id(self.journal_dir / JOURNAL_FILE)
+        if file_id is None:  # missing, or a link or FIFO (Journal's own checks refuse those)
             self._drop()
             return None
         for attempt in range(2):
-            if self._journal is None or (st.st_dev, st.st_ino) != self._file:
+            if self._journal is None or file_id != self._file:
                 self._drop()
-                try:
-                    journal = Journal(self.journal_dir, readonly=True)
-                except (OSError, JournalCorruptError, JournalVersionError, sqlite3.Error, ValueError) as exc:
-                    log.debug("jitwatch: live aggregates: journal not readable: %s", exc)
+                opened = _open_follower(self.journal_dir)
+                if opened is None:
                     return None
-                if journal.immutable:  # never sees later writes: not worth keeping
-                    journal.close()
-                    return None
-                self._journal, self._file = journal, journal.file_id
+                self._journal, self._file = opened, opened.file_id
             journal = self._journal
             try:
                 version = journal.data_version()
@@ -703,6 +795,17 @@ class LiveJournal:
         if fmt == "om":
             body.append(_EOF)
         return b"".join(body), content_type
+
+    # ---------------------------------------------------------------- /readyz
+    def readiness(self, *, stale_after: float, now: float | None = None) -> Readiness | None:
+        """``/readyz``: :func:`~jitwatch.views.status.readiness` of each rank's latest worker, read
+        through the probes' own connection (:class:`_Probe`: never waits for this copy's lock, a
+        refresh or coverage); staleness is judged at ``now`` (default ``time.time()``). ``None``
+        when the journal cannot be followed (the caller opens it to say why)."""
+        workers = self._probe.latest_workers()
+        if workers is None:
+            return None
+        return readiness_of(workers, now=now, stale_after=stale_after)
 
     # ---------------------------------------------------------------- /jit
     def status(
