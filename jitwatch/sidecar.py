@@ -19,9 +19,9 @@ incrementally on each request through one long-lived read-only connection
 (:mod:`jitwatch.views.live`); ``/readyz`` from each rank's latest worker kept over a second
 long-lived connection (:meth:`~jitwatch.views.live.LiveJournal.readiness`), opening the journal
 only to say why it cannot be followed; ``/jit/events`` opens the journal read-only
-(``Journal(..., readonly=True)``) per request and closes it again. The probes' connection re-reads
-page 1 and the small tables at most every 2 s (as a per-probe open did, a journal damaged or copied
-over in place reaches ``/readyz``). The sidecar never writes.
+(``Journal(..., readonly=True)``) per request and closes it again. Both long-lived connections
+re-read page 1 and the small tables at most every 2 s, so a journal damaged or copied over in place
+is noticed without a commit. The sidecar never writes.
 With a token (``JITWATCH_TOKEN`` / ``--token``) every route except ``/livez`` and ``/readyz``
 needs ``Authorization: Bearer <token>`` (401 otherwise).
 

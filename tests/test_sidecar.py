@@ -695,6 +695,76 @@ def test_readyz_does_not_wait_behind_scrapes(tmp_path: Path) -> None:
     assert scraped == [200] * 8
 
 
+def damage_header(path: Path) -> None:
+    """Page 1's header (the magic string, page size, schema cookie) overwritten in place."""
+    with open(path, "r+b") as f:
+        f.write(b"\x00" * 100)
+
+
+def damage_workers_pages(path: Path) -> None:
+    """The workers table's root page overwritten with garbage in place (same inode, no SQLite)."""
+    with Journal(path.parent, readonly=True) as j:
+        root = j._conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'workers'").fetchone()[0]
+        page_size = j._conn.execute("PRAGMA page_size").fetchone()[0]
+    with open(path, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\xa5" * page_size)
+
+
+@pytest.mark.parametrize("damage", [damage_header, damage_workers_pages], ids=["header", "workers-pages"])
+def test_a_journal_damaged_in_place_is_noticed_by_every_endpoint(tmp_path: Path, damage: Any) -> None:
+    """Pages overwritten in place under a running sidecar: the long-lived connections behind
+    /metrics and /jit kept answering from SQLite's page cache (no commit, so nothing told them),
+    ``jitwatch_journal_up 1`` for ever. Every endpoint now notices within the re-read interval (2 s).
+    (The journal is checkpointed, as the writer closed last: damage to a page whose newest copy
+    is still in the -wal file is not seen by SQLite, whoever reads.)"""
+    ready_fleet(tmp_path, 2)
+    app = create_app(tmp_path, settings=NO_ENV, stale_after=0)
+    assert "jitwatch_journal_up 1.0" in get(app, "/metrics").text
+    assert get(app, "/jit").json()["journal_up"] is True
+    assert get(app, "/readyz").status_code == 200
+    ino = (tmp_path / JOURNAL_FILE).stat().st_ino
+    damage(tmp_path / JOURNAL_FILE)
+    assert (tmp_path / JOURNAL_FILE).stat().st_ino == ino
+    time.sleep(2.1)
+    assert "jitwatch_journal_up 0.0" in get(app, "/metrics").text
+    doc = get(app, "/jit").json()
+    assert doc["journal_up"] is False and "unreadable" in doc["journal_error"]
+    r = get(app, "/readyz")
+    assert r.status_code == 503 and "unreadable" in r.json()["reason"]
+
+
+def test_a_journal_copied_over_in_place_is_noticed(tmp_path: Path) -> None:
+    """``cp backup.db journal.db`` (restoring a backup: same inode, written without SQLite, so no
+    commit any connection sees) left /metrics and /jit on the overwritten contents. The periodic
+    re-read compares a digest of the small tables and the event watermark: a difference with no
+    commit in between rebuilds the copy from the file."""
+    backup = tmp_path / "backup.db"
+    jdir = tmp_path / "j"
+    worker_started(jdir, rank=0)
+    worker_started(jdir, rank=1)
+    (jdir / JOURNAL_FILE).rename(backup)  # the writer closed last: a complete file, no -wal
+    (jdir / JOURNAL_FILE).write_bytes(backup.read_bytes())
+    warmup_done(jdir, rank=0)
+    warmup_done(jdir, rank=1)
+    app = create_app(jdir, settings=NO_ENV, stale_after=0)
+    assert get(app, "/readyz").status_code == 200
+    assert 'jitwatch_serving_compiles_total{backend="triton",kernel="mul"' in get(app, "/metrics").text
+    assert [r["state"] for r in get(app, "/jit").json()["ranks"]] == ["serving", "serving"]
+    ino = (jdir / JOURNAL_FILE).stat().st_ino
+    with open(jdir / JOURNAL_FILE, "r+b") as f:  # what cp does: same file, truncated and rewritten
+        f.truncate(0)
+        f.write(backup.read_bytes())
+    assert (jdir / JOURNAL_FILE).stat().st_ino == ino
+    time.sleep(2.1)
+    r = get(app, "/readyz")
+    assert r.status_code == 503 and r.json()["not_ready_ranks"] == [0, 1]
+    # (specialization coverage follows from its background recomputation, a scrape or two later)
+    lines = get(app, "/metrics").text.splitlines()
+    assert [x for x in lines if 'kernel="mul"' in x and not x.startswith("jitwatch_specialization_coverage")] == []
+    assert [r["state"] for r in get(app, "/jit").json()["ranks"]] == ["warmup", "warmup"]
+
+
 def test_readyz_follows_a_deleted_replaced_or_unsafe_journal(tmp_path: Path) -> None:
     """The probes' long-lived connection follows the path, not the file it opened: a deleted
     journal is "no worker has registered", a new file (another inode) is read at once, a symlink

@@ -22,6 +22,12 @@ flight), then answers from memory:
 Retention never changes the aggregates (the writer keeps them), so after it only the event count
 is re-read. Several sidecars on one journal each keep their own copy; a restarted sidecar rebuilds.
 
+SQLite tells a connection about commits only; at most every :data:`VERIFY_INTERVAL_S` the
+connection drops its page cache and re-reads page 1 and the small tables from the file
+(:meth:`~jitwatch.store.journal.Journal.verify_pages`): a damaged file raises (the caller answers
+``jitwatch_journal_up 0``), and a digest of the small tables and the watermark that changed with no
+commit seen (a backup copied over the file in place) rebuilds the copy.
+
 ``/readyz`` (:meth:`LiveJournal.readiness`) reads each rank's latest worker through a second
 long-lived connection with its own lock (:class:`_Probe`), so a probe never waits for a refresh,
 a rebuild or the first coverage report behind the copy's lock.
@@ -444,12 +450,13 @@ class _KernelFamily:
 
 
 class _Reopen(Exception):
-    """The journal's schema changed since the live connection opened it (a migration)."""
+    """Open the journal again and rebuild: its schema changed since the live connection opened it
+    (a migration), or its file changed without a commit (copied over in place)."""
 
 
 VERIFY_INTERVAL_S = 2.0
-"""Seconds between two :meth:`~jitwatch.store.journal.Journal.verify_pages` of the probes'
-long-lived connection: how long a journal damaged or copied over in place
+"""Seconds between two :meth:`~jitwatch.store.journal.Journal.verify_pages` of a long-lived
+connection (the live copy's, the probes'): how long a journal damaged or copied over in place
 (no commit SQLite sees) can go unnoticed."""
 
 
@@ -562,6 +569,11 @@ class LiveJournal:
         self._retired = 0.0
         self._version = 0
         """The last :attr:`LiveAggregates.version` (a rebuilt copy continues from it)."""
+        self._digest: int | None = None
+        """:meth:`Journal.small_tables_digest` of the snapshot the copy was last refreshed from."""
+        self._verified_at = -VERIFY_INTERVAL_S
+        """``time.monotonic()`` of the last :meth:`Journal.verify_pages` (at most every
+        :data:`VERIFY_INTERVAL_S`)."""
         self._probe = _Probe(self.journal_dir)
         self._families: dict[str, _KernelFamily] = {}
         self._headers: dict[tuple[str, str, str, str, str], bytes] = {}
@@ -611,12 +623,26 @@ class LiveJournal:
                 self._journal, self._file = opened, opened.file_id
             journal = self._journal
             try:
-                version = journal.data_version()
-                if self._agg is not None and version == self._data_version:
-                    return self._agg
+                now = time.monotonic()
+                if now - self._verified_at >= VERIFY_INTERVAL_S:  # page cache dropped, file re-read
+                    version, digest = journal.verify_pages()
+                    self._verified_at = now
+                    if self._agg is not None and version == self._data_version:
+                        if digest == self._digest:
+                            return self._agg
+                        log.warning(
+                            "jitwatch: journal in %s changed without a commit (copied over in place?);"
+                            " reading it again",
+                            self.journal_dir,
+                        )
+                        raise _Reopen  # rebuild the copy from the file as it is now
+                else:
+                    version = journal.data_version()
+                    if self._agg is not None and version == self._data_version:
+                        return self._agg
                 self._apply(journal)
                 self._data_version = version
-            except _Reopen:  # a migration: open the file again (its table set, its revision check)
+            except _Reopen:  # a migration, or the file changed in place: open it again, rebuild
                 self._drop()
                 if attempt:
                     return None
@@ -668,10 +694,12 @@ class LiveJournal:
             agg.hist = journal.histogram()
             agg.workers = journal.latest_workers()
             agg.label_counts = journal.kernel_label_counts()
+            digest = journal.small_tables_digest()
         agg.events_reader = journal.events
         agg.version += 1
         self._version = agg.version
         self._agg, self._schema, self._watermark, self._retired = agg, schema, watermark, retired
+        self._digest = digest
         self._update_lines(agg, dirty)
 
     def _update_lines(self, agg: LiveAggregates, dirty: dict[str, set[Any]] | None) -> None:
