@@ -42,7 +42,7 @@ tools:
 	bash scripts/install-redis.sh
 
 test-core: env tools
-	PATH="$(CURDIR)/.tools/prometheus/usr/bin:$$PATH" $(BIN)/pytest -m "not vllm and not gpu and not dsl" $(PYTEST_ARGS)
+	JITWATCH_TEST_TOOLS_REQUIRED=1 PATH="$(CURDIR)/.tools/prometheus/usr/bin:$$PATH" $(BIN)/pytest -m "not vllm and not gpu and not dsl" $(PYTEST_ARGS)
 
 # The quick loop while developing: no slow, Prometheus, vLLM or GPU tests.
 test-quick: env

@@ -14,6 +14,7 @@ import pytest
 
 from jitwatch.testing import free_port
 from tests._paths import ROOT
+from tests.tools import tool_missing
 
 redis = pytest.importorskip("redis")
 
@@ -52,7 +53,7 @@ class RedisServer:
 def start_redis(tmp: Path) -> RedisServer:
     exe = find_redis_server()
     if exe is None:
-        pytest.skip("redis-server not installed (run scripts/install-redis.sh, `make tools`)")
+        tool_missing("redis-server not installed (run scripts/install-redis.sh, `make tools`)")
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = open(tmp / "redis.log", "wb")  # kept open for the server's life

@@ -28,6 +28,7 @@ from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import Journal
 from jitwatch.testing import free_port
 from tests._paths import ROOT
+from tests.tools import tool_missing
 
 yaml = pytest.importorskip("yaml")
 
@@ -42,7 +43,7 @@ def _tool(name: str) -> str:
     local = ROOT / ".tools" / "prometheus" / "usr" / "bin" / name
     path = found or (str(local) if local.is_file() else None)
     if path is None:
-        pytest.skip(f"{name} not installed (run scripts/install-prometheus.sh)")
+        tool_missing(f"{name} not installed (run scripts/install-prometheus.sh)")
     return path
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.tools import tool_missing
+
 yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +103,7 @@ def test_grafana_image_matches_the_sdk_line(compose: dict[str, Any]) -> None:
     try:
         sdk = importlib.metadata.version("grafana-foundation-sdk")
     except importlib.metadata.PackageNotFoundError:
-        pytest.skip("grafana-foundation-sdk not installed")
+        tool_missing("grafana-foundation-sdk not installed")
     grafana_line = sdk.split("!")[-1]
     assert tag.split(".")[:2] == grafana_line.split(".")[:2], (tag, sdk)
 

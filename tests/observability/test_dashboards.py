@@ -32,6 +32,7 @@ yaml = pytest.importorskip("yaml")
 
 from jitwatch.views.contract import BY_NAME, METRICS  # noqa: E402
 from tests.observability._promql import panel_backend_problems  # noqa: E402
+from tests.tools import tool_missing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "dashboards" / "grafana"
@@ -335,7 +336,7 @@ def test_last_serving_compile_column_through_promtool(dash: dict[str, Any], tmp_
 
     promtool = find_tool("promtool")
     if promtool is None:
-        pytest.skip("promtool not installed (run scripts/install-prometheus.sh)")
+        tool_missing("promtool not installed (run scripts/install-prometheus.sh)")
     (panel,) = [p for p in panels(dash) if p["title"] == "Serving-phase compiles by kernel"]
     (target,) = [t for t in panel["targets"] if t["refId"] == "B"]
     expr = target["expr"]

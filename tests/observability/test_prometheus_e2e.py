@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 from jitwatch.testing import free_port
+from tests.tools import tool_missing
 
 yaml = pytest.importorskip("yaml")
 pytest.importorskip("grafana_foundation_sdk")
@@ -193,7 +194,7 @@ def _jitwatch_cmd() -> list[str]:
 def stack(tmp_path: Path) -> Iterator[Stack]:
     prometheus = find_tool("prometheus")
     if prometheus is None:
-        pytest.skip("prometheus not installed (run scripts/install-prometheus.sh)")
+        tool_missing("prometheus not installed (run scripts/install-prometheus.sh)")
     journal = tmp_path / "journal"
     logs = tmp_path / "logs"
     logs.mkdir()

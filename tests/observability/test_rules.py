@@ -29,6 +29,7 @@ yaml = pytest.importorskip("yaml")
 
 from jitwatch.store.journal import COMPILE_DURATION_BUCKETS  # noqa: E402
 from tests.observability._promql import rule_backend_problems  # noqa: E402
+from tests.tools import tool_missing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "dashboards" / "prometheus"
@@ -87,7 +88,7 @@ def find_tool(name: str) -> str | None:
 def _promtool() -> str:
     tool = find_tool("promtool")
     if tool is None:
-        pytest.skip("promtool not installed (run scripts/install-prometheus.sh)")
+        tool_missing("promtool not installed (run scripts/install-prometheus.sh)")
     return tool
 
 

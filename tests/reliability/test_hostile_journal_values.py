@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import MAX_KEY_CHARS, MAX_NAME_CHARS, Journal
 from jitwatch.store.writer import JournalWriter
+from tests.tools import tool_missing
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
@@ -103,7 +103,7 @@ def test_hostile_values_give_no_500_and_a_valid_scrape(tmp_path: Path, sidecar_f
     ]
     promtool = shutil.which("promtool") or next((str(t) for t in tools if t.exists()), None)
     if promtool is None:
-        pytest.skip("promtool not installed (.ci/run installs it); the parsers above passed")
+        tool_missing("promtool not installed (.ci/run installs it); the parsers above passed")
     proc = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
 

@@ -23,6 +23,7 @@ from jitwatch.views.contract_doc import main as contract_doc_main
 from jitwatch.views.contract_doc import render as render_doc
 from jitwatch.views.coverage import journal_coverage_ratios
 from jitwatch.views.metrics import build_info_labels, render
+from tests.tools import tool_missing
 
 T0 = 1_700_000_000.0
 ev = make_event
@@ -466,7 +467,7 @@ def test_promtool_check_metrics(tmp_path: Path) -> None:
     local = Path(__file__).resolve().parents[2] / ".tools" / "prometheus" / "usr" / "bin" / "promtool"
     promtool = shutil.which("promtool") or (str(local) if local.exists() else None)
     if promtool is None:
-        pytest.skip("promtool not installed (.ci/run installs it)")
+        tool_missing("promtool not installed (.ci/run installs it)")
     full_journal(tmp_path)
     text = render(tmp_path)[0]
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)

@@ -28,6 +28,7 @@ import pytest
 
 from jitwatch.testing import free_port
 from tests.observability.test_prometheus_e2e import RULES, _jitwatch_cmd, _stop, find_tool, http_json, wait_for
+from tests.tools import tool_missing
 
 yaml = pytest.importorskip("yaml")
 torch_dist = pytest.importorskip("torch.distributed")
@@ -56,7 +57,7 @@ class Group:
 def group(tmp_path: Path) -> Iterator[Group]:
     prometheus = find_tool("prometheus")
     if prometheus is None or not torch_dist.is_gloo_available():
-        pytest.skip("needs prometheus (scripts/install-prometheus.sh) and torch.distributed with gloo")
+        tool_missing("needs prometheus (scripts/install-prometheus.sh) and torch.distributed with gloo")
     journal, logs = tmp_path / "journal", tmp_path / "logs"
     logs.mkdir()
     sidecar_port, prom_port, init_port = free_port(), free_port(), free_port()
