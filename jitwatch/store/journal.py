@@ -1072,6 +1072,7 @@ class Journal:
             elif name not in defer.kernels:
                 defer.kernels[name] = ts
         cache_hit = ev.cache_hit
+        hit_column = None if cache_hit is None else int(cache_hit)  # before the deferred lookup: may raise
         reason_class = reason = remote = None
         if kind == "compile":
             attrs = ev.attrs
@@ -1103,7 +1104,7 @@ class Journal:
             backend,
             kernel,
             None if spec_id is not None else key,  # else in the specialization record
-            None if cache_hit is None else int(cache_hit),
+            hit_column,
             rest_json,
             spec_id,
         ]

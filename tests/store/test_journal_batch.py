@@ -343,3 +343,16 @@ def test_a_non_ascii_home_in_tritons_json_is_redacted_on_the_careful_path_too(tm
     assert "jos" not in json.dumps(back.attrs, ensure_ascii=False)
     (blob,) = query(tmp_path, "SELECT data FROM specializations")[0]
     assert "jos" not in json.dumps(specs.decode(blob), ensure_ascii=False)
+
+
+def test_an_event_failing_after_its_specialization_was_queued_leaves_the_next_one_alone(tmp_path: Path) -> None:
+    """An unvalidated event whose cache-hit bit is no number is dropped alone, and the event after
+    it keeps its own (known) specialization: the dropped event's queued lookup used to name the row
+    index the next event then took, and gave it the dropped event's record."""
+    bad = compile_event(0, 16).model_copy(update={"cache_hit": "yes"})
+    with Journal(tmp_path) as j:
+        j.write([compile_event(1, 32)])  # known to this connection from now on
+        ids = j.write([bad, compile_event(2, 32)])
+        back = j.events(kind=EventKind.COMPILE, limit=10, newest_first=False)
+    assert len(ids) == 1
+    assert [e.attrs["constexprs"]["BLOCK"] for e in back] == [32, 32]
