@@ -457,6 +457,15 @@ def _make_compact_encoder() -> Any:
 _compact_json = _make_compact_encoder()
 
 
+def _utf8_safe(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _plain_json(value: Any) -> str | None:
     """Compact strict JSON of ``value`` when it is plain JSON, valid UTF-8 and holds no
     redactable substring (so it is stored as it is); ``None`` otherwise (the caller takes the
@@ -610,6 +619,47 @@ def _insert_rows(conn: sqlite3.Connection, head: str, width: int, rows: Sequence
     return int(last)
 
 
+@lru_cache(maxsize=32)
+def _in_sql(head: str, size: int) -> str:
+    return f"{head} IN ({','.join('?' * size)})"
+
+
+def _select_in(conn: sqlite3.Connection, head: str, values: list[Any]) -> Iterator[Any]:
+    """Rows of ``head IN (values)`` (``head``: ``SELECT … WHERE column``), :data:`_IN_CHUNK` values
+    per statement, each list padded to a power of two with its last value (an ``IN`` list is a set:
+    the rows are the same), so a connection prepares at most nine such statements per ``head`` and
+    the ``sqlite3`` module's statement cache (128 per connection) keeps them; a list of every length
+    up to 256 would re-prepare a ~260-parameter statement whenever its length is new."""
+    for k in range(0, len(values), _IN_CHUNK):
+        chunk = values[k : k + _IN_CHUNK]
+        size = 1 << (len(chunk) - 1).bit_length()
+        if size > len(chunk):
+            chunk += [chunk[-1]] * (size - len(chunk))
+        yield from conn.execute(_in_sql(head, size), chunk)
+
+
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
+"""Whether this SQLite has ``INSERT … RETURNING`` (3.35, 2021)."""
+
+
+def _insert_specs(conn: sqlite3.Connection, records: list[tuple[bytes, str]]) -> dict[bytes, int]:
+    """Insert specialization records (``(digest, JSON text)``, each compressed with
+    :func:`specs.compress`); digest → row id. With ``INSERT … RETURNING`` (SQLite ≥ 3.35) in
+    multi-row statements (:data:`_MULTI_ROW_CHUNKS`); one statement per record before that."""
+    if not _RETURNING:
+        return {digest: _insert_spec(conn, digest, text) for digest, text in records}
+    rows = [(digest, specs.compress(text)) for digest, text in records]
+    out: dict[bytes, int] = {}
+    n, i = len(rows), 0
+    for size in _MULTI_ROW_CHUNKS:
+        while n - i >= size:
+            sql = _multi_row_sql("INSERT INTO specializations(digest, data)", 2, size, " RETURNING digest, id")
+            for digest, spec_id in conn.execute(sql, list(chain.from_iterable(rows[i : i + size]))):
+                out[bytes(digest)] = int(spec_id)
+            i += size
+    return out
+
+
 def _insert_spec(conn: sqlite3.Connection, digest: bytes, text: str) -> int:
     """Insert a specialization record (``text`` compressed, :func:`specs.compress`) under ``digest``;
     its row id."""
@@ -619,10 +669,11 @@ def _insert_spec(conn: sqlite3.Connection, digest: bytes, text: str) -> int:
 
 class _Pending:
     """What the fast path queued over a run of compile events (see :meth:`Journal._resolve`):
-    ``kernels`` (new name → its first event's time), ``specs`` (identity digest → (spec fields,
-    identity tuple, redacted identity, [(row index, event)])), ``by_fast`` (identity tuple →
-    digest), ``resolved`` (identity tuple → row id) and ``rows``, the run being built (a queued
-    row's index is its length when queued)."""
+    ``kernels`` (new name → its first event's time), ``specs`` (identity digest → (the event's
+    attrs or its spec fields, from which the record is split only if it is new; identity tuple;
+    redacted identity; [(row index, event)])), ``by_fast`` (identity tuple → digest), ``resolved``
+    (identity tuple → row id) and ``rows``, the run being built (a queued row's index is its length
+    when queued)."""
 
     __slots__ = ("by_fast", "kernels", "resolved", "rows", "specs")
 
@@ -715,6 +766,9 @@ class Journal:
         self._redacted: dict[str, str] = {}  # kernel names and keys → redacted (bounded)
         self._retired_since_gc = 0
         self._parsed_workers: dict[tuple[Any, ...], WorkerRow] = {}  # raw row → parsed, last workers() read
+        self._lean = True
+        """Whether :meth:`write` takes :meth:`_lean_run` for compile events (tests compare it with
+        the general path by turning it off)."""
         self.skipped_rows = 0
         """Rows read back that made no sense (unknown phase, text or inf in a number column…) and
         were skipped: see :mod:`jitwatch.store.readsafe`."""
@@ -939,7 +993,14 @@ class Journal:
                 fold([f for _, f in run])
             run.clear()
 
-        for ev in events:
+        lean = dedup and self._lean
+        i, n = 0, len(events)
+        while i < n:
+            ev = events[i]
+            if ev.kind in STAT_KINDS and lean:
+                i = self._lean_run(conn, events, i, pending, new_specs, new_labels, bad)
+                continue
+            i += 1
             if ev.kind not in STAT_KINDS:
                 flush_run()
                 # One event that cannot be stored (its own values) is dropped alone and counted,
@@ -1111,6 +1172,171 @@ class Journal:
         fold = ((backend, name, phase, ev.rank, kind), duration or 0.0, 1 if cache_hit else 0, key, ts)
         return row, (*fold, reason_class, reason, remote)
 
+    def _lean_run(
+        self,
+        conn: sqlite3.Connection,
+        events: Sequence[Event],
+        i: int,
+        pending: _Pending,
+        new_specs: list[Any],
+        new_labels: list[str],
+        bad: dict[int, int],
+    ) -> int:
+        """Queue the compile-like events from ``events[i]`` on (up to the first other kind, whose
+        index is returned) into ``pending.rows``, exactly as :meth:`_stat_row` with ``defer=pending``
+        would, in one loop without a call per step for the common shape: a Triton compile
+        (``specialization_data`` and ``key`` strings, names within their caps, attrs without a
+        recompile reason whose other part is plain JSON within :data:`_REST_BUDGET`) whose
+        specialization this connection knows or is queued for (its record built only when new to
+        the batch). Every check comes before any side effect on ``pending``; an event that fails
+        one is handed whole to :meth:`_stat_row` (which may take the careful path or drop it,
+        counted). ``tests/store/test_journal_lean.py`` checks that both paths store identical
+        tables."""
+        run = pending.rows
+        labels, queued_kernels = self._labels, pending.kernels
+        by_fast, queued_specs = pending.by_fast, pending.specs
+        seen, text, known_spec = self._redacted.get, self._cached_text, self._spec_ids.get
+        compact, needs_redaction, isfinite, value_of = _compact_json, may_need_redaction, math.isfinite, _VALUE
+        compile_kind, stat_kinds, spec_set = EventKind.COMPILE, STAT_KINDS, specs.SPEC_FIELDS
+        identity_digest = specs.identity_digest
+        n = len(events)
+        while i < n:
+            ev = events[i]
+            if ev.kind not in stat_kinds:
+                break
+            i += 1
+            attrs, key, kernel, host, backend = ev.attrs, ev.key, ev.kernel, ev.host, ev.backend
+            data = attrs.get("specialization_data") if type(attrs) is dict else None
+            if (
+                ev.kind is not compile_kind
+                or type(data) is not str
+                or type(key) is not str
+                or type(kernel) is not str
+                or type(host) is not str
+                or type(backend) is not str
+                or len(key) > MAX_KEY_CHARS
+                or len(kernel) > MAX_NAME_CHARS
+                or len(host) > MAX_NAME_CHARS
+                or len(backend) > MAX_NAME_CHARS
+                or "reason_class" in attrs
+                or not (ev.cache_hit is None or type(ev.cache_hit) is bool)
+            ):
+                self._general_row(conn, ev, pending, new_specs, new_labels, bad)
+                continue
+            kernel = seen(kernel) or text(kernel)
+            clean_key = seen(key)
+            if clean_key is None:  # a new key: usually nothing to redact, kept out of the cache
+                clean_key = key if key.isascii() and not needs_redaction(key) else text(key)
+            key = clean_key
+            host = seen(host) or text(host)
+            backend = seen(backend) or text(backend)
+            source_hash, module = attrs.get("source_hash"), attrs.get("module")
+            rest = attrs.copy()
+            for name in spec_set:
+                rest.pop(name, None)
+            try:
+                rest_json: str | None = compact(rest)
+            except (ValueError, TypeError, RecursionError):
+                rest_json = None
+            if (
+                rest_json is None
+                or len(rest_json) > _REST_BUDGET
+                or not (rest_json.isascii() or _utf8_safe(rest_json))
+                or needs_redaction(rest_json)
+                or not (source_hash is None or type(source_hash) is str)
+                or not (module is None or type(module) is str)
+            ):
+                self._general_row(conn, ev, pending, new_specs, new_labels, bad)
+                continue
+            fast = (key, data, source_hash, module)
+            known = known_spec(fast)
+            if known is not None:
+                if known[1] > _SPEC_BUDGET:
+                    self._general_row(conn, ev, pending, new_specs, new_labels, bad)
+                    continue
+                spec_id = known[0]
+            else:
+                spec_id = _DEFERRED
+            ts = ev.ts
+            if not isfinite(ts):
+                ts = time.time()
+            duration, start_ts = ev.duration_s, ev.start_ts
+            if duration is not None and not isfinite(duration):
+                duration = None
+            if start_ts is not None and not isfinite(start_ts):
+                start_ts = None
+            phase = value_of[ev.phase]
+            name = kernel or "<unknown>"
+            # Side effects from here on: nothing below raises for the types checked above.
+            if name not in labels and name not in queued_kernels:
+                queued_kernels[name] = ts
+            if spec_id == _DEFERRED:
+                digest = by_fast.get(fast)
+                if digest is None:
+                    redacted = (
+                        key,
+                        data if data.isascii() and not needs_redaction(data) else _text(data),
+                        None if source_hash is None else text(source_hash),
+                        None if module is None else text(module),
+                    )
+                    digest = by_fast[fast] = identity_digest(*redacted)
+                    if digest not in queued_specs:  # another raw identity may redact to the same one
+                        queued_specs[digest] = (attrs, fast, redacted, [])  # its record built if new
+                queued_specs[digest][3].append((len(run), ev))
+            cache_hit, rank = ev.cache_hit, ev.rank
+            remote = None
+            if cache_hit is not None and attrs.get("cache") == "remote":
+                remote = 1 if cache_hit else 0
+            run.append(
+                (
+                    [
+                        ts,
+                        start_ts,
+                        duration,
+                        "compile",
+                        rank,
+                        ev.pid,
+                        host,
+                        phase,
+                        backend,
+                        kernel,
+                        None,
+                        None if cache_hit is None else int(cache_hit),
+                        rest_json,
+                        spec_id,
+                    ],
+                    (
+                        (backend, name, phase, rank, "compile"),
+                        duration or 0.0,
+                        1 if cache_hit else 0,
+                        key,
+                        ts,
+                        None,
+                        None,
+                        remote,
+                    ),
+                )
+            )
+        return i
+
+    def _general_row(
+        self,
+        conn: sqlite3.Connection,
+        ev: Event,
+        pending: _Pending,
+        new_specs: list[Any],
+        new_labels: list[str],
+        bad: dict[int, int],
+    ) -> None:
+        """One compile-like event through :meth:`_stat_row` (``defer=pending``), dropped alone and
+        counted when its own values cannot be stored."""
+        try:
+            pending.rows.append(self._stat_row(conn, ev, True, new_specs, new_labels, defer=pending))
+        except Exception as exc:  # an event's own fault unless _own_fault says not
+            if not _own_fault(exc):
+                raise
+            self._count_bad(bad, ev.rank, exc)
+
     def _spec_for(
         self, conn: sqlite3.Connection, spec: dict[str, Any], new_specs: list[Any], budget: int | None
     ) -> int | None:
@@ -1234,19 +1460,19 @@ class Journal:
         :data:`_IN_CHUNK`, the others stored now (compact JSON of the redacted fields, compressed);
         one whose record is not plain JSON or is past :data:`_SPEC_BUDGET` gets no id (its events
         take the careful path). Returns whether any got none."""
-        digests = list(pending.specs)
-        found: dict[bytes, int] = {}
-        for k in range(0, len(digests), _IN_CHUNK):
-            chunk = digests[k : k + _IN_CHUNK]
-            sql = f"SELECT digest, id FROM specializations WHERE digest IN ({','.join('?' * len(chunk))})"
-            for digest, spec_id in conn.execute(sql, chunk):
-                found[bytes(digest)] = int(spec_id)
+        found: dict[bytes, int] = {
+            bytes(digest): int(spec_id)
+            for digest, spec_id in _select_in(
+                conn, "SELECT digest, id FROM specializations WHERE digest", list(pending.specs)
+            )
+        }
         missing = False
         stored: dict[bytes, int] = {}
-        for digest, (spec, _, redacted, _) in pending.specs.items():
+        new: list[tuple[bytes, str]] = []
+        for digest, (source, _, redacted, _) in pending.specs.items():
             spec_id = found.get(digest)
             if spec_id is None:
-                record = dict(spec)
+                record = specs.split(source, redacted[0])[1] or {}  # key first, then SPEC_FIELDS
                 _, record["specialization_data"], source_hash, module = redacted
                 if source_hash is not None:
                     record["source_hash"] = source_hash
@@ -1256,8 +1482,11 @@ class Journal:
                 if text is None or len(text) > _SPEC_BUDGET:
                     missing = True
                     continue
-                spec_id = _insert_spec(conn, digest, text)
+                new.append((digest, text))
+                continue
             stored[digest] = spec_id
+        if new:
+            stored.update(_insert_specs(conn, new))
         for fast, digest in pending.by_fast.items():  # every raw identity queued under that digest
             spec_id = stored.get(digest)
             if spec_id is not None:
@@ -1274,12 +1503,9 @@ class Journal:
         count up to a rowid watermark plus what other writers added since), the new rows inserted
         together."""
         todo = list(names)
-        for k in range(0, len(todo), _IN_CHUNK):
-            chunk = todo[k : k + _IN_CHUNK]
-            sql = f"SELECT name, label FROM kernels WHERE name IN ({','.join('?' * len(chunk))})"
-            for name, label in conn.execute(sql, chunk):
-                self._labels[name] = str(label)
-                new_labels.append(name)
+        for name, label in _select_in(conn, "SELECT name, label FROM kernels WHERE name", todo):
+            self._labels[name] = str(label)
+            new_labels.append(name)
         new = [n for n in todo if n not in self._labels]
         if not new:
             return

@@ -1,0 +1,343 @@
+"""The lean write loop for Triton-shaped compile events (issue 15, fourth pass): whatever a batch
+holds, a journal written with it (``Journal._lean``, the default) and one written through the
+general path alone hold identical tables — event rows and their ids, specialization records
+(byte for byte), aggregates, kernel labels, counters — and drop exactly the same unstorable events.
+Also: the statements it relies on (padded ``IN`` lists, records
+inserted with ``RETURNING``) and the identity digest's exact bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jitwatch import redact as redact_mod
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.store import journal as journal_mod
+from jitwatch.store import specs
+from jitwatch.store.journal import JOURNAL_FILE, Journal
+from jitwatch.testing import make_event
+
+T0 = 1_700_000_000.0
+HOME = "/home/alice"
+
+
+@pytest.fixture(autouse=True)
+def _fixed_home_and_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A known home and user to redact, and a fixed clock for events whose time is not finite
+    (the journal stamps them with ``time.time()``)."""
+    monkeypatch.setenv("HOME", HOME)
+    monkeypatch.setattr(redact_mod, "_user", lambda: "alice")
+    redact_mod._patterns.cache_clear()
+    redact_mod._user_pattern.cache_clear()
+    monkeypatch.setattr(journal_mod.time, "time", lambda: T0 - 1.0)
+    yield
+    redact_mod._patterns.cache_clear()
+    redact_mod._user_pattern.cache_clear()
+
+
+def spec_data(block: int, path: str = "/opt/venv/lib/libdevice.10.bc") -> str:
+    return json.dumps(
+        {
+            "name": "add",
+            "constant_vals": [block],
+            "options": {"num_warps": 4, "extern_libs": [["libdevice", path]]},
+            "key": f"[('*fp32', 'D'), {block}]",
+        }
+    )
+
+
+def triton_attrs(block: int, rank: int = 0, **over: Any) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "module": "pkg.kernels",
+        "stages": {"ttir": 0.001, "cubin": 0.01},
+        "signature": {"x_ptr": "*fp32", "BLOCK": "constexpr"},
+        "constexprs": {"BLOCK": block},
+        "options": {"num_warps": 4},
+        "is_warmup_call": False,
+        "specialization_data": spec_data(block),
+        "source_hash": "ab" * 32,
+        "rank": rank,
+    }
+    attrs.update(over)
+    return {k: v for k, v in attrs.items() if v is not _DROP}
+
+
+_DROP = object()
+
+
+def compile_event(i: int, block: int, *, rank: int = 0, kernel: str | None = "add", **over: Any) -> Event:
+    fields: dict[str, Any] = {
+        "rank": rank,
+        "phase": Phase.SERVING,
+        "kernel": kernel,
+        "key": f"[('*fp32', 'D'), {block}]",
+        "duration_s": 0.002,
+        "cache_hit": True,
+        "attrs": triton_attrs(block, rank),
+    }
+    fields.update({k: v for k, v in over.items() if k in Event.model_fields})
+    attrs_over = {k: v for k, v in over.items() if k not in Event.model_fields}
+    fields["attrs"] = {**fields["attrs"], **attrs_over}
+    fields["attrs"] = {k: v for k, v in fields["attrs"].items() if v is not _DROP}
+    kind = fields.pop("kind", EventKind.COMPILE)
+    ts = fields.pop("ts", T0 + i)
+    return make_event(kind, ts, **fields)
+
+
+def unchecked(ev: Event, **update: Any) -> Event:
+    """``ev`` with fields set without validation (what a foreign caller of ``Journal.write`` may pass)."""
+    return ev.model_copy(update=update)
+
+
+def tables(directory: Path) -> dict[str, list[tuple[Any, ...]]]:
+    con = sqlite3.connect(directory / JOURNAL_FILE)
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        return {n: list(con.execute(f'SELECT * FROM "{n}" ORDER BY rowid')) for n in names}
+    finally:
+        con.close()
+
+
+def same_tables(a: dict[str, list[tuple[Any, ...]]], b: dict[str, list[tuple[Any, ...]]]) -> None:
+    """Equal, with NaN equal to itself (SQLite stores none, but compare safely)."""
+    assert a.keys() == b.keys()
+    for name in a:
+        assert len(a[name]) == len(b[name]), name
+        for ra, rb in zip(a[name], b[name], strict=True):
+            assert all(x == y or (x != x and y != y) for x, y in zip(ra, rb, strict=True)), (name, ra, rb)
+            assert [type(x) for x in ra] == [type(y) for y in rb], (name, ra, rb)
+
+
+def write_both(root: Path, batches: list[list[Event]], writers: int = 1) -> tuple[list[list[int]], list[list[int]]]:
+    """The same batches through ``writers`` connections (batch ``b`` by writer ``b % writers``), once
+    with the lean loop and once without; asserts identical tables; returns both ids."""
+    ids: dict[bool, list[list[int]]] = {}
+    for lean in (True, False):
+        d = root / ("lean" if lean else "general")
+        js = [Journal(d) for _ in range(writers)]
+        try:
+            for j in js:
+                j._lean = lean
+            ids[lean] = [js[b % writers].write(batch) for b, batch in enumerate(batches)]
+        finally:
+            for j in js:
+                j.close()
+    same_tables(tables(root / "lean"), tables(root / "general"))
+    return ids[True], ids[False]
+
+
+def crafted() -> list[Event]:
+    """39 events: the common shape and each thing that sends one off it."""
+    big = 2**70
+    nan, inf = float("nan"), float("inf")
+    base = compile_event(0, 16)
+    return [
+        base,  # 1 the common shape
+        compile_event(1, 16, rank=1),  # 2 same specialization, another rank
+        compile_event(2, 32),  # 3 a new one
+        compile_event(3, 32),  # 4 known now
+        compile_event(4, 64, key=None),  # 5 no key
+        compile_event(5, 64, kernel=None),  # 6 no kernel
+        compile_event(6, 64, kernel=""),  # 7 empty kernel name
+        compile_event(7, 128, kernel="kérnel_ß", key="ключ[('*fp32', 'D'), 128]"),  # 8 non-ASCII
+        compile_event(8, 128, key="[\ud800]"),  # 9 lone surrogate in the key
+        compile_event(9, 128, kernel="k\udfff"),  # 10 … in the kernel name
+        compile_event(10, 256, specialization_data=spec_data(256, "/opt/\ud800/lib.bc")),  # 11 … in the data
+        compile_event(11, 256, note="x\ud800y"),  # 12 … in another attr
+        compile_event(12, 512, specialization_data=spec_data(512, f"{HOME}/venv/libdevice.10.bc")),  # 13 home path
+        compile_event(13, 512, key=f"[{HOME}/k]"),  # 14 home path in the key
+        compile_event(14, 512, module=f"{HOME}.mod", source_hash="/home/bob/src"),  # 15 in module, hash
+        compile_event(15, 512, file="/scratch/alice/x.py"),  # 16 user name in another attr
+        compile_event(16, 1024, duration_s=nan, start_ts=inf),  # 17 non-finite times
+        unchecked(compile_event(17, 1024), ts=nan),  # 18 non-finite event time
+        compile_event(18, 1024, stages={"ttir": nan, "cubin": -inf}),  # 19 NaN inside attrs
+        compile_event(19, 2048, key="k" * 17_000),  # 20 key past MAX_KEY_CHARS
+        compile_event(20, 2048, kernel="n" * 17_000),  # 21 kernel past the cap
+        unchecked(compile_event(21, 2048), host="h" * 17_000),  # 22 host past the cap
+        compile_event(22, 4096, specialization_data="s" * 7_000),  # 23 record past _SPEC_BUDGET
+        compile_event(23, 4096, blob="b" * 7_000),  # 24 other attrs past _REST_BUDGET
+        compile_event(24, 4096, blob="b" * 70_000),  # 25 attrs past MAX_ATTRS_CHARS
+        compile_event(25, 8192, rank=big),  # 26 an int past 64 bits in a column: dropped
+        compile_event(26, 8192, count=big),  # 27 … in attrs (JSON holds it)
+        compile_event(27, 8192, constexprs={"BLOCK": big}),  # 28 … in the record
+        compile_event(28, 8192, reason_class="shape change", reason="x changed"),  # 29 a recompile reason
+        compile_event(29, 16, cache="remote"),  # 30 a remote-cache hit
+        compile_event(30, 16, cache="remote", cache_hit=False),  # 31 … a miss
+        compile_event(31, 16, cache_hit=None),  # 32 no cache-hit bit
+        compile_event(32, 16, kind=EventKind.AUTOTUNE),  # 33 another compile-like kind
+        compile_event(33, 16, kind=EventKind.GRAPH_CAPTURE, specialization_data=_DROP),  # 34
+        compile_event(34, 16, source_hash=None, module=_DROP),  # 35 no hash, no module
+        compile_event(35, 16, source_hash=7),  # 36 a hash that is not a string
+        compile_event(36, 16, specialization_data={"not": "a string"}),  # 37
+        compile_event(37, 16, odd=(1, 2), obj=object()),  # 38 a tuple and a foreign object
+        unchecked(compile_event(38, 16), rank=True, pid=3.0),  # 39 unvalidated number types
+    ]
+
+
+def test_crafted_events_store_identical_tables_and_drop_only_the_unstorable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each crafted event alone, then all of them in one batch with other kinds between them, then
+    again (everything known to the connection): identical tables; the lean loop took the common
+    shape itself (the general path saw only the others)."""
+    evs = crafted()
+    assert len(evs) == 39
+    general: list[Event] = []
+    real = Journal._stat_row
+
+    def counting(self: Journal, conn: Any, ev: Event, *args: Any, **kwargs: Any) -> Any:
+        if self._lean and not kwargs.get("careful"):
+            general.append(ev)
+        return real(self, conn, ev, *args, **kwargs)
+
+    monkeypatch.setattr(Journal, "_stat_row", counting)
+    others = [
+        make_event(EventKind.WORKER_START, T0, attrs={"mode": "warn"}),
+        make_event(EventKind.REQUEST_STALL, T0 + 0.5, duration_s=0.01, attrs={"compile_seconds_by_backend": {}}),
+    ]
+    mixed = [x for i, ev in enumerate(evs) for x in ([ev, others[i % 2]] if i % 5 == 0 else [ev])]
+    lean_ids, general_ids = write_both(tmp_path, [[ev] for ev in evs] + [mixed, evs])
+    assert lean_ids == general_ids
+    assert general and all(ev is not evs[0] and ev is not evs[1] and ev is not evs[3] for ev in general)
+    with Journal(tmp_path / "lean", readonly=True) as r:
+        dropped = sum(v for (_, name), v in r.counters().items() if name == "dropped_events")
+    assert dropped == 3  # the 64-bit-overflowing rank, three times; nothing else
+
+
+def test_one_writer_per_rank_finds_other_writers_records_identically(tmp_path: Path) -> None:
+    """The realistic layout: one connection per rank, each rank's batch of every specialization,
+    interleaved; the first writer of each stores the records, the others find them."""
+    batches = [
+        [compile_event(b * 8 + i, 16 << (b * 8 + i), rank=r) for i in range(8)] for b in range(3) for r in range(4)
+    ]
+    lean_ids, general_ids = write_both(tmp_path, batches, writers=4)
+    assert lean_ids == general_ids
+    assert tables(tmp_path / "lean")["specializations"] and len(tables(tmp_path / "lean")["specializations"]) == 24
+
+
+# --------------------------------------------------------------------------- property test
+_ODD_TEXT = st.sampled_from(
+    ["add", "kérnel", "k\ud800", "", "a/b", f"{HOME}/x", "/home/bob/y", "/scratch/alice/z", "x" * 17_000, "ключ"]
+)
+_NUMBER = st.one_of(
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 1, 2**63 - 1, 2**63, -(2**63) - 1]),
+)
+
+
+@st.composite
+def odd_event(draw: st.DrawFn, i: int) -> Event:
+    block = draw(st.sampled_from([16, 32, 64]))
+    rank = draw(st.one_of(st.integers(0, 3), st.sampled_from([2**64, -1])))
+    over: dict[str, Any] = {}
+    for name, strategy in (
+        ("kernel", st.one_of(st.none(), _ODD_TEXT)),
+        ("key", st.one_of(st.none(), _ODD_TEXT)),
+        ("duration_s", st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))),
+        ("cache_hit", st.one_of(st.none(), st.booleans())),
+        ("specialization_data", st.one_of(_ODD_TEXT, st.just(spec_data(block, f"{HOME}/lib.bc")))),
+        ("module", st.one_of(st.just(_DROP), st.none(), _ODD_TEXT)),
+        ("source_hash", st.one_of(st.just(_DROP), st.none(), _ODD_TEXT, st.integers())),
+        ("extra", st.one_of(_ODD_TEXT, _NUMBER, st.lists(_NUMBER, max_size=3))),
+        ("reason_class", st.just(_DROP) | st.sampled_from(["shape change", "made up"])),
+        ("cache", st.just(_DROP) | st.just("remote")),
+        ("kind", st.sampled_from([EventKind.COMPILE] * 4 + [EventKind.AUTOTUNE])),
+    ):
+        if draw(st.integers(0, 3)) == 0:
+            over[name] = draw(strategy)
+    return compile_event(i, block, rank=rank, **over)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_odd_batches_store_identical_tables(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    """Generated batches of odd compile events (non-ASCII, lone surrogates, home paths, NaN/inf,
+    17k-character keys, ints past 64 bits, other kinds, recompile reasons, remote caches), written
+    in several batches, through two connections: identical tables, lean loop or not. 40 examples of
+    10 batches each (400 batches)."""
+    root = tmp_path_factory.mktemp("odd")
+    batches = []
+    for b in range(10):
+        n = data.draw(st.integers(1, 8))
+        batches.append([data.draw(odd_event(b * 8 + i)) for i in range(n)])
+    lean_ids, general_ids = write_both(root, batches, writers=2)
+    assert lean_ids == general_ids
+
+
+def test_seeded_random_batches_of_plain_compiles_store_identical_tables(tmp_path: Path) -> None:
+    """Larger batches of ordinary compiles (mostly known, some new, ranks mixed): identical tables,
+    ids consecutive; exercises every multi-row chunk size."""
+    rnd = random.Random(15)
+    batches = [
+        [
+            compile_event(b * 300 + i, 16 << rnd.randrange(40), rank=rnd.choice([0, 0, 0, 1]))
+            for i in range(rnd.randrange(1, 300))
+        ]
+        for b in range(6)
+    ]
+    lean_ids, _ = write_both(tmp_path, batches)
+    for ids in lean_ids:
+        assert ids == list(range(ids[0], ids[0] + len(ids)))
+
+
+# --------------------------------------------------------------------------- the statements
+def test_in_lists_are_padded_to_powers_of_two(tmp_path: Path) -> None:
+    """Every lookup length uses one of nine statements; the rows are those of the unpadded list."""
+    con = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    con.execute("CREATE TABLE k(name TEXT PRIMARY KEY, label TEXT)")
+    con.executemany("INSERT INTO k VALUES (?, ?)", [(f"n{i}", f"l{i}") for i in range(300)])
+    sizes = set()
+    real = journal_mod._in_sql
+
+    def spy(head: str, size: int) -> str:
+        sizes.add(size)
+        return real(head, size)
+
+    journal_mod._in_sql = spy  # type: ignore[assignment]
+    try:
+        for n in range(1, 300, 7):
+            names = [f"n{i}" for i in range(n)] + ["missing"]
+            got = sorted(journal_mod._select_in(con, "SELECT name, label FROM k WHERE name", names))
+            assert got == sorted((f"n{i}", f"l{i}") for i in range(n))
+    finally:
+        journal_mod._in_sql = real  # type: ignore[assignment]
+    assert sizes <= {1 << k for k in range(9)}
+    con.close()
+
+
+@pytest.mark.parametrize("returning", [True, False])
+def test_new_records_get_their_own_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, returning: bool) -> None:
+    """New specialization records inserted together (``RETURNING``, or one by one on SQLite < 3.35)
+    each get their own row id, read back whole."""
+    monkeypatch.setattr(journal_mod, "_RETURNING", returning and sqlite3.sqlite_version_info >= (3, 35, 0))
+    with Journal(tmp_path) as j:
+        j.write([compile_event(i, 16 << i) for i in range(70)])
+        back = j.events(kind=EventKind.COMPILE, limit=100, newest_first=False)
+    assert [e.attrs["constexprs"]["BLOCK"] for e in back] == [16 << i for i in range(70)]
+    assert len({e.key for e in back}) == 70
+
+
+def test_identity_digest_bytes_are_unchanged() -> None:
+    """The identity other writers (and older jitwatch) look records up by: the same bytes as its
+    definition spelled out."""
+    for key, data, source_hash, module in [
+        ("k", "d" * 1500, "ab" * 32, "m.n"),
+        ("ключ", "dé", None, None),
+        ("", "", "", "%s%d"),
+    ]:
+        head = (
+            f"{specs._IDENTITY_TAG}{len(key)}:{len(data)}:"
+            f"{'-' if source_hash is None else len(source_hash)}:{'-' if module is None else len(module)}"
+            f"\x00{key}{source_hash or ''}{module or ''}"
+        )
+        want = hashlib.sha256((head + data).encode()).digest()[:16]
+        assert specs.identity_digest(key, data, source_hash, module) == want
