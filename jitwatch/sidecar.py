@@ -67,7 +67,14 @@ from jitwatch.httpguard import (
 from jitwatch.redact import redact
 from jitwatch.store.journal import Journal
 from jitwatch.views.live import live
-from jitwatch.views.status import DEFAULT_KERNELS_LIMIT, JitStatus, Readiness, build_status, readiness
+from jitwatch.views.status import (
+    DEFAULT_KERNELS_LIMIT,
+    NO_JOURNAL_REASON,
+    JitStatus,
+    Readiness,
+    build_status,
+    readiness,
+)
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +157,7 @@ def _open_readonly(directory: Path) -> tuple[Journal | None, str | None]:
     try:
         return Journal(directory, readonly=True), None
     except FileNotFoundError:
-        return None, "no journal yet (no worker has written to it)"
+        return None, f"{NO_JOURNAL_REASON} (no worker has written to it)"
     except NotADirectoryError:
         return None, redact(f"journal directory {directory} is not a directory")
     except JournalVersionError as exc:  # names the file and both schema revisions
@@ -291,7 +298,7 @@ def create_app(
         def read() -> list[Event]:
             with open_journal() as (journal, error):
                 if journal is None:
-                    if error and error.startswith("no journal"):
+                    if error and error.startswith(NO_JOURNAL_REASON):
                         return []
                     raise HTTPException(status_code=503, detail=error or "journal unreadable")
                 try:
@@ -360,8 +367,8 @@ def create_app(
                     ready = Readiness(
                         status="not ready", ready=False, reason=f"journal unreadable: {type(exc).__name__}"
                     )
-            if journal is None and error and not error.startswith("no journal"):
-                ready.reason = f"{ready.reason}; {error}"
+            if journal is None and error and not error.startswith(NO_JOURNAL_REASON):
+                ready.reason = error  # unreadable: whether workers registered is unknown
             return ready
 
         try:

@@ -113,6 +113,27 @@ def test_corrupt_journal(tmp_path: Path) -> None:
     assert (tmp_path / JOURNAL_FILE).read_bytes() == b"garbage" * 1000
 
 
+def test_an_unreadable_journal_is_not_reported_as_no_worker(tmp_path: Path) -> None:
+    """A journal that cannot be read says why, not "no worker has registered": /readyz answered
+    "no worker has registered; journal unreadable: …" and /jit's ``not_ready_reason`` "no worker
+    has registered" while the workers of a damaged journal were running. A missing journal keeps
+    the "no worker" reason."""
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / JOURNAL_FILE).write_bytes(b"garbage" * 1000)
+    (tmp_path / "file").write_text("not a directory")
+    for jdir, why in ((tmp_path / "damaged", "journal unreadable"), (tmp_path / "file", "not a directory")):
+        app = create_app(jdir, settings=NO_ENV)
+        doc = get(app, "/jit").json()
+        assert doc["journal_up"] is False and why in doc["not_ready_reason"], doc
+        assert NO_WORKER_REASON not in doc["not_ready_reason"]
+        r = get(app, "/readyz")
+        assert r.status_code == 503 and why in r.json()["reason"], r.json()
+        assert NO_WORKER_REASON not in r.json()["reason"]
+    app = create_app(tmp_path / "missing", settings=NO_ENV)
+    assert get(app, "/jit").json()["not_ready_reason"] == NO_WORKER_REASON
+    assert get(app, "/readyz").json()["reason"] == NO_WORKER_REASON
+
+
 # ----------------------------------------------------------------------------------- readiness
 def test_readyz_flips_when_warmup_completes(tmp_path: Path) -> None:
     app = create_app(tmp_path, settings=NO_ENV)

@@ -33,6 +33,7 @@ RECENT_SERVING_COMPILES = 20
 """How many of the newest serving-phase compiles ``/jit`` lists."""
 
 NO_WORKER_REASON = "no worker has registered"
+NO_JOURNAL_REASON = "no journal yet"  # how a missing journal's error begins (jitwatch.sidecar)
 
 
 WORST_REQUESTS = 10
@@ -499,11 +500,9 @@ def build_status(
     Raises ``sqlite3.Error`` if the journal cannot be read mid-way (the sidecar catches it).
     """
     now = time.time() if now is None else now
-    if journal is None:
-        ready = readiness({})
-        return JitStatus(
-            generated_ts=now, journal_up=False, journal_error=error, ready=False, not_ready_reason=ready.reason
-        )
+    if journal is None:  # missing: nobody registered; unreadable: why, not "no worker" (unknown)
+        reason = error if error and not error.startswith(NO_JOURNAL_REASON) else NO_WORKER_REASON
+        return JitStatus(generated_ts=now, journal_up=False, journal_error=error, ready=False, not_ready_reason=reason)
     if parts is None:
         parts = status_parts(journal, kernels_limit=kernels_limit, backend=backend)
     workers, serving_by_rank = parts.workers, parts.serving_by_rank
