@@ -36,6 +36,26 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _journal_error(exc: Exception, journal_dir: Path) -> typer.Exit:
+    """Print why the journal in ``journal_dir`` cannot be read (``jitwatch: <exc>``, stderr) and
+    return the exit-1 :class:`typer.Exit` to raise. A missing journal next to ``jitwatch demo``
+    journals (``<dir>/demo-<port>/journal.db``, the demo's default place) names them: a bare
+    ``jitwatch why`` after ``jitwatch demo`` otherwise says only "no journal at ...". Only
+    ``Path.glob`` of that one pattern and ``stat`` (the newest is named); nothing is opened."""
+    message = f"jitwatch: {exc}"
+    if isinstance(exc, FileNotFoundError) and not (journal_dir / "journal.db").exists():
+        try:  # newest first: the demo just run
+            found = sorted(((p.stat().st_mtime, p.parent) for p in journal_dir.glob("demo-*/journal.db")), reverse=True)
+        except OSError:
+            found = []
+        if found:
+            newest = found[0][1]
+            of = f", the newest of {len(found)}" if len(found) > 1 else ""
+            message += f" (a `jitwatch demo` journal is in {newest}{of}: pass --journal-dir {newest})"
+    typer.echo(message, err=True)
+    return typer.Exit(1)
+
+
 def _settings(*uses: str) -> Settings:
     """:meth:`Settings.from_env`; a bad value of a variable in ``uses`` (every variable when none
     is named) is one line on stderr and exit 2. A bad value of a variable the command does not use
@@ -328,8 +348,7 @@ def manifest_export(
             key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key,
         )
     except (FileNotFoundError, JournalCorruptError, JournalVersionError, StoreError) as exc:
-        typer.echo(f"jitwatch: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise _journal_error(exc, jdir) from None
     typer.echo(
         f"wrote {where}: {len(manifest.entries)} specializations of {len(manifest.kernels())} kernels "
         f"({', '.join(manifest.phases)})"
@@ -506,8 +525,7 @@ def why(
         with Journal(jdir, readonly=True) as journal:
             reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
     except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
-        typer.echo(f"jitwatch: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise _journal_error(exc, jdir) from None
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in reasons], indent=2))
         return
@@ -611,8 +629,7 @@ def coverage(
                     journal, kernels=kernels_for_report(report, _allow(allow)), expected=expected, known=known
                 )
     except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
-        typer.echo(f"jitwatch: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise _journal_error(exc, jdir) from None
     if as_json:
         typer.echo(json.dumps({**report.model_dump(mode="json"), "complete": report.complete}, indent=2))
     else:

@@ -111,6 +111,23 @@ def test_cli_why_empty_and_missing(tmp_path: Path) -> None:
     assert missing.exit_code == 1
 
 
+def test_cli_journal_commands_name_a_demo_journal_beside_a_missing_one(tmp_path: Path) -> None:
+    """`jitwatch demo` keeps its journal in <JITWATCH_DIR>/demo-<port>: a bare `jitwatch why`
+    (coverage, manifest export) after it said only "no journal at <JITWATCH_DIR>/journal.db"; it
+    now names the demo journal and the option that reads it."""
+    with monitored(journal_dir=tmp_path / "demo-9400") as h:
+        h.monitor.flush()
+    demo = tmp_path / "demo-9400"
+    for args in (["why"], ["coverage"], ["manifest", "export", "-o", str(tmp_path / "m.json")]):
+        out = CliRunner().invoke(app, [*args, "--journal-dir", str(tmp_path)])
+        assert out.exit_code == 1, out.output
+        assert "no journal at" in out.output and f"pass --journal-dir {demo}" in out.output, out.output
+    with monitored(journal_dir=tmp_path) as h:  # a journal of its own: read, no hint
+        h.monitor.flush()
+    out = CliRunner().invoke(app, ["why", "--journal-dir", str(tmp_path)])
+    assert out.exit_code == 0 and "demo" not in out.output
+
+
 def test_phase_of_reasons(journal: Path) -> None:
     """Warmup compiles carry no reason; every serving compile does."""
     for e in read_events(journal):
