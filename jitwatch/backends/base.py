@@ -161,6 +161,16 @@ class CompileSink(Protocol):
         """The compile begun with ``token`` did not happen (a chained hook vetoed it, or it raised)."""
         ...
 
+    def begun_again(self, token: Any) -> bool:
+        """The backend saw the compile begun with ``token`` begin again (same kernel and key)
+        before it ended. ``True``: ``token`` was begun with :meth:`begin_watched` on this thread,
+        which cannot be inside two compiles of one kernel and key, so that compile raised; it is
+        left in flight for the sweep to drop, count and log as abandoned (the backend's
+        :meth:`FrameWatcher.abandoned` is asked for its cause then). ``False``: another thread's
+        compile of the same key, or an unwatched one: cancelled (:meth:`cancel`). Optional: a
+        backend calls :meth:`cancel` where the sink lacks it."""
+        ...
+
     def admit(self, token: Any, capture: Capture) -> None:
         """Ask, before the compile begun with ``token`` does its work, whether the mode allows it.
 

@@ -667,6 +667,17 @@ class Monitor:
         """The compile did not happen."""
         self._inflight.pop(id(token), None)
 
+    def begun_again(self, token: Any) -> bool:
+        """The backend saw the compile begun with ``token`` begin again before it ended (see
+        :meth:`CompileSink.begun_again`): ``True`` when ``token`` is a watched compile of this
+        thread still in flight (a retry of a compile that raised; :meth:`sweep_abandoned` drops
+        and counts it: its frame has left the stack, or the retry's frame holds its id), else
+        the token is cancelled and ``False``. Compiling thread; one ``threading.get_ident()``."""
+        if len(token) == _WATCHED_LEN and token[_T_THREAD] == _get_ident() and id(token) in self._inflight:
+            return True
+        self._inflight.pop(id(token), None)
+        return False
+
     def admit(self, token: Any, capture: Capture) -> None:
         """Before the compile's work: in ``error`` mode, a serving-phase compile is recorded and
         :class:`ServingCompileError` raised (see :meth:`CompileSink.admit`); otherwise a no-op."""

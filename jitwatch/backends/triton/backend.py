@@ -310,11 +310,15 @@ class _FrameWatcher:
     """The Triton side of watched compiles (:class:`~jitwatch.backends.base.FrameWatcher`),
     called by the core on the journal writer's thread."""
 
-    __slots__ = ("code", "pending")
+    __slots__ = ("code", "pending", "superseded")
 
     def __init__(self, code: CodeType, pending: dict[tuple[int, str | None], list[Any]]) -> None:
         self.code = code
         self.pending = pending
+        self.superseded: dict[int, list[Any]] = {}
+        """``id(token)`` → the pending entry of a compile that raised and was begun again on its
+        thread before the sweep dropped it (:meth:`CompileSink.begun_again`); emptied by
+        :meth:`abandoned`."""
 
     def alive(self, frame: FrameType) -> bool:
         """The frame with the watched id still runs ``JITFunction._do_compile``."""
@@ -324,12 +328,16 @@ class _FrameWatcher:
         """Forget the compile begun with ``token`` (out of the compiles in flight, so the
         compilation listener never matches it) and say why it never ended, from whether the
         compilation listener saw it."""
-        for ident, entry in list(self.pending.items()):  # a C-level copy
+        found = self.superseded.pop(id(token), None)
+        candidates: list[tuple[tuple[int, str | None] | None, list[Any]]] = (
+            [(None, found)] if found is not None and found[_P_TOKEN] is token else []
+        )
+        for ident, entry in candidates or list(self.pending.items()):  # a C-level copy
             if entry[_P_TOKEN] is token:
                 # Not atomic with the get: a compile of the same kernel and key beginning in
                 # between loses its start (its end is then recorded as a compile whose start
                 # was not seen), never its event.
-                if self.pending.get(ident) is entry:
+                if ident is not None and self.pending.get(ident) is entry:
                     self.pending.pop(ident, None)
                 if entry[_P_SEEN]:
                     return (
@@ -463,6 +471,7 @@ class TritonBackend(LibraryBackend):
         found = _do_compile_code()
         has_async, async_var = _async_mode_var()
         begin_watched = getattr(sink, "begin_watched", None)
+        begun_again = getattr(sink, "begun_again", None)
         if found is None:
             self.watching = "JITFunction._do_compile not found"
         elif has_async and async_var is None:
@@ -474,6 +483,7 @@ class TritonBackend(LibraryBackend):
         watch = self.watching is None
         code: CodeType = found if found is not None else _do_compile_code.__code__  # never matched unless watching
         watcher, getframe = _FrameWatcher(code, pending), sys._getframe
+        superseded = watcher.superseded
         async_get = async_var.get if async_var is not None else None
 
         def jitwatch_jit_cache_hook(
@@ -514,8 +524,15 @@ class TritonBackend(LibraryBackend):
                 ident = (fid, key)
                 held = pending.setdefault(ident, entry)  # one atomic step: check and insert
                 if held is not entry:  # the same kernel and key began before and never ended
+                    held_token = held[_P_TOKEN]
+                    if begun_again is not None:  # kept where FrameWatcher.abandoned finds it, first
+                        superseded[id(held_token)] = held
                     pending[ident] = entry
-                    cancel(held[_P_TOKEN])
+                    if begun_again is None:
+                        cancel(held_token)
+                    elif not begun_again(held_token):  # another thread's compile: cancelled
+                        superseded.pop(id(held_token), None)
+                    # else a retry of a compile that raised on this thread: left for the sweep
                 last.entry = entry
             except Exception as exc:  # noqa: BLE001 - never into Triton
                 report("jit_cache_hook", exc)

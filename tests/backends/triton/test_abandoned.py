@@ -225,6 +225,48 @@ def test_failed_config_then_a_slow_one_on_the_same_thread(
     assert "('constexpr', 128)" in (gone.key or "") and "('constexpr', 64)" in (ev.key or "")
 
 
+def test_a_failed_compile_retried_at_once_is_counted_every_time(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """A host that retries a failing compile (the same kernel and key) on the same thread within
+    ``ABANDON_AFTER_S``: each failure is one abandoned compile with its key and cause. The retry's
+    ``jit_cache_hook`` meets the previous failure's entry still pending; it used to cancel it as
+    "did not happen", so three failures counted one."""
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        h.monitor.activate()
+        for _ in range(3):
+            fresh_kernel_cache(abd_bad)
+            with pytest.raises(CompilationError):
+                abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+        events = wait_for(lambda: (lambda evs: evs if len(evs) == 3 else None)(abandoned_events(h)))
+        assert h.monitor.abandoned_compiles == 3
+        assert not h.monitor.inflight() and h.triton.pending() == 0
+        for ev in events:
+            assert "raised inside Triton" in ev.attrs["cause"]
+            assert ev.key and "('constexpr', 16)" in ev.key
+        assert h.compiles() == []
+
+
+def test_the_same_key_compiling_on_two_threads_is_not_abandoned(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """Two threads compile the same kernel and key at once (both missed the in-memory cache): the
+    second's ``jit_cache_hook`` meets the first's entry, which is running, not failed. Neither
+    is an abandoned compile, and nothing stays in flight."""
+    started = threading.Barrier(2, timeout=30)
+
+    def hold() -> None:
+        started.wait()  # both threads are inside triton.compile before either ends
+
+    with slow_listener(0.0, hold), monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda _: abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,)), range(2)))
+        time.sleep(1.6)  # past ABANDON_AFTER_S and one sweep interval
+        assert h.monitor.sweep_abandoned(force=True) == 0
+        assert abandoned_events(h) == [] and h.monitor.abandoned_compiles == 0
+        assert not h.monitor.inflight() and h.triton.pending() == 0
+
+
 def test_async_compile_mode_is_not_swept(tmp_path: Path, triton_cache: Path, compile_only: Any) -> None:
     """``triton.AsyncCompileMode``: ``_do_compile`` returns a future at once and the compile runs on
     a pool thread for 2.5 s; the post-compile hook fires when the mode finalizes it. That is not
