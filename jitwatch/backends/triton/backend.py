@@ -310,11 +310,19 @@ class _FrameWatcher:
     """The Triton side of watched compiles (:class:`~jitwatch.backends.base.FrameWatcher`),
     called by the core on the journal writer's thread."""
 
-    __slots__ = ("code", "pending", "superseded")
+    __slots__ = ("code", "pending", "replaced", "superseded")
 
-    def __init__(self, code: CodeType, pending: dict[tuple[int, str | None], list[Any]]) -> None:
+    def __init__(
+        self,
+        code: CodeType,
+        pending: dict[tuple[int, str | None], list[Any]],
+        replaced: Callable[[str], bool] = lambda slot: False,
+    ) -> None:
         self.code = code
         self.pending = pending
+        self.replaced = replaced
+        """``slot → bool``: whether that Triton hook slot no longer holds jitwatch's own callable
+        (:meth:`HookSet.replaced`): the cause of an abandoned compile then names the hook."""
         self.superseded: dict[int, list[Any]] = {}
         """``id(token)`` → the pending entry of a compile that raised and was begun again on its
         thread before the sweep dropped it (:meth:`CompileSink.begun_again`); emptied by
@@ -345,6 +353,22 @@ class _FrameWatcher:
                         "jit_post_compile_hook never ran: a jit_post_compile_hook chained on top of "
                         "jitwatch's raised first (vLLM's monitor does in its error mode), or storing "
                         "the kernel raised",
+                        entry[_P_KEY],
+                    )
+                if self.replaced("compilation_listener"):
+                    return (
+                        "jitwatch's jit_post_compile_hook never ran and jitwatch's compilation listener did "
+                        "not see it, but triton.knobs.compilation.listener now holds another callable than "
+                        "jitwatch's: the compile raised inside Triton, or — if that listener does not call "
+                        "jitwatch's — Triton compiled it and a jit_post_compile_hook chained on top of "
+                        "jitwatch's raised (jitwatch cannot tell which)",
+                        entry[_P_KEY],
+                    )
+                if self.replaced("jit_cache_hook"):
+                    return (
+                        "no compilation listener call, no jit_post_compile_hook: the compile raised inside "
+                        "Triton, or the jit_cache_hook installed on top of jitwatch's raised or returned a "
+                        "truthy value after calling it (Triton then skips the compile and the launch)",
                         entry[_P_KEY],
                     )
                 return (
@@ -433,6 +457,11 @@ class TritonBackend(LibraryBackend):
             degraded = f"{degraded}; {unwatched}" if degraded else unwatched
         return BackendStatus(self.name, "active", support.version, tuple(hooks.installed_slots()), degraded)
 
+    def _slot_replaced(self, slot: str) -> bool:
+        """:meth:`HookSet.replaced` of ``slot`` (``False`` without hooks)."""
+        hooks = self._hooks
+        return hooks is not None and hooks.replaced(slot)
+
     def unhook(self) -> None:
         if self._hooks is not None:
             self._hooks.uninstall()
@@ -482,7 +511,7 @@ class TritonBackend(LibraryBackend):
             self.watching = None
         watch = self.watching is None
         code: CodeType = found if found is not None else _do_compile_code.__code__  # never matched unless watching
-        watcher, getframe = _FrameWatcher(code, pending), sys._getframe
+        watcher, getframe = _FrameWatcher(code, pending, self._slot_replaced), sys._getframe
         superseded = watcher.superseded
         async_get = async_var.get if async_var is not None else None
 

@@ -296,6 +296,19 @@ class HookSet:
         self._wraps.clear()
         self._sweeps.__dict__.clear()
 
+    def replaced(self, slot: str) -> bool:
+        """Whether ``slot`` (a key of ``_SLOTS``) holds another callable than the one jitwatch put
+        there: someone chained on top of jitwatch's hook or replaced it after :meth:`install`.
+        ``False`` for a slot jitwatch does not occupy. One ``getattr``; never raises."""
+        held = self._links.get(slot)
+        if held is None:
+            return False
+        holder, attr, _link, fn = held
+        try:
+            return getattr(holder, attr, None) is not fn
+        except Exception:  # noqa: BLE001 - an odd knob object
+            return False
+
     def installed_slots(self) -> list[str]:
         """Names of the slots jitwatch currently occupies: keys of ``_SLOTS``, plus
         ``"Autotuner._bench"`` and ``"Autotuner.prune_configs"`` where those are wrapped (< 3.8)."""

@@ -305,6 +305,55 @@ def test_post_compile_hook_chained_on_top_raising_is_abandoned_with_its_cause(
         assert not h.monitor.inflight() and h.triton.pending() == 0
 
 
+def test_a_jit_cache_hook_on_top_that_vetoes_is_not_called_a_raise(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """A ``jit_cache_hook`` installed after jitwatch's that calls it and returns ``True``: Triton
+    skips the compile, nothing raised. jitwatch cannot tell that from a compile that raised, but
+    the cause must not claim an exception reached the host: it names the hook on top."""
+    runtime = triton.knobs.runtime
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        ours = runtime.jit_cache_hook
+
+        def veto(**kwargs: Any) -> bool:
+            ours(**kwargs)
+            return True
+
+        runtime.jit_cache_hook = veto
+        try:
+            assert abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,)) is None  # skipped, no exception
+            (ev,) = wait_for(lambda: abandoned_events(h))
+        finally:
+            runtime.jit_cache_hook = ours
+        assert "jit_cache_hook installed on top of jitwatch's" in ev.attrs["cause"]
+        assert "truthy" in ev.attrs["cause"] and not h.monitor.inflight() and h.triton.pending() == 0
+
+
+def test_a_replaced_compilation_listener_makes_the_cause_unknown(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """``triton.knobs.compilation.listener`` replaced after jitwatch installed its own, then a
+    post-compile hook on top that raises: Triton compiled the kernel, but without jitwatch's
+    listener nothing says so. The cause must not say "raised inside Triton"."""
+    runtime, compilation = triton.knobs.runtime, triton.knobs.compilation
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        post, listener = runtime.jit_post_compile_hook, compilation.listener
+
+        def refusing(**kwargs: Any) -> None:
+            raise RuntimeError("refused by a hook chained on top")
+
+        runtime.jit_post_compile_hook, compilation.listener = refusing, None
+        try:
+            with pytest.raises(RuntimeError, match="refused"):
+                abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
+            (ev,) = wait_for(lambda: abandoned_events(h))
+        finally:
+            runtime.jit_post_compile_hook, compilation.listener = post, listener
+        assert "raised inside Triton (" not in ev.attrs["cause"]
+        assert "compilation.listener now holds another callable" in ev.attrs["cause"]
+        assert "jitwatch cannot tell which" in ev.attrs["cause"]
+
+
 def test_compile_on_a_thread_that_ended_is_dropped(tmp_path: Path, triton_cache: Path, compile_only: Any) -> None:
     """The compiling thread itself is gone (it raised out of its target): its compile is dropped."""
     with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
