@@ -27,12 +27,13 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("grafana_foundation_sdk")
+from tests.tools import tool_missing, tool_module
+
+tool_module("grafana_foundation_sdk", "grafana-foundation-sdk not installed (make env)")
 yaml = pytest.importorskip("yaml")
 
 from jitwatch.views.contract import BY_NAME, METRICS  # noqa: E402
 from tests.observability._promql import panel_backend_problems  # noqa: E402
-from tests.tools import tool_missing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "dashboards" / "grafana"

@@ -42,10 +42,10 @@ from typing import Any
 import pytest
 
 from jitwatch.testing import free_port
-from tests.tools import tool_missing
+from tests.tools import tool_missing, tool_module
 
 yaml = pytest.importorskip("yaml")
-pytest.importorskip("grafana_foundation_sdk")
+tool_module("grafana_foundation_sdk", "grafana-foundation-sdk not installed (make env)")
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow, pytest.mark.timeout(420)]
 
