@@ -331,7 +331,9 @@ class JournalWriter:
         """Journal the in-flight compiles when they changed, or every :data:`INFLIGHT_INTERVAL_S`
         while any is in flight (writer thread only; failures are retried at the next wake-up).
         Independent of the heartbeat: with ``heartbeat_s <= 0`` a running or hung compile is
-        journaled all the same (it also advances the row's ``last_ts``)."""
+        journaled all the same (it also advances the row's ``last_ts``), and a journal deleted or
+        replaced meanwhile is reopened here, with this worker registered again, as a heartbeat
+        would (one ``stat`` per update)."""
         assert self.inflight_source is not None and self.worker_row is not None
         try:
             items = self.inflight_source()
@@ -341,6 +343,8 @@ class JournalWriter:
                 return
             if self._journal is None:
                 self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+            else:  # deleted or replaced: a fresh journal with this worker registered (one stat)
+                self._check_replaced()
             host, pid, rank = self.worker_row
             if self._journal.set_inflight(host, pid, rank, items, time.time()):
                 self._inflight_sig = sig

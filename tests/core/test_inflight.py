@@ -189,6 +189,40 @@ def test_inflight_compiles_are_journaled_with_the_heartbeat_off(tmp_path: Path) 
         mon.uninstall()
 
 
+def test_a_hung_compile_follows_a_deleted_journal_with_the_heartbeat_off(tmp_path: Path) -> None:
+    """The journal is deleted (an operator clears the directory) while a compile hangs and the
+    worker writes nothing else, heartbeat off: the writer's next in-flight update notices it, opens
+    a fresh journal and registers the worker again, so readers see the rank and its hung compile
+    within seconds — not at the next retention pass (60 s), writing into the deleted file meanwhile."""
+    backend = GateBackend()
+    d = tmp_path / "journal"
+    settings = Settings(journal_dir=d, heartbeat_seconds=0.0)
+    mon = create_monitor(settings, identity=WorkerIdentity(rank=3), backends=[backend], tracer_provider=False)
+    mon.install()
+    mon.activate()
+    t = threading.Thread(target=backend.compile, args=("hung_kernel",))
+    t.start()
+    try:
+
+        def listed() -> bool:
+            try:
+                with Journal(d, readonly=True) as j:
+                    (rank,) = build_status(j).ranks
+            except (FileNotFoundError, sqlite3.Error, ValueError):
+                return False
+            return [c.kernel for c in rank.inflight] == ["hung_kernel"]
+
+        wait(listed)
+        time.sleep(1.5)  # past the first retention pass (at the writer's first wake-up)
+        for f in d.iterdir():
+            f.unlink()
+        wait(listed, timeout=5.0)  # INFLIGHT_INTERVAL_S is 1 s
+    finally:
+        backend.gate.set()
+        t.join(10)
+        mon.uninstall()
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
