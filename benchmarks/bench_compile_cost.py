@@ -3,8 +3,9 @@
 What is timed, per compile (one ``kernel.warmup`` on a CPU machine through
 :mod:`jitwatch.backends.triton.compile_only`, one real launch on a GPU):
 
-* **hooks** — wall time inside jitwatch's three Triton callbacks (``knobs.runtime.jit_cache_hook``,
-  ``knobs.compilation.listener``, ``knobs.runtime.jit_post_compile_hook``; Triton ≥ 3.4), measured
+* **hooks** — wall time inside jitwatch's Triton callbacks (``knobs.runtime.jit_cache_hook``,
+  ``knobs.compilation.listener``, and ``knobs.runtime.jit_post_compile_hook`` in ``error`` mode
+  only: in ``warn`` mode, measured here, the listener ends the compile; Triton ≥ 3.4), measured
   by wrapping the installed callables. This covers the monitor's bookkeeping, building the
   :class:`~jitwatch.core.events.Event` (pydantic) and queueing it (``JournalWriter.submit``, timed
   separately too). It runs on the compiling thread.
@@ -145,7 +146,8 @@ def _worker_compile(cfg: dict[str, Any]) -> dict[str, Any]:
             "post": ("runtime", "jit_post_compile_hook"),
         }.items():
             holder = getattr(triton.knobs, group)
-            setattr(holder, attr, timers[key].wrap(getattr(holder, attr)))
+            if getattr(holder, attr) is not None:  # outside error mode jitwatch leaves the post-compile slot empty
+                setattr(holder, attr, timers[key].wrap(getattr(holder, attr)))
         mon.flush()
         writes.clear()  # the worker_start event is not a compile
         mon.begin_warmup()

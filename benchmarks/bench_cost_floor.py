@@ -10,16 +10,20 @@ Three figures, each against its baseline measured in the same run:
     ``knobs.runtime.jit_post_compile_hook``, ``knobs.compilation.listener``) — the *floor*: what
     Triton itself adds to a compile once anything is hooked (it builds ``repr`` and serializes
     specialization data for every hooked compile);
+  - ``noop2`` (``--two-slot-floor``): no-op callables in ``jit_cache_hook`` and the listener
+    only — the slots jitwatch occupies outside ``error`` mode, whose compilation listener ends
+    the compile (``jit_post_compile_hook`` left empty): the floor of that layout;
   - ``jitwatch``: ``jitwatch.create_monitor(...).install()`` with its journal writer, phase
     ``serving`` (``warn`` mode; the post-warmup warning is logged once per key).
 
   Per compile: **CPU** of the whole process (``time.process_time``: every thread, so the journal
   writer thread is included; the burst ends with ``flush()``) and **wall**. Added cost is
   ``variant - none``; the ratio ``(jitwatch - none) / (noop - none)`` says how far jitwatch is from
-  the floor. Separately, in the ``jitwatch`` process, a second burst with the three installed
-  callables wrapped by a timer gives **µs on the compiling thread** inside jitwatch's own hooks,
-  and the same three callables called back to back with one real compile's keywords (``--tight``
-  times per rep) give the compiling thread's CPU per compile with warm caches (the *tight loop*);
+  the floor (``..._ratio_to_two_slot_floor`` against ``noop2``). Separately, in the ``jitwatch``
+  process, a second burst with the installed callables (two or three) wrapped by a timer gives
+  **µs on the compiling thread** inside jitwatch's own hooks, and the same callables called back
+  to back with one real compile's keywords (``--tight`` times per rep) give the compiling
+  thread's CPU per compile with warm caches (the *tight loop*);
   a last pass of bursts gives the journal writer's thread CPU per compile (its CPU clock) and the
   part of it spent building the events (``JournalWriter._materialize``).
 * **journal** — ``Journal.write`` of real compile events (a template from a real compile, keys
@@ -62,6 +66,8 @@ HERE = Path(__file__).resolve()
 VARIANTS = ("none", "noop", "jitwatch")
 BATCH = 256
 """Events per ``Journal.write`` in the journal section (the writer thread's ``HIGH_WATER``)."""
+TWO_SLOT = "noop2"
+"""No-op callables in ``jit_cache_hook`` and ``compilation.listener`` only (``--two-slot-floor``)."""
 BEFORE = "jitwatch_before"
 """The ``jitwatch`` variant run with an older jitwatch tree (``--before DIR``), in the same run."""
 
@@ -86,13 +92,14 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     run = _kernels.make_launcher(device)
     variant = cfg["variant"]
     mon = None
-    if variant == "noop":
+    if variant in ("noop", "noop2"):
 
         def noop(*args: Any, **kwargs: Any) -> None:
             return None
 
         triton.knobs.runtime.jit_cache_hook = noop
-        triton.knobs.runtime.jit_post_compile_hook = noop
+        if variant == "noop":
+            triton.knobs.runtime.jit_post_compile_hook = noop
         triton.knobs.compilation.listener = noop
     elif variant in ("jitwatch", BEFORE):
         import dataclasses
@@ -161,7 +168,9 @@ def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> dict[s
     slots.append((triton.knobs.compilation, "listener"))
     saved = [(h, a, getattr(h, a)) for h, a in slots]
     for (h, a, fn), acc in zip(saved, calls, strict=True):
-        setattr(h, a, wrap(fn, acc))
+        if fn is not None:  # an empty slot stays empty (jitwatch leaves the post-compile hook out)
+            setattr(h, a, wrap(fn, acc))
+    used = sum(fn is not None for _, _, fn in saved)
     probe_acc: list[float] = []
     probe = wrap(lambda: None, probe_acc)
     for _ in range(10_000):
@@ -173,7 +182,7 @@ def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> dict[s
             acc.clear()
         burst()
         out["median"].append(max(0.0, sum(statistics.median(acc) - overhead for acc in calls if acc)))
-        out["mean"].append(max(0.0, sum(sum(acc) for acc in calls) / n - 3 * overhead))
+        out["mean"].append(max(0.0, sum(sum(acc) for acc in calls) / n - used * overhead))
     for h, a, fn in saved:
         setattr(h, a, fn)
     return out
@@ -233,7 +242,8 @@ def _tight_loop(burst: Any, triton: Any, n: int, reps: int) -> list[float]:
         return hook
 
     for (h, a), fn, i in zip(slots, saved, range(3), strict=True):
-        setattr(h, a, grab(fn, i))
+        if fn is not None:
+            setattr(h, a, grab(fn, i))
     try:
         burst()
     finally:
@@ -241,6 +251,8 @@ def _tight_loop(burst: Any, triton: Any, n: int, reps: int) -> list[float]:
             setattr(h, a, fn)
     pre, listener, post = saved
     kp, kl, kq = (k or {} for k in seen)
+    if post is None:  # two slots: the listener ends the compile
+        post, kq = (lambda **kw: None), {}
     out: list[float] = []
     for _ in range(max(1, reps)):
         c0 = time.thread_time()
@@ -266,11 +278,20 @@ def _spawn(cfg: dict[str, Any], tmp: Path, cache_dir: Path) -> dict[str, Any]:
 
 
 def bench_compiles(
-    device: str, n: int, reps: int, rounds: int, tmp: Path, before: str | None, tight: int = 2000
+    device: str,
+    n: int,
+    reps: int,
+    rounds: int,
+    tmp: Path,
+    before: str | None,
+    tight: int = 2000,
+    two_slot_floor: bool = False,
 ) -> dict[str, Any]:
     cache = tmp / "triton-cache"
     _spawn({"variant": "none", "device": device, "n": n, "reps": 0, "round": -1}, tmp, cache)  # fill the disk cache
     variants = (*VARIANTS, BEFORE) if before else VARIANTS
+    if two_slot_floor:
+        variants = (*variants, TWO_SLOT)
     keys = ("cpu_s", "wall_s", "thread_s", "thread_mean_s", "tight_cpu_s", "writer_s", "build_s")
     per: dict[str, dict[str, list[float]]] = {v: {k: [] for k in keys} for v in variants}
     by_round: dict[str, list[float]] = {v: [] for v in variants}  # each process's median CPU per compile
@@ -300,12 +321,18 @@ def bench_compiles(
     for k in ("cpu_s", "wall_s"):
         floor = noop[k] - none[k]
         out[f"added_{k[:-2]}_us"] = {"noop_floor": floor}
-        for v in variants[2:]:
+        for v in _measured(variants):
             added = med[v][k] - none[k]
             out[f"added_{k[:-2]}_us"][v] = added
             out[f"added_{k[:-2]}_ratio_to_floor" + ("" if v == "jitwatch" else "_before")] = (
                 added / floor if floor > 0 else None
             )
+            if TWO_SLOT in med:
+                floor2 = med[TWO_SLOT][k] - none[k]
+                out[f"added_{k[:-2]}_us"]["noop2_floor"] = floor2
+                out[f"added_{k[:-2]}_ratio_to_two_slot_floor" + ("" if v == "jitwatch" else "_before")] = (
+                    added / floor2 if floor2 > 0 else None
+                )
     out["paired_by_round"] = _paired(by_round, variants)
     out["compiling_thread_us"] = med["jitwatch"].get("thread_s")
     out["compiling_thread_mean_us"] = med["jitwatch"].get("thread_mean_s")
@@ -332,13 +359,27 @@ def _paired(by_round: dict[str, list[float]], variants: tuple[str, ...]) -> dict
         return {}
     floors = [(noop[r] - none[r]) * 1e6 for r in range(rounds)]
     out: dict[str, Any] = {"rounds": rounds, "noop_floor_us": statistics.median(floors), "floor_by_round_us": floors}
-    for v in variants[2:]:
+    floors2 = [(by_round[TWO_SLOT][r] - none[r]) * 1e6 for r in range(rounds)] if TWO_SLOT in by_round else []
+    if floors2:
+        out["noop2_floor_us"], out["noop2_floor_by_round_us"] = statistics.median(floors2), floors2
+    for v in _measured(variants):
         added = [(by_round[v][r] - none[r]) * 1e6 for r in range(rounds)]
         floor = statistics.median(floors)
         out[f"{v}_added_us"] = statistics.median(added)
         out[f"{v}_ratio_to_floor"] = statistics.median(added) / floor if floor > 0 else None
         out[f"{v}_ratio_by_round"] = [a / f if f > 0 else None for a, f in zip(added, floors, strict=True)]
+        if floors2:
+            floor2 = statistics.median(floors2)
+            out[f"{v}_ratio_to_two_slot_floor"] = statistics.median(added) / floor2 if floor2 > 0 else None
+            out[f"{v}_ratio_to_two_slot_floor_by_round"] = [
+                a / f if f > 0 else None for a, f in zip(added, floors2, strict=True)
+            ]
     return out
+
+
+def _measured(variants: tuple[str, ...]) -> tuple[str, ...]:
+    """The jitwatch variants (``jitwatch``, ``jitwatch_before``): not a baseline or a floor."""
+    return tuple(v for v in variants if v not in ("none", "noop", TWO_SLOT))
 
 
 # --------------------------------------------------------------------------- journal
@@ -554,6 +595,11 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="seconds-long run for CI (figures meaningless)")
     ap.add_argument("--before", help="an older jitwatch source tree to run side by side (e.g. a git archive)")
     ap.add_argument("--sections", default="compile,journal", help="which parts to run (compile, journal)")
+    ap.add_argument(
+        "--two-slot-floor",
+        action="store_true",
+        help="also measure the floor with no-op callables in jit_cache_hook and the listener only",
+    )
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -573,7 +619,14 @@ def main() -> None:
         result: dict[str, Any] = {"device": device, "smoke": args.smoke, "before": bool(args.before)}
         if "compile" in sections:
             result["compile"] = bench_compiles(
-                device, args.compiles, args.reps, args.rounds, tmp, args.before, 50 if args.smoke else args.tight
+                device,
+                args.compiles,
+                args.reps,
+                args.rounds,
+                tmp,
+                args.before,
+                50 if args.smoke else args.tight,
+                args.two_slot_floor,
             )
         if "journal" in sections:
             trees = {"journal": None, "journal_before": args.before} if args.before else {"journal": None}
@@ -602,6 +655,9 @@ def _print(doc: dict[str, Any]) -> None:
         for k in ("cpu", "wall"):
             a = dict(c[f"added_{k}_us"])
             floor = a.pop("noop_floor")
+            floor2 = a.pop("noop2_floor", None)
+            if floor2 is not None:
+                print(f"  added {k}: two-slot noop floor {floor2:.1f} us")
             shown = ", ".join(f"{v} {x:.1f} us ({x / floor:.2f}x)" for v, x in a.items()) if floor > 0 else str(a)
             print(f"  added {k}: noop floor {floor:.1f} us; {shown}")
         pr = c.get("paired_by_round") or {}
@@ -615,6 +671,13 @@ def _print(doc: dict[str, Any]) -> None:
                 f"  added cpu, paired by round ({pr['rounds']} rounds): "
                 f"noop floor {pr['noop_floor_us']:.1f} us; {shown}"
             )
+            if pr.get("noop2_floor_us") is not None:
+                shown2 = ", ".join(
+                    f"{v} {pr[f'{v}_ratio_to_two_slot_floor'] or float('nan'):.2f}x"
+                    for v in med
+                    if f"{v}_ratio_to_two_slot_floor" in pr
+                )
+                print(f"  two-slot noop floor, paired: {pr['noop2_floor_us']:.1f} us; {shown2}")
         print(
             f"  compiling thread inside jitwatch: {c['compiling_thread_us']:.1f} us per compile (median calls)", end=""
         )

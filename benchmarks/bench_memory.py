@@ -1,7 +1,8 @@
 """Benchmark 6: memory — worker RSS growth and sidecar RSS after 100k compile events, 10k kernels.
 
 Worker side: a process installs a :class:`jitwatch.Monitor` and then drives *Triton's hook slots*
-(``knobs.runtime.jit_cache_hook`` / ``jit_post_compile_hook``, Triton ≥ 3.4) the way Triton calls
+(``knobs.runtime.jit_cache_hook`` / ``knobs.compilation.listener``, which ends the compile in
+``warn`` mode, and ``jit_post_compile_hook`` where jitwatch occupies it; Triton ≥ 3.4) the way Triton calls
 them, ``--events`` times over ``--kernels`` distinct kernel names, every call with a distinct
 specialization key. The keyword arguments are copied from a real compile captured in the same
 process (compile-only driver), with the kernel object, name and key replaced. Real compiles are
@@ -47,8 +48,8 @@ def _capture_real_kwargs() -> dict[str, dict[str, Any]]:
 
     activate()
     seen: dict[str, dict[str, Any]] = {}
-    rt = triton.knobs.runtime
-    old = (rt.jit_cache_hook, rt.jit_post_compile_hook)
+    rt, comp = triton.knobs.runtime, triton.knobs.compilation
+    old = (rt.jit_cache_hook, rt.jit_post_compile_hook, comp.listener)
 
     def pre(*a: Any, **kw: Any) -> None:
         seen["pre"] = kw
@@ -56,7 +57,10 @@ def _capture_real_kwargs() -> dict[str, dict[str, Any]]:
     def post(*a: Any, **kw: Any) -> None:
         seen["post"] = kw
 
-    rt.jit_cache_hook, rt.jit_post_compile_hook = pre, post
+    def listener(*a: Any, **kw: Any) -> None:
+        seen["listener"] = kw
+
+    rt.jit_cache_hook, rt.jit_post_compile_hook, comp.listener = pre, post, listener
     try:
         table = torch.zeros(4, 8, dtype=torch.int32)
         compute_slot_mapping(
@@ -68,7 +72,7 @@ def _capture_real_kwargs() -> dict[str, dict[str, Any]]:
             kernel=new_slot_mapping_kernel(),
         )
     finally:
-        rt.jit_cache_hook, rt.jit_post_compile_hook = old
+        rt.jit_cache_hook, rt.jit_post_compile_hook, comp.listener = old
     return seen
 
 
@@ -87,7 +91,9 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     mon.flush()
     rss_installed = rss_bytes()
     rt = triton.knobs.runtime
-    pre, post = rt.jit_cache_hook, rt.jit_post_compile_hook
+    # warn mode: jitwatch's compilation listener ends each compile (the post-compile slot is empty)
+    pre, listener, post = rt.jit_cache_hook, triton.knobs.compilation.listener, rt.jit_post_compile_hook
+    signature = real["pre"]["compile"]["signature"]
     base_key = str(real["pre"]["key"])
     fns = []
     for k in range(cfg["kernels"]):
@@ -101,9 +107,10 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
         fn = fns[i % len(fns)]
         key = f"{base_key}#{i}"
         kw_pre = dict(real["pre"], fn=fn, key=key)
-        kw_post = dict(real["post"], fn=fn, key=key)
         pre(**kw_pre)
-        post(**kw_post)
+        listener(**dict(real["listener"], src=types.SimpleNamespace(signature=signature, fn=fn.jit_function)))
+        if post is not None:
+            post(**dict(real["post"], fn=fn, key=key))
         if (i + 1) % 1000 == 0:
             mon.flush(60)
         if (i + 1) % 10_000 == 0 or i + 1 == cfg["events"]:

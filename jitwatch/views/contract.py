@@ -63,7 +63,8 @@ METRICS: tuple[MetricSpec, ...] = (
         ("backend", "kernel"),
         "seconds",
         "Wall time spent compiling each kernel, all phases and ranks summed (Triton: from jit_cache_hook to "
-        "jit_post_compile_hook). Per phase and rank: jitwatch_compile_duration_seconds_sum.",
+        "the compilation listener, to jit_post_compile_hook in error mode). Per phase and rank: "
+        "jitwatch_compile_duration_seconds_sum.",
     ),
     MetricSpec(
         "jitwatch_compile_disk_cache_hits_total",

@@ -8,9 +8,15 @@ references, and :func:`_capture` decodes Triton's payloads into a
 * ``knobs.runtime.jit_cache_hook`` → ``jitwatch_jit_cache_hook`` → ``sink.begin``;
 * ``knobs.compilation.listener`` → per-stage times (µs) and the disk-cache hit, matched to the
   compile in flight (several compiles of one kernel can be in flight in asynchronous compile
-  mode), or a *listener-only* compile (Inductor, direct ``triton.compile``, degraded mode);
-* ``knobs.runtime.jit_post_compile_hook`` → ``jitwatch_jit_post_compile_hook`` → ``sink.end``
-  (raises :class:`~jitwatch.errors.ServingCompileError` in error mode during serving);
+  mode), or a *listener-only* compile (Inductor, direct ``triton.compile``, degraded mode).
+  Outside ``error`` mode the listener also ends the compile (``sink.end``) and
+  ``knobs.runtime.jit_post_compile_hook`` is left as it was: Triton builds a ``repr``,
+  specialization data and a keyword dict for every occupied JIT hook slot on every compile, so
+  an empty post-compile slot takes that price off every compile (``docs/triton-support.md``);
+* ``knobs.runtime.jit_post_compile_hook`` → ``jitwatch_jit_post_compile_hook`` → ``sink.end``,
+  in ``error`` mode only (it raises :class:`~jitwatch.errors.ServingCompileError` there during
+  serving, after Triton stored the kernel in its caches), and as a fallback once jitwatch's
+  listener is found cut out of Triton's slot (:meth:`TritonBackend.listener_lost`);
 * ``knobs.autotuning.listener`` (3.8+) or the ``Autotuner`` wrappers (3.4-3.7) → an ``autotune``
   capture per benchmark sweep.
 
@@ -45,6 +51,7 @@ from jitwatch.backends.base import BackendStatus, Capture, CompileKind, CompileS
 from jitwatch.backends.explain import Reason, Seen
 from jitwatch.backends.triton import explain as _explain
 from jitwatch.backends.triton.hooks import HookLink, HookSet, TritonSupport
+from jitwatch.config import Mode
 from jitwatch.errors import ServingCompileError
 
 OPTION_NAMES = ("num_warps", "num_ctas", "num_stages", "enable_fp_fusion", "launch_cooperative_grid")
@@ -310,19 +317,24 @@ class _FrameWatcher:
     """The Triton side of watched compiles (:class:`~jitwatch.backends.base.FrameWatcher`),
     called by the core on the journal writer's thread."""
 
-    __slots__ = ("code", "pending", "replaced", "superseded")
+    __slots__ = ("code", "lost", "pending", "replaced", "superseded")
 
     def __init__(
         self,
         code: CodeType,
         pending: dict[tuple[int, str | None], list[Any]],
         replaced: Callable[[str], bool] = lambda slot: False,
+        lost: Callable[[], bool] | None = None,
     ) -> None:
         self.code = code
         self.pending = pending
         self.replaced = replaced
         """``slot → bool``: whether that Triton hook slot no longer holds jitwatch's own callable
         (:meth:`HookSet.replaced`): the cause of an abandoned compile then names the hook."""
+        self.lost = lost
+        """Called when a compile succeeded without jitwatch's listener while the listener was
+        replaced (see :meth:`abandoned`); returns whether jitwatch took the post-compile slot for
+        later compiles just now (``False`` in ``error`` mode, or once it already has)."""
         self.superseded: dict[int, list[Any]] = {}
         """``id(token)`` → the pending entry of a compile that raised and was begun again on its
         thread before the sweep dropped it (:meth:`CompileSink.begun_again`); emptied by
@@ -347,6 +359,20 @@ class _FrameWatcher:
                 # was not seen), never its event.
                 if ident is not None and self.pending.get(ident) is entry:
                     self.pending.pop(ident, None)
+                if (
+                    ident is not None  # not a failed compile begun again (its retry may be cached)
+                    and not entry[_P_SEEN]
+                    and self.lost is not None
+                    and self.replaced("compilation_listener")
+                    and _cached(entry)
+                    and self.lost()  # only where the listener was ending compiles (not error mode)
+                ):
+                    return (
+                        "Triton compiled and cached it but jitwatch's compilation listener was never "
+                        "called: knobs.compilation.listener was replaced without chaining to jitwatch's; "
+                        "jitwatch now ends compiles in jit_post_compile_hook",
+                        entry[_P_KEY],
+                    )
                 if entry[_P_SEEN]:
                     return (
                         "Triton compiled it (the compilation listener saw it) but jitwatch's "
@@ -378,6 +404,19 @@ class _FrameWatcher:
                     entry[_P_KEY],
                 )
         return ("JITFunction._do_compile returned or raised without jit_post_compile_hook", None)
+
+
+def _cached(entry: list[Any]) -> bool:
+    """Whether Triton's in-memory kernel cache holds the compiled kernel of ``entry`` now
+    (``JITFunction.device_caches[device][0][key]``, Triton 3.4-3.9, stored right after
+    ``triton.compile`` returns): the compile succeeded. Never raises (``False`` if unsure)."""
+    try:
+        info = entry[_P_COMPILE]
+        caches = entry[_P_FN].jit_function.device_caches
+        kernel = caches[info["device"]][0].get(entry[_P_KEY])
+    except Exception:  # noqa: BLE001 - another Triton layout: unsure
+        return False
+    return kernel is not None and hasattr(kernel, "metadata")
 
 
 def _capture(entry: list[Any]) -> Capture:
@@ -427,6 +466,10 @@ class TritonBackend(LibraryBackend):
         self.watching: str | None = None
         """Why synchronous compiles are not watched for an end that never comes (``None``: they
         are; see the module docstring), set when the hooks go in."""
+        self._ending = [False]
+        """``[True]`` while the compilation listener ends JIT compiles (no post-compile hook
+        installed): set when the hooks go in, cleared by :meth:`listener_lost`."""
+        self._lost_reason: str | None = None
 
     @property
     def hooks(self) -> HookSet | None:
@@ -447,15 +490,56 @@ class TritonBackend(LibraryBackend):
         return _explain.explain(new, baseline)
 
     def hook_in(self, module: ModuleType) -> BackendStatus:
+        self._lost_reason = None
         hooks = self._hooks = HookSet(self)
         support = hooks.install()
         if support.version is None:
             return BackendStatus(self.name, "failed", degraded=support.reason)
-        degraded = support.reason
+        return self._backend_status(support)
+
+    def _backend_status(self, support: TritonSupport) -> BackendStatus:
+        hooks = self._hooks
+        slots = tuple(hooks.installed_slots()) if hooks is not None else ()
+        parts = [support.reason] if support.reason else []
         if self.watching is not None and support.jit_hooks:
-            unwatched = f"a Triton compile that raises stays listed in flight ({self.watching})"
-            degraded = f"{degraded}; {unwatched}" if degraded else unwatched
-        return BackendStatus(self.name, "active", support.version, tuple(hooks.installed_slots()), degraded)
+            parts.append(f"a Triton compile that raises stays listed in flight ({self.watching})")
+        if self._lost_reason is not None:
+            parts.append(self._lost_reason)
+        return BackendStatus(self.name, "active", support.version, slots, "; ".join(parts) or None)
+
+    def wants(self, slot: str, support: TritonSupport) -> bool:
+        """Every slot but ``jit_post_compile_hook`` outside ``error`` mode, where the compilation
+        listener ends compiles (see the module docstring). A sink without a ``mode`` keeps all."""
+        if slot != "jit_post_compile_hook":
+            return True
+        mode = getattr(self.sink, "mode", Mode.ERROR)
+        self._ending[0] = ending = support.jit_hooks and support.compilation_listener and mode is not Mode.ERROR
+        return not ending
+
+    def listener_lost(self) -> bool:
+        """jitwatch's compilation listener was cut out of Triton's slot (a host replaced
+        ``knobs.compilation.listener`` without chaining): JIT compiles now end in a
+        ``jit_post_compile_hook`` installed here, and the backend's status (``/jit``: hooks,
+        ``degraded``) says so through ``sink.backend_ready``. Called on the journal writer's
+        thread when a watched compile was found cached by Triton yet never seen by the listener
+        (so a compile in asynchronous compile mode does not trigger it). Returns whether the
+        post-compile slot is held now. Never raises."""
+        hooks = self._hooks
+        if hooks is None or not self._ending[0]:
+            return False
+        try:
+            self._ending[0] = False  # first: the listener, if it still runs, no longer ends compiles
+            took = hooks.add_slot("jit_post_compile_hook")
+            self._lost_reason = (
+                "knobs.compilation.listener was replaced without chaining to jitwatch's: compiles end in "
+                "jit_post_compile_hook, with no stage times or disk-cache hit"
+            )
+            if self.sink is not None:
+                self.sink.backend_ready(self._backend_status(hooks.support))
+            return took
+        except Exception as exc:  # noqa: BLE001 - never into the writer thread
+            self.report_error("listener_lost", exc)
+            return False
 
     def _slot_replaced(self, slot: str) -> bool:
         """:meth:`HookSet.replaced` of ``slot`` (``False`` without hooks)."""
@@ -511,8 +595,8 @@ class TritonBackend(LibraryBackend):
             self.watching = None
         watch = self.watching is None
         code: CodeType = found if found is not None else _do_compile_code.__code__  # never matched unless watching
-        watcher, getframe = _FrameWatcher(code, pending, self._slot_replaced), sys._getframe
-        superseded = watcher.superseded
+        watcher = _FrameWatcher(code, pending, self._slot_replaced, self.listener_lost)
+        getframe, superseded = sys._getframe, watcher.superseded
         async_get = async_var.get if async_var is not None else None
 
         def jitwatch_jit_cache_hook(
@@ -573,6 +657,9 @@ class TritonBackend(LibraryBackend):
         """``compilation.listener``: stage times and disk-cache hit for the matching compile in
         flight (references only; decoded on the writer thread), or a listener-only compile."""
         last, report, match, alone = self._last, self.report_error, self._match, self._listener_only
+        ending, pending = self._ending, self._pending
+        sink = self.sink
+        end = sink.end if sink is not None else None
 
         def jitwatch_compilation_listener(
             *args: Any,
@@ -599,6 +686,11 @@ class TritonBackend(LibraryBackend):
                     entry[_P_HIT] = cache_hit
                     entry[_P_META] = metadata
                     entry[_P_SEEN] = True
+                    if ending[0] and end is not None:  # no post-compile hook: the compile ends here
+                        ident = (entry[_P_FID], entry[_P_KEY])
+                        if pending.get(ident) is entry:
+                            pending.pop(ident, None)
+                        end(entry[_P_TOKEN], entry[_P_KEY], _capture, entry)
                 else:
                     alone(src, metadata, times, cache_hit)
             except ServingCompileError:

@@ -6,7 +6,9 @@ Mechanisms used (Triton ≥ 3.4, see ``docs/triton-support.md``):
   compile (in-memory cache miss, disk-cache hit included). jitwatch's hook **never returns a
   truthy value** of its own: Triton would then skip the compile *and the launch*.
 * ``triton.knobs.runtime.jit_post_compile_hook`` — after the compile (in asynchronous compile
-  mode, when the future finishes).
+  mode, when the future finishes). Occupied only where the sink wants it
+  (:meth:`HookSink.wants`: the Triton backend in ``error`` mode; otherwise its compilation
+  listener ends the compile), or later through :meth:`HookSet.add_slot`.
 * ``triton.knobs.compilation.listener`` — inside ``triton.compile``: per-stage times (µs) and
   whether the compile was a disk-cache hit. It also sees compiles that bypass ``JITFunction``.
 * ``triton.knobs.autotuning.listener`` (Triton ≥ 3.8) — one call per autotune cache miss.
@@ -54,6 +56,12 @@ class HookSink(Protocol):
         :class:`ServingCompileError` (error mode) from the post-compile hook and the listeners;
         its own faults it reports itself. :class:`HookSet` puts it into an empty slot as it is and
         wraps it in a chaining frame where the slot was occupied."""
+        ...
+
+    def wants(self, slot: str, support: TritonSupport) -> bool:
+        """Whether jitwatch occupies ``slot`` (a key of ``_SLOTS``) with this Triton. An occupied
+        JIT hook slot is not free: Triton builds a ``repr``, specialization data and a keyword
+        dict for every occupied ``jit_cache_hook``/``jit_post_compile_hook`` on every compile."""
         ...
 
     def on_autotune(self, kwargs: dict[str, Any]) -> None: ...
@@ -228,6 +236,7 @@ class HookSet:
         self._sweeps = threading.local()  # .by_tuner: {id(autotuner): _Sweep}, this thread's open sweeps
         self.active = False
         self.support = probe_triton()
+        self._knobs: Any = None
 
     # ------------------------------------------------------------------ install / uninstall
     def install(self) -> TritonSupport:
@@ -248,23 +257,46 @@ class HookSet:
             knobs = getattr(triton, "knobs", None)
         except Exception:  # noqa: BLE001 - probed above; a broken install degrades to nothing
             knobs = None
-        for slot, (group, attr) in _SLOTS.items():
-            holder = getattr(knobs, group, None)
-            if holder is None or not hasattr(holder, attr):
-                continue
-            try:
-                link = HookLink(getattr(holder, attr))
-                body = self._sink.hook_body(slot, link)
-                fn = body if link.prev is None else self._chain(slot, link, body)
-                setattr(holder, attr, fn)
-            except Exception as exc:  # noqa: BLE001 - a read-only/odd knob: skip that slot
-                log.warning("jitwatch: cannot install into triton.knobs.%s.%s: %s", group, attr, exc)
-                continue
-            self._links[slot] = (holder, attr, link, fn)
+        self._knobs = knobs
+        for slot in _SLOTS:
+            if self._sink.wants(slot, support):
+                self._occupy(slot)
         if support.autotune_mechanism == "autotuner_wrap":
             self._install_autotuner_wrap()
         self.active = True
         return support
+
+    def add_slot(self, slot: str) -> bool:
+        """Occupy ``slot`` (a key of ``_SLOTS``) now, after :meth:`install` left it out (any
+        thread: one attribute store into ``triton.knobs``). Returns whether jitwatch holds it
+        afterwards; ``False`` when not installed or the knob is missing. Never raises."""
+        if not self.active:
+            return False
+        if slot in self._links:
+            return True
+        return self._occupy(slot)
+
+    def _occupy(self, slot: str) -> bool:
+        """Put jitwatch's callable for ``slot`` into Triton's knob, chained with what is there."""
+        group, attr = _SLOTS[slot]
+        holder = getattr(self._knobs, group, None)
+        if holder is None or not hasattr(holder, attr):
+            return False
+        try:
+            link = HookLink(getattr(holder, attr))
+            body = self._sink.hook_body(slot, link)
+            fn = body if link.prev is None else self._chain(slot, link, body)
+            setattr(holder, attr, fn)
+        except Exception as exc:  # noqa: BLE001 - a read-only/odd knob: skip that slot
+            log.warning("jitwatch: cannot install into triton.knobs.%s.%s: %s", group, attr, exc)
+            return False
+        self._links[slot] = (holder, attr, link, fn)
+        return True
+
+    def holds(self, slot: str) -> Any:
+        """jitwatch's callable installed in ``slot`` (a key of ``_SLOTS``), ``None`` if not held."""
+        held = self._links.get(slot)
+        return held[3] if held is not None else None
 
     def uninstall(self) -> None:
         """Stop recording; restore each previous hook where ours is still in the slot.

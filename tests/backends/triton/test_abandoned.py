@@ -72,8 +72,10 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 @contextmanager
 def slow_listener(seconds: float, during: Callable[[], None] | None = None) -> Iterator[list[Any]]:
-    """A ``knobs.compilation.listener`` installed *before* jitwatch (so jitwatch chains it) that
-    holds each compile open ``seconds`` inside ``triton.compile``, then calls ``during``; restored after."""
+    """A ``knobs.compilation.listener`` installed *after* jitwatch, on top of its listener, that
+    holds each compile open ``seconds`` inside ``triton.compile``, calls ``during``, then the
+    listener below (jitwatch's, which ends the compile outside ``error`` mode: a listener chained
+    below jitwatch's would run after the compile ended); restored after."""
     seen: list[Any] = []
     knobs = triton.knobs.compilation
     before = knobs.listener
@@ -82,6 +84,8 @@ def slow_listener(seconds: float, during: Callable[[], None] | None = None) -> I
         time.sleep(seconds)
         if during is not None:
             seen.append(during())
+        if before is not None:
+            before(**kwargs)
 
     knobs.listener = listener
     try:
@@ -176,17 +180,17 @@ def test_slow_compile_is_never_swept(tmp_path: Path, triton_cache: Path, compile
         seen.append(inside())
 
     seen: list[Any] = []
-    with slow_listener(3.0, inside) if where == "listener" else _nothing() as listened:
-        if where == "chained_pre_hook":
-            runtime.jit_cache_hook = slow_pre_hook
-        try:
-            with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
-                harness.append(h)
+    if where == "chained_pre_hook":
+        runtime.jit_cache_hook = slow_pre_hook
+    try:
+        with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+            harness.append(h)
+            with slow_listener(3.0, inside) if where == "listener" else _nothing() as listened:
                 abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
-                (ev,) = h.compiles()
-                assert abandoned_events(h) == [] and h.monitor.abandoned_compiles == 0
-        finally:
-            runtime.jit_cache_hook = before
+            (ev,) = h.compiles()
+            assert abandoned_events(h) == [] and h.monitor.abandoned_compiles == 0
+    finally:
+        runtime.jit_cache_hook = before
     ((names, age, swept),) = seen or listened
     assert names == ["abd_tuned"] and age >= 2.9 and swept == 0
     assert ev.kernel == "abd_tuned" and (ev.duration_s or 0) >= 3.0
@@ -211,16 +215,16 @@ def test_failed_config_then_a_slow_one_on_the_same_thread(
         wait_for(lambda: mon.abandoned_compiles == 1, timeout=10.0)
         return [s.name + str(s.request_id) for s in mon.inflight()]
 
-    with slow_listener(0.0, inside) as seen:
-        with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
-            harness.append(h)
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        harness.append(h)
+        with slow_listener(0.0, inside) as seen:
             for block in (128, 64):
                 try:
                     abd_tuned.warmup(X, 100, BLOCK=block, grid=(1,))
                 except CompileTimeAssertionFailure:
                     continue
-            (ev,) = h.compiles()
-            (gone,) = abandoned_events(h)
+        (ev,) = h.compiles()
+        (gone,) = abandoned_events(h)
     assert seen[0] == ["abd_tunedNone"]  # the failed config is gone, the running one listed
     assert "('constexpr', 128)" in (gone.key or "") and "('constexpr', 64)" in (ev.key or "")
 
@@ -271,7 +275,7 @@ def test_async_compile_mode_is_not_swept(tmp_path: Path, triton_cache: Path, com
     """``triton.AsyncCompileMode``: ``_do_compile`` returns a future at once and the compile runs on
     a pool thread for 2.5 s; the post-compile hook fires when the mode finalizes it. That is not
     an abandoned compile (its compiles are begun unwatched)."""
-    with slow_listener(2.5) as _, monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h, slow_listener(2.5):
         with ThreadPoolExecutor(1) as pool, triton.AsyncCompileMode(pool):
             abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
             time.sleep(2.0)  # sweeps run on the writer thread meanwhile; _do_compile returned long ago
@@ -286,9 +290,11 @@ def test_post_compile_hook_chained_on_top_raising_is_abandoned_with_its_cause(
     tmp_path: Path, triton_cache: Path, compile_only: Any
 ) -> None:
     """A ``jit_post_compile_hook`` installed after jitwatch's that raises before calling it (vLLM's
-    monitor does in its error mode): Triton compiled the kernel, jitwatch's post hook never ran."""
+    monitor does in its error mode): Triton compiled the kernel, jitwatch's post hook never ran.
+    jitwatch in ``error`` mode (phase ``startup``: nothing of its own raises), the one mode where
+    it occupies ``jit_post_compile_hook``."""
     runtime = triton.knobs.runtime
-    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+    with monitored("error", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
         ours = runtime.jit_post_compile_hook
 
         def refusing(**kwargs: Any) -> None:
@@ -329,14 +335,18 @@ def test_a_jit_cache_hook_on_top_that_vetoes_is_not_called_a_raise(
         assert "truthy" in ev.attrs["cause"] and not h.monitor.inflight() and h.triton.pending() == 0
 
 
+@pytest.mark.parametrize("mode", ["warn", "error"])
 def test_a_replaced_compilation_listener_makes_the_cause_unknown(
-    tmp_path: Path, triton_cache: Path, compile_only: Any
+    tmp_path: Path, triton_cache: Path, compile_only: Any, mode: str
 ) -> None:
     """``triton.knobs.compilation.listener`` replaced after jitwatch installed its own, then a
     post-compile hook on top that raises: Triton compiled the kernel, but without jitwatch's
-    listener nothing says so. The cause must not say "raised inside Triton"."""
+    listener nothing says so. The cause must not say "raised inside Triton". In ``warn`` mode,
+    where the listener was ending compiles, jitwatch finds the kernel in Triton's cache and says
+    the listener was cut out (and takes the post-compile slot); in ``error`` mode (phase
+    ``startup``: jitwatch raises nothing) it cannot tell."""
     runtime, compilation = triton.knobs.runtime, triton.knobs.compilation
-    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+    with monitored(mode, journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
         post, listener = runtime.jit_post_compile_hook, compilation.listener
 
         def refusing(**kwargs: Any) -> None:
@@ -350,6 +360,9 @@ def test_a_replaced_compilation_listener_makes_the_cause_unknown(
         finally:
             runtime.jit_post_compile_hook, compilation.listener = post, listener
         assert "raised inside Triton (" not in ev.attrs["cause"]
+        if mode == "warn":
+            assert "Triton compiled and cached it" in ev.attrs["cause"]
+            return
         assert "compilation.listener now holds another callable" in ev.attrs["cause"]
         assert "jitwatch cannot tell which" in ev.attrs["cause"]
 

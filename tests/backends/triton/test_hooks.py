@@ -122,15 +122,16 @@ _PAIRS = {
 
 
 def test_previous_return_value_is_returned_and_ours_is_never_truthy() -> None:
-    """Called directly (a unit test of the chain): prev's value comes back; alone, ours returns None."""
+    """Called directly (a unit test of the chain): prev's value comes back; alone, ours returns None.
+    ``error`` mode (phase ``startup``: nothing raises), where jitwatch occupies all three slots."""
     sentinel = object()
-    with monitored():
+    with monitored("error"):
         assert triton.knobs.runtime.jit_cache_hook(key="k", fn=None) is None
         assert triton.knobs.runtime.jit_post_compile_hook(key="k", fn=None) is None
     for group, attr in _PAIRS.values():
         spy = Spy(group, attr, result=sentinel).install()
         try:
-            with monitored():
+            with monitored("error"):
                 hook = getattr(getattr(triton.knobs, group), attr)
                 assert hook is not spy
                 assert hook(key="k", fn=None) is sentinel
@@ -157,7 +158,7 @@ def test_uninstall_restores_previous_hooks(tmp_path) -> None:
     spies = {n: Spy(g, a).install() for n, (g, a) in _PAIRS.items()}
     try:
         before = slots()
-        with monitored(journal_dir=tmp_path / "j") as h:
+        with monitored("error", journal_dir=tmp_path / "j") as h:
             during = slots()
             assert during["pre"] is not before["pre"]
             assert during["post"] is not before["post"]
@@ -171,11 +172,77 @@ def test_uninstall_restores_previous_hooks(tmp_path) -> None:
             s.uninstall()
 
 
+@pytest.mark.parametrize("mode", ["warn", "error"])
+def test_post_compile_slot_held_in_error_mode_only(tmp_path, triton_cache, mode: str) -> None:
+    """Outside ``error`` mode jitwatch leaves ``jit_post_compile_hook`` as it found it (Triton
+    builds a ``repr``, specialization data and keywords for every occupied JIT hook on every
+    compile) and its compilation listener ends the compile: one event, with stage times and
+    the disk-cache hit, twice over (a miss, then a hit from a fresh in-memory cache)."""
+    before = slots()
+    with monitored(mode, journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        during = slots()
+        held = h.triton.hooks.installed_slots()
+        assert during["pre"] is not before["pre"] and during["listener"] is not before["listener"]
+        if mode == "warn":
+            assert during["post"] is before["post"] is None
+            assert "jit_post_compile_hook" not in held
+        else:
+            assert during["post"] is not None and "jit_post_compile_hook" in held
+        assert compile_add() is not None
+        fresh_kernel_cache(hk_add)
+        assert compile_add() is not None  # Triton's disk cache
+        compiles = h.compiles()
+        assert h.triton.pending() == 0 and h.monitor.inflight() == []
+        assert h.monitor.hook_errors == 0
+    assert [c.cache_hit for c in compiles] == [False, True]
+    assert all(c.kernel == "hk_add" and c.attrs.get("stages") for c in compiles)
+    assert compiles[0].key == compiles[1].key and compiles[0].attrs.get("specialization_data")
+    assert slots() == before
+
+
+def test_listener_replaced_without_chaining_falls_back_to_post_compile_hook(
+    tmp_path, triton_cache, compile_only
+) -> None:
+    """A host replaces ``knobs.compilation.listener`` after jitwatch without chaining: the first
+    compile never ends (dropped by the frame watch as abandoned, with that cause); jitwatch then
+    installs ``jit_post_compile_hook``, says so in its backend status (``backend_ready``: hooks,
+    ``degraded``) and records later compiles through it."""
+    comp = triton.knobs.compilation
+    with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        ours = comp.listener
+        comp.listener = lambda **kwargs: None  # no chaining
+        try:
+            assert compile_add() is not None
+            assert [s.name for s in h.monitor.inflight()] == ["hk_add"]
+            deadline = time.monotonic() + 15
+            while triton.knobs.runtime.jit_post_compile_hook is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert triton.knobs.runtime.jit_post_compile_hook is not None
+            assert h.monitor.inflight() == [] and h.triton.pending() == 0
+            status = h.monitor.backend_statuses["triton"]
+            assert "jit_post_compile_hook" in status.hooks
+            assert status.degraded and "replaced without chaining" in status.degraded
+            fresh_kernel_cache(hk_add)
+            assert compile_add(n=1000) is not None
+            compiles = h.compiles()
+            h.monitor.flush()
+            (abandoned,) = h.events(EventKind.COMPILE_ABANDONED)
+            ready = h.events(EventKind.BACKEND_READY)
+        finally:
+            comp.listener = ours
+    assert "replaced without chaining" in abandoned.attrs["cause"]
+    assert "jit_post_compile_hook" in abandoned.attrs["cause"]
+    assert [c.kernel for c in compiles] == ["hk_add"]
+    assert compiles[0].cache_hit is None  # no listener: no disk-cache hit or stage times
+    assert ready and "jit_post_compile_hook" in ready[-1].attrs["hooks"]
+    assert triton.knobs.runtime.jit_post_compile_hook is None  # restored at uninstall
+
+
 def test_hook_on_top_keeps_working_after_our_uninstall(tmp_path, triton_cache) -> None:
     """Someone chains on top of jitwatch; jitwatch uninstalls; their hook (and the one below) still fire."""
     below = Spy("runtime", "jit_post_compile_hook").install()
-    try:
-        with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+    try:  # error mode (never serving here): jitwatch occupies jit_post_compile_hook
+        with monitored("error", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
             top = Spy("runtime", "jit_post_compile_hook").install()
             h.monitor.uninstall()
             assert triton.knobs.runtime.jit_post_compile_hook is top  # not cut out of the chain
@@ -183,7 +250,7 @@ def test_hook_on_top_keeps_working_after_our_uninstall(tmp_path, triton_cache) -
             assert len(top.calls) == 1 and len(below.calls) == 1
             assert h.compiles() == []  # jitwatch is a pure pass-through now
             # Re-installing on top of that chain must not loop (each hook keeps its own previous).
-            with monitored(journal_dir=tmp_path / "j2", triton_cache_dir=triton_cache) as h2:
+            with monitored("error", journal_dir=tmp_path / "j2", triton_cache_dir=triton_cache) as h2:
                 fresh_kernel_cache(hk_add)
                 assert compile_add(n=1000) is not None
                 assert len(h2.compiles()) == 1
@@ -225,8 +292,9 @@ def test_malformed_kwargs_never_raise(kwargs: dict[str, Any]) -> None:
 
     Two post-compile calls → two compile events; the listener call, matching no started compile,
     is recorded as a listener-only compile (what a compile bypassing ``JITFunction`` looks like).
+    ``error`` mode in phase ``startup``, where jitwatch occupies the post-compile slot.
     """
-    with monitored() as h:
+    with monitored("error") as h:
         rt = triton.knobs.runtime
         assert rt.jit_cache_hook(**kwargs) is None
         assert rt.jit_post_compile_hook(**kwargs) is None
@@ -255,7 +323,7 @@ def test_sink_exception_is_caught_counted_logged(harness: MonitorHarness, monkey
     assert harness.monitor.hook_errors == 1
     errors = harness.events(EventKind.HOOK_ERROR)
     assert len(errors) == 1
-    assert errors[0].attrs["hook"] == "jit_post_compile_hook"
+    assert errors[0].attrs["hook"] == "compilation_listener"  # warn mode: the listener ends the compile
     assert "ValueError: sink broke" in errors[0].attrs["error"]
     assert harness.counters()[(0, "hook_errors:triton")] == 1
     assert "sink broke" in caplog.text
@@ -316,7 +384,8 @@ def _fake_knobs(runtime: bool, compilation: bool, autotuning: bool) -> types.Sim
     ("runtime", "compilation", "autotuning", "expected", "phrase"),
     [
         (False, True, False, [*WRAPS, "compilation_listener"], "compilation listener only"),
-        (True, True, False, [*WRAPS, "compilation_listener", "jit_cache_hook", "jit_post_compile_hook"], "autotuning"),
+        (True, True, False, [*WRAPS, "compilation_listener", "jit_cache_hook"], "autotuning"),
+        (True, False, False, [*WRAPS, "jit_cache_hook", "jit_post_compile_hook"], "no per-stage times"),
         (False, False, False, [], "no compile is recorded"),
     ],
 )
@@ -385,11 +454,10 @@ def test_with_vllm_monitor(tmp_path, triton_cache, compile_only, order: str, vll
 
     vLLM activates its monitor at the end of warmup (``compile_or_warm_up_model``).
 
-    * jitwatch_first (jitwatch installed at worker start, vLLM chains on top after warmup): in warn
-      mode vLLM chains to jitwatch and both see the compile; in error mode vLLM raises *before*
-      chaining, so jitwatch's post-compile hook never runs and jitwatch records no event.
-    * vllm_first (jitwatch installed, or re-installed, after vLLM activated): jitwatch is on top;
-      it records, then calls vLLM's hook; vLLM's RuntimeError propagates unchanged.
+    jitwatch in ``warn`` mode leaves ``jit_post_compile_hook`` to vLLM and ends the compile in
+    its compilation listener, which runs before any post-compile hook: in either order and either
+    vLLM mode, both see the compile and vLLM's RuntimeError propagates unchanged. (jitwatch in
+    ``error`` mode chains the post-compile slot: ``test_both_in_error_mode_vllm_exception_wins``.)
     """
     vllm = VllmJitMonitorEmulation(vllm_mode)
     try:
@@ -417,10 +485,37 @@ def test_with_vllm_monitor(tmp_path, triton_cache, compile_only, order: str, vll
     finally:
         vllm.deactivate()
     assert vllm.seen == ["hk_add"]
-    expect_recorded = not (order == "jitwatch_first" and vllm_mode == "error")
-    assert len(serving) == (1 if expect_recorded else 0)
-    if not expect_recorded:
-        assert h.monitor.compiles_by_phase[Phase.SERVING] == 0
+    assert len(serving) == 1
+
+
+def test_vllm_error_monitor_on_top_of_jitwatch_error_mode_hides_the_compile(
+    tmp_path, triton_cache, compile_only
+) -> None:
+    """jitwatch in ``error`` mode occupies ``jit_post_compile_hook``; vLLM's error-mode hook chained
+    on top raises before calling it: jitwatch records no compile event, and the frame watch
+    drops the compile from the in-flight list with that cause."""
+    vllm = VllmJitMonitorEmulation("error")
+    try:
+        with monitored("error", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+            with h.monitor.warmup():
+                compile_add(n=1024)
+            vllm.activate()
+            try:
+                with pytest.raises(RuntimeError, match="during inference") as info:
+                    compile_add(n=1000)
+                assert not isinstance(info.value, ServingCompileError)
+            finally:
+                vllm.deactivate()
+            assert h.compiles(Phase.SERVING) == []
+            deadline = time.monotonic() + 15
+            while h.monitor.inflight() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert h.monitor.inflight() == []
+            h.monitor.flush()
+            (ev,) = h.events(EventKind.COMPILE_ABANDONED)
+            assert "jit_post_compile_hook chained on top" in ev.attrs["cause"]
+    finally:
+        vllm.deactivate()
 
 
 def test_both_in_error_mode_vllm_exception_wins(tmp_path, triton_cache, compile_only) -> None:
@@ -504,6 +599,9 @@ def test_hookset_install_is_idempotent() -> None:
                 return None
 
             return body
+
+        def wants(self, slot: str, support: Any) -> bool:
+            return True
 
         def __getattr__(self, name: str) -> Any:
             return lambda *a, **k: None

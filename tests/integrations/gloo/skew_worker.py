@@ -1,9 +1,11 @@
 """One rank of the gloo skew test (tests/integrations/gloo/test_gloo_skew.py): a real
 ``torch.distributed`` gloo group on CPU doing all-reduces, jitwatch installed, Triton's compile-only
 driver. Rank ``COMPILER`` compiles a new specialization during serving step 2, padded by a
-``knobs.compilation.listener`` (chained by jitwatch) that waits for the test's release file — a
-compile that runs, or hangs, until the test has seen it — while the other ranks wait in the
-all-reduce. Prints ``step <i> allreduce_wait <seconds>`` per step.
+``knobs.runtime.jit_cache_hook`` (chained by jitwatch, whose own hook begins the compile first)
+that waits for the test's release file — a compile that runs, or hangs, until the test has seen
+it — while the other ranks wait in the all-reduce. (Not a compilation listener: outside ``error``
+mode jitwatch's listener ends the compile before calling the one it chains.) Prints
+``step <i> allreduce_wait <seconds>`` per step.
 
 argv: rank world_size init_port journal_dir release_file
 """
@@ -51,7 +53,7 @@ def main() -> None:
     )
 
     def pad(*args: object, **kwargs: object) -> None:
-        # Inside triton.compile: jitwatch has the compile in flight. Hold it until released (90 s max).
+        # After jitwatch's jit_cache_hook: the compile is in flight. Hold it until released (90 s max).
         if PAD[0]:
             end = time.monotonic() + 90
             while not release.exists() and time.monotonic() < end:
@@ -61,7 +63,7 @@ def main() -> None:
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=300)
     )
     activate(90)
-    triton.knobs.compilation.listener = pad  # installed first: jitwatch chains to it
+    triton.knobs.runtime.jit_cache_hook = pad  # installed first: jitwatch chains to it
     mon = jitwatch.install(mode="warn", rank=rank, journal_dir=journal)
     x = torch.zeros(256, dtype=torch.float32)
     with mon.warmup():

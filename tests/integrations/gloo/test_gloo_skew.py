@@ -1,6 +1,6 @@
 """Collective danger with real collectives on CPU: a ``torch.distributed`` gloo group of three worker
 processes doing all-reduces; rank 1 compiles a Triton kernel during serving (a real compile-only
-compile, held open by a chained ``knobs.compilation.listener`` until the test releases it) while
+compile, held open by a chained ``knobs.runtime.jit_cache_hook`` until the test releases it) while
 ranks 0 and 2 wait in the all-reduce. Real sidecar (``jitwatch serve`` on 127.0.0.1) and a real
 Prometheus (2.42, the repository's ``rules.yml``, scrape and evaluation every second).
 

