@@ -24,8 +24,11 @@ Three figures, each against its baseline measured in the same run:
   **µs on the compiling thread** inside jitwatch's own hooks, and the same callables called back
   to back with one real compile's keywords (``--tight`` times per rep) give the compiling
   thread's CPU per compile with warm caches (the *tight loop*);
-  a last pass of bursts gives the journal writer's thread CPU per compile (its CPU clock) and the
-  part of it spent building the events (``JournalWriter._materialize``).
+  a pass of bursts gives the journal writer's thread CPU per compile (its CPU clock) and the
+  part of it spent building the events (``JournalWriter._materialize``); a last pass, where
+  jitwatch left ``jit_post_compile_hook`` empty, alternates bursts with that slot empty and holding
+  a no-op: what an occupied post-compile slot costs, paired within one process
+  (``post_slot_price_us``).
 * **journal** — ``Journal.write`` of real compile events (a template from a real compile, keys
   varied) in batches of 256 (what the writer does), writer-thread CPU per event
   (``time.thread_time``), minor page faults per event (``getrusage``: zlib state allocated and
@@ -141,6 +144,7 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
         out["thread_s"], out["thread_mean_s"] = cost["median"], cost["mean"]
         out["tight_cpu_s"] = _tight_loop(burst, triton, cfg.get("tight", 2000), cfg["reps"])
         out["writer_s"], out["build_s"] = _writer_cost(mon, burst, cfg["reps"], len(plan))
+        out["post_slot_s"] = _post_slot_price(burst, triton, cfg.get("ab_pairs", 12), len(plan))
         out["dropped"] = getattr(mon.sink, "dropped_total", None)
         mon.uninstall()
     return out
@@ -265,6 +269,32 @@ def _tight_loop(burst: Any, triton: Any, n: int, reps: int) -> list[float]:
     return out
 
 
+def _post_slot_price(burst: Any, triton: Any, pairs: int, n: int) -> list[float]:
+    """CPU seconds per compile (whole process) that a no-op ``jit_post_compile_hook`` adds when
+    jitwatch left that slot empty: ``pairs`` pairs of bursts in this one process, the slot empty
+    in one and holding a no-op in the other (order alternating), each pair's difference. Paired
+    within a process, so a host whose speed drifts between processes cancels out. ``[]`` where
+    the slot is not empty (an older jitwatch, or ``error`` mode)."""
+    rt = triton.knobs.runtime
+    if rt.jit_post_compile_hook is not None:
+        return []
+
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    diffs: list[float] = []
+    try:
+        for i in range(pairs):
+            got: dict[bool, float] = {}
+            for occupied in (False, True) if i % 2 == 0 else (True, False):
+                rt.jit_post_compile_hook = noop if occupied else None
+                got[occupied] = burst()[0]
+            diffs.append((got[True] - got[False]) / n)
+    finally:
+        rt.jit_post_compile_hook = None
+    return diffs
+
+
 def _spawn(cfg: dict[str, Any], tmp: Path, cache_dir: Path) -> dict[str, Any]:
     tag = f"{cfg['variant']}-{cfg.get('round', 0)}"
     cfg_path, out_path, err_path = tmp / f"{tag}.json", tmp / f"{tag}.out.json", tmp / f"{tag}.err"
@@ -292,7 +322,7 @@ def bench_compiles(
     variants = (*VARIANTS, BEFORE) if before else VARIANTS
     if two_slot_floor:
         variants = (*variants, TWO_SLOT)
-    keys = ("cpu_s", "wall_s", "thread_s", "thread_mean_s", "tight_cpu_s", "writer_s", "build_s")
+    keys = ("cpu_s", "wall_s", "thread_s", "thread_mean_s", "tight_cpu_s", "writer_s", "build_s", "post_slot_s")
     per: dict[str, dict[str, list[float]]] = {v: {k: [] for k in keys} for v in variants}
     by_round: dict[str, list[float]] = {v: [] for v in variants}  # each process's median CPU per compile
     dropped = 0
@@ -339,6 +369,8 @@ def bench_compiles(
     out["compiling_thread_tight_cpu_us"] = med["jitwatch"].get("tight_cpu_s")
     out["writer_thread_us"] = med["jitwatch"].get("writer_s")
     out["writer_event_build_us"] = med["jitwatch"].get("build_s")
+    if per["jitwatch"]["post_slot_s"]:
+        out["post_slot_price_us"] = summary(per["jitwatch"]["post_slot_s"], 1e6)
     if before:
         out["writer_thread_us_before"] = med[BEFORE].get("writer_s")
         out["writer_event_build_us_before"] = med[BEFORE].get("build_s")
@@ -688,6 +720,12 @@ def _print(doc: dict[str, Any]) -> None:
                 end="",
             )
         print(f"; dropped {c['dropped']}")
+        price = c.get("post_slot_price_us")
+        if price:
+            print(
+                f"  a no-op in the empty jit_post_compile_hook slot, paired bursts in the jitwatch process: "
+                f"+{price['median']:.1f} us CPU per compile (p10 {price['p10']:.1f}, p90 {price['p90']:.1f})"
+            )
         tight = c.get("compiling_thread_tight_cpu_us")
         if tight is not None:
             print(f"  the three hooks back to back (compiling thread CPU): {tight:.1f} us per compile", end="")
