@@ -789,7 +789,14 @@ class TritonBackend(LibraryBackend):
         """The compile in flight that ``src`` belongs to when it is not the one this thread began
         last (asynchronous compile mode compiles on a pool thread; vLLM's parallel warmup). Several
         compiles of one kernel can be in flight and finish in any order: match on the signature,
-        constants, attrs and options ``src`` carries."""
+        constants, attrs and options ``src`` carries.
+
+        The signature must be the very dict the JIT hooks got: ``JITFunction._do_compile``
+        (3.4-3.9) builds the ``ASTSource`` from the ``signature`` it passes to ``jit_cache_hook``.
+        An equal but distinct dict is a compile that bypassed ``JITFunction`` (Inductor, a direct
+        ``triton.compile`` of the same kernel on this or another thread): never a JIT compile in
+        flight, which it would otherwise end (outside ``error`` mode the listener ends compiles)
+        with its own duration, stage times and disk-cache hit."""
         fn = getattr(src, "fn", None)
         if fn is None:
             return None
@@ -807,7 +814,7 @@ class TritonBackend(LibraryBackend):
             if "signature" not in info:
                 unsure = unsure or p  # malformed hook kwargs: cannot tell
                 continue
-            if info.get("signature") != sig or info.get("constants") != consts:
+            if info.get("signature") is not sig or info.get("constants") != consts:
                 continue
             configs = info.get("configs")
             if attrs is not None and isinstance(configs, (list, tuple)) and configs and configs[0] != attrs:

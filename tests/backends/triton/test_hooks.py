@@ -9,6 +9,7 @@ into a pass-through when someone chained on top.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import types
 from typing import Any
@@ -645,6 +646,53 @@ def test_compile_bypassing_jitfunction_is_a_listener_only_event(harness: Monitor
     assert ev.key and len(ev.key) == 64  # Triton's cache hash
     assert ev.cache_hit is False and "cubin" in ev.attrs["stages"]
     assert ev.duration_s == pytest.approx(sum(ev.attrs["stages"].values()))
+
+
+@pytest.mark.parametrize("where", ["same_thread", "other_thread"])
+def test_direct_compile_is_not_matched_to_a_jit_compile_in_flight(tmp_path, triton_cache, where: str) -> None:
+    """A direct ``triton.compile`` of a kernel (Inductor-style) with a signature *equal* to that of
+    a JIT compile of the same kernel still in flight (before its listener call) stays a
+    listener-only compile: outside ``error`` mode the listener ends JIT compiles, so a match would
+    end the JIT compile early with the direct compile's duration, stage times and disk-cache hit,
+    and the JIT compile's own listener call would then become a listener-only event.
+
+    The JIT compile is held open in a ``jit_cache_hook`` installed before jitwatch's (it runs after
+    jitwatch began the compile); there the direct compile runs (``same_thread``), or another thread
+    runs it while this one waits (``other_thread``). The Triton cache starts empty: the direct
+    compile misses it, the JIT compile then hits it."""
+    from triton.compiler import ASTSource
+
+    done: list[Any] = []
+
+    def direct(info: dict[str, Any]) -> None:
+        src = ASTSource(hk_add, dict(info["signature"]), dict(info["constants"]), info["configs"][0])
+        done.append(triton.compile(src, options={"num_warps": info["num_warps"]}))
+
+    def host_pre_hook(*args: Any, **kwargs: Any) -> None:
+        if where == "same_thread":
+            direct(kwargs["compile"])
+        else:
+            t = threading.Thread(target=direct, args=(kwargs["compile"],))
+            t.start()
+            t.join(120)
+        return None
+
+    rt = triton.knobs.runtime
+    rt.jit_cache_hook = host_pre_hook
+    try:
+        with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+            assert compile_add() is not None
+            assert len(done) == 1
+            compiles = h.compiles()
+            assert h.triton.pending() == 0 and h.monitor.inflight() == []
+    finally:
+        rt.jit_cache_hook = None
+    by_source = {c.attrs.get("source"): c for c in compiles}
+    assert len(compiles) == 2 and set(by_source) == {None, "compilation_listener"}
+    jit, alone = by_source[None], by_source["compilation_listener"]
+    assert alone.cache_hit is False and alone.key == done[0].hash  # the direct compile: a miss
+    assert jit.cache_hit is True  # the JIT compile: a disk-cache hit, after the direct compile
+    assert jit.duration_s >= alone.duration_s  # it began before the direct compile and ended after
 
 
 # ------------------------------------------------------- autotune: Autotuner wrappers (< 3.8)
