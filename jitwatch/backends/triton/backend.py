@@ -470,6 +470,7 @@ class TritonBackend(LibraryBackend):
         """``[True]`` while the compilation listener ends JIT compiles (no post-compile hook
         installed): set when the hooks go in, cleared by :meth:`listener_lost`."""
         self._lost_reason: str | None = None
+        self._lost_lock = threading.Lock()
 
     @property
     def hooks(self) -> HookSet | None:
@@ -516,23 +517,31 @@ class TritonBackend(LibraryBackend):
         self._ending[0] = ending = support.jit_hooks and support.compilation_listener and mode is not Mode.ERROR
         return not ending
 
-    def listener_lost(self) -> bool:
+    def listener_lost(self, chains: bool | None = False) -> bool:
         """jitwatch's compilation listener was cut out of Triton's slot (a host replaced
         ``knobs.compilation.listener`` without chaining): JIT compiles now end in a
         ``jit_post_compile_hook`` installed here, and the backend's status (``/jit``: hooks,
         ``degraded``) says so through ``sink.backend_ready``. Called on the journal writer's
         thread when a watched compile was found cached by Triton yet never seen by the listener
-        (so a compile in asynchronous compile mode does not trigger it). Returns whether the
-        post-compile slot is held now. Never raises."""
+        (:class:`_FrameWatcher`), or on a compiling thread when a compile in asynchronous compile
+        mode (never watched) begins while the listener slot holds another callable than
+        jitwatch's (``chains``: ``None``, whether it chains is unknown there; the post-compile
+        hook then ends compiles either way). Returns whether the post-compile slot is held now.
+        Never raises."""
         hooks = self._hooks
         if hooks is None or not self._ending[0]:
             return False
         try:
-            self._ending[0] = False  # first: the listener, if it still runs, no longer ends compiles
-            took = hooks.add_slot("jit_post_compile_hook")
+            with self._lost_lock:  # the writer thread and compiling threads: one add_slot
+                if not self._ending[0]:
+                    return False
+                self._ending[0] = False  # first: the listener, if it still runs, no longer ends compiles
+                took = hooks.add_slot("jit_post_compile_hook")
+            how = "without chaining to jitwatch's" if chains is False else "(whether it chains is unknown)"
             self._lost_reason = (
-                "knobs.compilation.listener was replaced without chaining to jitwatch's: compiles end in "
+                f"knobs.compilation.listener was replaced {how}: compiles end in "
                 "jit_post_compile_hook, with no stage times or disk-cache hit"
+                + ("" if chains is False else " unless that listener calls jitwatch's")
             )
             if self.sink is not None:
                 self.sink.backend_ready(self._backend_status(hooks.support))
@@ -596,6 +605,7 @@ class TritonBackend(LibraryBackend):
         watch = self.watching is None
         code: CodeType = found if found is not None else _do_compile_code.__code__  # never matched unless watching
         watcher = _FrameWatcher(code, pending, self._slot_replaced, self.listener_lost)
+        ending, replaced, lost = self._ending, self._slot_replaced, self.listener_lost
         getframe, superseded = sys._getframe, watcher.superseded
         async_get = async_var.get if async_var is not None else None
 
@@ -621,7 +631,12 @@ class TritonBackend(LibraryBackend):
                 if key.__class__ is not str:
                     key = _slow_key(key, compile)
                 token = None
-                if watch and (async_get is None or async_get() is None):
+                in_async = async_get is not None and async_get() is not None
+                if in_async and ending[0] and replaced("compilation_listener"):
+                    # Never watched, so never found by the frame watch: if that listener does not
+                    # chain, this compile would never end. The post-compile hook ends it instead.
+                    lost(None)
+                if watch and not in_async:
                     try:
                         frame = getframe(2)
                     except ValueError:  # called from the top of a stack: not from Triton

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import types
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -236,6 +237,37 @@ def test_listener_replaced_without_chaining_falls_back_to_post_compile_hook(
     assert [c.kernel for c in compiles] == ["hk_add"]
     assert compiles[0].cache_hit is None  # no listener: no disk-cache hit or stage times
     assert ready and "jit_post_compile_hook" in ready[-1].attrs["hooks"]
+    assert triton.knobs.runtime.jit_post_compile_hook is None  # restored at uninstall
+
+
+@pytest.mark.parametrize("host", ["replaces", "chains"])
+def test_listener_replaced_then_async_compiles_end_in_post_compile_hook(
+    tmp_path, triton_cache, compile_only, host: str
+) -> None:
+    """Compiles in asynchronous compile mode (vLLM's parallel warmup) are never watched by the
+    frame watch, so a ``knobs.compilation.listener`` replaced without chaining would leave them in
+    flight for good. When one begins with the listener slot holding another callable, jitwatch
+    takes ``jit_post_compile_hook`` at once (it cannot tell there whether that listener chains):
+    every compile ends exactly once, with stage times where the listener does chain."""
+    comp = triton.knobs.compilation
+    with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        ours = comp.listener
+        comp.listener = (lambda **kwargs: None) if host == "replaces" else (lambda **kwargs: ours(**kwargs))
+        try:
+            with ThreadPoolExecutor(2) as pool, triton.AsyncCompileMode(pool):
+                compile_add(block=64)
+                compile_add(block=128)
+            compiles = h.compiles()
+            assert h.monitor.inflight() == [] and h.triton.pending() == 0
+            status = h.monitor.backend_statuses["triton"]
+            assert "jit_post_compile_hook" in status.hooks
+            assert status.degraded and "whether it chains is unknown" in status.degraded
+            assert h.monitor.hook_errors == 0
+        finally:
+            comp.listener = ours
+    assert sorted(c.attrs["constexprs"]["BLOCK"] for c in compiles) == [64, 128]
+    assert all(c.attrs.get("source") is None for c in compiles)
+    assert all(bool(c.attrs.get("stages")) is (host == "chains") for c in compiles)
     assert triton.knobs.runtime.jit_post_compile_hook is None  # restored at uninstall
 
 
