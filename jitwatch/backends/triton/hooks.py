@@ -237,6 +237,9 @@ class HookSet:
         self.active = False
         self.support = probe_triton()
         self._knobs: Any = None
+        self._lock = threading.Lock()
+        """Held by :meth:`add_slot` and :meth:`uninstall`: a slot taken on another thread while
+        jitwatch uninstalls is either restored by it or never taken."""
 
     # ------------------------------------------------------------------ install / uninstall
     def install(self) -> TritonSupport:
@@ -268,13 +271,15 @@ class HookSet:
 
     def add_slot(self, slot: str) -> bool:
         """Occupy ``slot`` (a key of ``_SLOTS``) now, after :meth:`install` left it out (any
-        thread: one attribute store into ``triton.knobs``). Returns whether jitwatch holds it
-        afterwards; ``False`` when not installed or the knob is missing. Never raises."""
-        if not self.active:
-            return False
-        if slot in self._links:
-            return True
-        return self._occupy(slot)
+        thread: one attribute store into ``triton.knobs``, under a lock shared with
+        :meth:`uninstall`). Returns whether jitwatch holds it afterwards; ``False`` when not
+        installed (or uninstalled meanwhile) or the knob is missing. Never raises."""
+        with self._lock:
+            if not self.active:
+                return False
+            if slot in self._links:
+                return True
+            return self._occupy(slot)
 
     def _occupy(self, slot: str) -> bool:
         """Put jitwatch's callable for ``slot`` into Triton's knob, chained with what is there."""
@@ -302,8 +307,13 @@ class HookSet:
         """Stop recording; restore each previous hook where ours is still in the slot.
 
         Where someone chained on top of jitwatch, jitwatch's hook stays in their chain as a pure
-        pass-through to the hook it replaced (removing it would cut their chain).
+        pass-through to the hook it replaced (removing it would cut their chain). Waits for an
+        :meth:`add_slot` in progress on another thread (one attribute store).
         """
+        with self._lock:
+            self._uninstall()
+
+    def _uninstall(self) -> None:
         if not self.active:
             return
         self.active = False

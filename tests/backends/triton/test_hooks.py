@@ -271,6 +271,38 @@ def test_listener_replaced_then_async_compiles_end_in_post_compile_hook(
     assert triton.knobs.runtime.jit_post_compile_hook is None  # restored at uninstall
 
 
+def test_post_compile_slot_taken_during_uninstall_is_restored(tmp_path, monkeypatch) -> None:
+    """The fallback takes ``jit_post_compile_hook`` on the journal writer's thread (or a compiling
+    thread) while the host may be uninstalling jitwatch: the slot must never be left holding a
+    live jitwatch hook after ``uninstall`` returns. ``hook_body`` is slowed down (it waits until
+    the uninstall has begun) to hold ``add_slot`` mid-way, deterministically."""
+    from jitwatch.backends.triton import TritonBackend
+
+    inside, proceed = threading.Event(), threading.Event()
+    real = TritonBackend.hook_body
+
+    def slow_hook_body(self: Any, slot: str, link: Any) -> Any:
+        if slot == "jit_post_compile_hook":
+            inside.set()
+            proceed.wait(5)
+        return real(self, slot, link)
+
+    monkeypatch.setattr(TritonBackend, "hook_body", slow_hook_body)
+    with monitored("warn", journal_dir=tmp_path / "j") as h:
+        assert triton.knobs.runtime.jit_post_compile_hook is None
+        taker = threading.Thread(target=h.triton.listener_lost)
+        taker.start()
+        assert inside.wait(5)
+        remover = threading.Thread(target=h.monitor.uninstall)
+        remover.start()
+        time.sleep(0.3)  # the uninstall runs (or waits) now
+        proceed.set()
+        taker.join(5)
+        remover.join(5)
+        assert not taker.is_alive() and not remover.is_alive()
+        assert triton.knobs.runtime.jit_post_compile_hook is None
+
+
 def test_hook_on_top_keeps_working_after_our_uninstall(tmp_path, triton_cache) -> None:
     """Someone chains on top of jitwatch; jitwatch uninstalls; their hook (and the one below) still fire."""
     below = Spy("runtime", "jit_post_compile_hook").install()
