@@ -4,7 +4,9 @@ them."""
 
 from __future__ import annotations
 
+import ast
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,23 @@ def compile_only() -> Iterator[Any]:
     """The compile-only driver (sm_90) active for this test; kernels compile but never launch."""
     with compile_only_driver(int(os.environ.get("JITWATCH_TARGET_ARCH", "90"))) as drv:
         yield drv
+
+
+@pytest.fixture
+def serial_ast_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ast.parse`` under one lock for this test. CPython 3.11 can raise ``SystemError: AST
+    constructor recursion depth mismatch`` when two threads parse at once (gh-106905, fixed in
+    3.12); Triton's frontend parses every kernel it compiles (``JITFunction.parse``). For tests
+    that compile on two threads at once to check jitwatch, not that interpreter bug (the product
+    copes with it where it compiles in threads itself: ``jitwatch.warmup.replay``)."""
+    lock = threading.Lock()
+    real = ast.parse
+
+    def parse(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return real(*args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", parse)
 
 
 @pytest.fixture

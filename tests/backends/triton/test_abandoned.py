@@ -252,7 +252,7 @@ def test_a_failed_compile_retried_at_once_is_counted_every_time(
 
 
 def test_the_same_key_compiling_on_two_threads_is_not_abandoned(
-    tmp_path: Path, triton_cache: Path, compile_only: Any
+    tmp_path: Path, triton_cache: Path, compile_only: Any, serial_ast_parse: None
 ) -> None:
     """Two threads compile the same kernel and key at once (both missed the in-memory cache): the
     second's ``jit_cache_hook`` meets the first's entry, which is running, not failed. Neither

@@ -242,7 +242,7 @@ def test_listener_replaced_without_chaining_falls_back_to_post_compile_hook(
 
 @pytest.mark.parametrize("host", ["replaces", "chains"])
 def test_listener_replaced_then_async_compiles_end_in_post_compile_hook(
-    tmp_path, triton_cache, compile_only, host: str
+    tmp_path, triton_cache, compile_only, serial_ast_parse, host: str
 ) -> None:
     """Compiles in asynchronous compile mode (vLLM's parallel warmup) are never watched by the
     frame watch, so a ``knobs.compilation.listener`` replaced without chaining would leave them in

@@ -340,7 +340,9 @@ class _ReversedExecutor(Executor):
 
 
 @pytest.mark.parametrize("executor", ["reversed", "threads"])
-def test_async_compile_mode_like_vllm_warmup(tmp_path, triton_cache, compile_only, executor: str) -> None:
+def test_async_compile_mode_like_vllm_warmup(
+    tmp_path, triton_cache, compile_only, serial_ast_parse, executor: str
+) -> None:
     """vLLM compiles warmup keys in parallel (``triton.AsyncCompileMode``, Triton 3.5+): compiles of
     one kernel run on other threads and finish in any order; the post-compile hook fires when the
     futures are finalized. Each compile must still get *its own* stages and disk-cache flag.
