@@ -9,6 +9,7 @@ content types, bodies), no response may be a 5xx, and every 4xx must carry a rea
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -52,6 +53,8 @@ def populate(d: Path) -> None:
 # Schemathesis collects one test per operation at import time, so the app (and the journal it
 # reads) is built then; ``schemathesis.pytest.from_fixture`` does not work with this pytest.
 _FUZZ_DIR = Path(tempfile.mkdtemp(prefix="jitwatch-fuzz-")) / "journal"
+# Removed at exit too: a run that deselects every test here still imports (and populates) it.
+atexit.register(shutil.rmtree, _FUZZ_DIR.parent, ignore_errors=True)
 populate(_FUZZ_DIR)
 APP = create_app(journal_dir=_FUZZ_DIR)
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
