@@ -18,6 +18,11 @@ run() { # run NAME ARGS...
   fi
 }
 run cost_floor --smoke --device cpu
+if git rev-parse -q --verify HEAD >/dev/null 2>&1; then  # the side-by-side path too, where git is
+  run listener_only --smoke --before-ref HEAD
+else
+  run listener_only --smoke
+fi
 run sidecar --events 1000 --kernels 20 --ranks 2 --duration 0.3 --concurrency 1,2 --writer-rate 50
 run series --events 1000 --kernels 20 --ranks 2 --journal "$DEST/series-journal"
 run compile_cost --quick --device cpu --procs 2

@@ -7,9 +7,10 @@ and modes and nothing of any compiler. The two meet here:
 * the core calls :meth:`Backend.install` with a :class:`CompileSink` (the monitor itself);
 * the backend, from inside the compiler's callbacks, calls the sink: :meth:`CompileSink.begin`
   when a compile starts, :meth:`CompileSink.finish` (or :meth:`CompileSink.cancel`) when it ends,
-  :meth:`CompileSink.record` for a compile it only saw end, and :meth:`CompileSink.hook_error`
-  when its own code failed. Each record is a :class:`Capture` (or, through :meth:`CompileSink.end`,
-  a callable that builds one on the journal writer's thread).
+  :meth:`CompileSink.record` (or :meth:`CompileSink.ended`) for a compile it only saw end, and
+  :meth:`CompileSink.hook_error` when its own code failed. Each record is a :class:`Capture` (or,
+  through :meth:`CompileSink.end` and :meth:`CompileSink.ended`, a callable that builds one on the
+  journal writer's thread).
 
 Cost rules (``docs/architecture.md``, "The compiling thread"): ``begin``/``finish`` run on the
 thread that compiles, so a backend gives them only what it already holds — names and the key as
@@ -124,9 +125,10 @@ class FrameWatcher(Protocol):
 class CompileSink(Protocol):
     """What a backend calls; implemented by :class:`jitwatch.core.monitor.Monitor`.
 
-    ``begin``, ``finish``, ``cancel`` and ``record`` never raise, except :meth:`finish` and
-    :meth:`record` raising :class:`jitwatch.errors.ServingCompileError` in ``error`` mode for a
-    serving-phase compile: the backend lets it reach the host after running any chained hook.
+    ``begin``, ``finish``, ``end``, ``cancel``, ``record`` and ``ended`` never raise, except
+    :meth:`finish`, :meth:`end`, :meth:`record` and :meth:`ended` raising
+    :class:`jitwatch.errors.ServingCompileError` in ``error`` mode for a serving-phase compile: the
+    backend lets it reach the host after running any chained hook.
     """
 
     def begin(self, backend: str, name: str) -> Any:
@@ -186,6 +188,21 @@ class CompileSink(Protocol):
     def record(self, capture: Capture, *, start_ts: float, duration_s: float) -> None:
         """Record a compile whose start was not seen: ``start_ts`` Unix seconds, ``duration_s``
         seconds. Phase and request are the current ones."""
+        ...
+
+    def ended(
+        self, backend: str, name: str, key: str | None, duration_s: float, build: Callable[[Any], Capture], arg: Any
+    ) -> None:
+        """:meth:`record` for a ``compile`` (kind :attr:`CompileKind.COMPILE`) whose start was not
+        seen and which ended now, on this thread, after ``duration_s`` seconds, with its
+        :class:`Capture` built later, as :meth:`end` does: ``build(arg)`` runs on the journal
+        writer's thread, so the compiling thread hands over the kernel's name, the key (warn-once,
+        the ``error``-mode message) and the duration, and references. The Capture's backend, name
+        and key must be these. Phase: the one in effect halfway through the compile (as
+        :meth:`record`); request: this thread's current one. The hot path of a backend that sees
+        compiles only at their end (Triton's compilation listener for Inductor's kernels and
+        direct ``triton.compile`` calls). Optional: a backend calls :meth:`record` where the sink
+        lacks it."""
         ...
 
     def hook_error(self, backend: str, where: str, exc: BaseException) -> None:

@@ -19,8 +19,9 @@ applies the mode (``warn``: one log line per backend, name and key; ``error``: r
 that is materialized on the writer's thread. On the compiling thread it does the least possible:
 one ``time.perf_counter()`` read and a tuple at ``begin``; a clock read, a lock-free append of
 (phase, seconds) for the counters, the warn-once dictionary lookup, a tuple and a buffer append at
-``finish``/:meth:`Monitor.end`. Wall-clock times, names, the key's redaction, the backend's detail and the
-pydantic :class:`~jitwatch.core.events.Event` are built on the writer's thread
+``finish``/:meth:`Monitor.end`, and at :meth:`Monitor.ended` (a compile seen only at its end; one
+comparison more for its phase). Wall-clock times, names, the key's redaction, the backend's detail
+and the pydantic :class:`~jitwatch.core.events.Event` are built on the writer's thread
 (``docs/architecture.md``, "The compiling thread").
 """
 
@@ -154,20 +155,30 @@ class _CompileEvent(tuple[Any, ...]):
     """A compile waiting for the journal writer, which calls :meth:`to_event` on its thread.
 
     ``(monitor, token, duration_s, start_wall | None, capture | arg, build | None, warn,
-    request_name)``: a tuple subclass, so the compiling thread builds it with one C call
+    request_name, key)``: a tuple subclass, so the compiling thread builds it with one C call
     (``tuple.__new__``) instead of a Python ``__init__``. ``build(arg)`` (when given) returns the
     :class:`Capture`; ``start_wall`` ``None`` means "convert the token's ``perf_counter`` start".
+    A ``build`` (or a :attr:`Capture.detail` callable) that raises is a hook error (counted,
+    logged, journaled); the compile is still journaled, from what the compiling thread handed over
+    (:meth:`Monitor._unbuilt`; ``attrs.capture_error`` names the exception's type).
     """
 
     __slots__ = ()
 
     def to_event(self) -> Event:
-        mon, token, duration, start, arg, build, warn, request_name = self
+        mon, token, duration, start, arg, build, warn, request_name, key = self
         if mon._ended:
             mon.fold_counts()
         if start is None:
             start = _wall(token[_T_START])
-        c: Capture = build(arg) if build is not None else arg
+        c: Capture
+        if build is None:
+            c = arg
+        else:
+            try:
+                c = build(arg)
+            except Exception as exc:  # noqa: BLE001 - a backend's decoding fault: this event keeps what is known
+                c = mon._unbuilt(token, key, exc)
         ident_attrs = mon._identity_attrs
         ident: WorkerIdentity = ident_attrs[0]
         if ident is not mon.identity:  # replaced since (the fields of one are read once)
@@ -175,7 +186,11 @@ class _CompileEvent(tuple[Any, ...]):
             ident = ident_attrs[0]
         detail = c.detail
         if callable(detail):
-            detail = detail()
+            try:
+                detail = detail()
+            except Exception as exc:  # noqa: BLE001 - as a build that raises: a hook error, the event kept
+                mon.hook_error(c.backend, "capture build (journal writer)", exc)
+                detail = {"capture_error": type(exc).__name__}
         stages = c.stages
         attrs: dict[str, Any] = {"module": c.module, "stages": dict(stages) if stages else {}}
         if detail:
@@ -288,6 +303,10 @@ class Monitor:
         self.stalls = RequestStalls()
         """Compile seconds inside each marked request (``jitwatch_request_compile_seconds``)."""
         self.phase = Phase.STARTUP
+        self._phase_since = 0.0
+        """Unix seconds of the last phase change (:meth:`begin_warmup`, :meth:`activate`), set
+        before :attr:`phase`: :meth:`ended` looks the phase up by time only for a compile whose
+        midpoint is older (:meth:`phase_at`)."""
         self._lock = threading.Lock()
         self._inflight: dict[int, tuple[Any, ...]] = {}  # id(token) → token (see begin)
         self._inflight_walls: dict[int, tuple[tuple[Any, ...], float]] = {}
@@ -437,9 +456,11 @@ class Monitor:
     # ------------------------------------------------------------------ phases
     def begin_warmup(self) -> None:
         """Enter the ``warmup`` phase (records ``warmup_start``)."""
+        now = time.time()
         with self._lock:
+            self._phase_since = now
+            self.warmup_start = now
             self.phase = Phase.WARMUP
-            self.warmup_start = time.time()
         self._emit(EventKind.WARMUP_START)
 
     def activate(self) -> None:
@@ -452,6 +473,7 @@ class Monitor:
         with self._lock:
             start = self.warmup_start if self.warmup_start is not None else now
             self.warmup_end = now
+            self._phase_since = now
             self.phase = Phase.SERVING
             self._fold()
             compiled, seconds = self._tallies[Phase.WARMUP]
@@ -720,12 +742,57 @@ class Monitor:
         if self._state == "installed":
             request_name = self._request_names.get(request_id) if request_id is not None else None
             queued = self.sink.submit(
-                _new_event(_CompileEvent, (self, token, duration, None, arg, build, warn, request_name))
+                _new_event(_CompileEvent, (self, token, duration, None, arg, build, warn, request_name, key))
             )
         if warn is not None and not queued:
             self._warn_dropped(warn, key)
         if refuse:
             self._serving_compile(token[_T_BACKEND], token[_T_NAME], key)
+
+    def ended(
+        self, backend: str, name: str, key: str | None, duration_s: float, build: Callable[[Any], Capture], arg: Any
+    ) -> None:
+        """:meth:`record` for a ``compile`` that ended now on this thread, whose :class:`Capture`
+        is built by ``build(arg)`` on the journal writer's thread (see
+        :meth:`CompileSink.ended`). Phase as :meth:`record` has it, the one in effect at the
+        compile's midpoint: the current one unless the last phase change came after that midpoint
+        (another thread's :meth:`activate` during the compile), which one comparison rules out.
+        Raises :class:`ServingCompileError` in ``error`` mode for a serving-phase compile."""
+        now = time.time()
+        phase = self.phase  # first: _phase_since is set before it, so it is at least as new
+        mid = now - duration_s / 2
+        if mid < self._phase_since:  # rare: the phase changed during the compile
+            phase = self.phase_at(mid)
+        request_id = _current_request.get()
+        token = (backend, name, phase, request_id, 0.0, current_parent() if _marks else None)
+        # end's body, for a compile whose start was not seen (no in-flight entry; Unix start now).
+        if request_id is not None:
+            self.stalls.compiled(request_id, backend, name, duration_s)
+        ended = self._ended
+        ended.append((phase, duration_s))  # counted without a lock: see _ended
+        if len(ended) > _FOLD_AT:
+            self.fold_counts()
+        warn = None
+        refuse = False
+        if phase is _SERVING:
+            mode = self.mode
+            if mode is _WARN:
+                if (backend, name, key or "") not in self._warned:  # warned: one lookup
+                    warn = self._first_warning(backend, name, key)
+            elif mode is _ERROR:
+                refuse = True
+        queued = False
+        if self._state == "installed":
+            request_name = self._request_names.get(request_id) if request_id is not None else None
+            queued = self.sink.submit(
+                _new_event(
+                    _CompileEvent, (self, token, duration_s, now - duration_s, arg, build, warn, request_name, key)
+                )
+            )
+        if warn is not None and not queued:
+            self._warn_dropped(warn, key)
+        if refuse:
+            self._serving_compile(backend, name, key)
 
     def record(self, capture: Capture, *, start_ts: float, duration_s: float) -> None:
         """A compile whose start was not seen. Its phase is the one in effect halfway through it
@@ -804,12 +871,21 @@ class Monitor:
         if self._state == "installed":
             request_name = self._request_names.get(request_id) if request_id is not None else None
             queued = self.sink.submit(
-                _new_event(_CompileEvent, (self, token, duration, start_wall, capture, None, warn, request_name))
+                _new_event(_CompileEvent, (self, token, duration, start_wall, capture, None, warn, request_name, key))
             )
         if warn is not None and not queued:
             self._warn_dropped(warn, key)
         if serving and mode is _ERROR:
             self._serving_compile(backend, name, key)
+
+    def _unbuilt(self, token: tuple[Any, ...], key: str | None, exc: Exception) -> Capture:
+        """The :class:`Capture` of a compile whose ``build`` (:meth:`end`, :meth:`ended`) raised
+        ``exc`` on the journal writer's thread: counted and logged as a hook error of its backend,
+        and the compile journaled with what the compiling thread handed over (backend, name, key;
+        ``attrs.capture_error`` names the exception's type)."""
+        backend = token[_T_BACKEND]
+        self.hook_error(backend, "capture build (journal writer)", exc)
+        return Capture(backend, token[_T_NAME], key, detail={"capture_error": type(exc).__name__})
 
     def _warn_dropped(self, warn: str, key: str | None) -> None:
         """The warn-mode line of a compile whose event was dropped: said here, without a reason."""

@@ -365,3 +365,123 @@ def test_end_builds_the_capture_on_the_sink_side_with_the_token_s_name() -> None
     mon.mode = Mode.ERROR
     with pytest.raises(ServingCompileError, match="toy kernel 'lazy'"):
         mon.end(mon.begin("toy", "lazy"), "k2", build, {"key": "k2"})
+
+
+# ------------------------------------------------------------------ ended: a compile seen only at its end
+def _ended_capture(arg: dict[str, Any]) -> Capture:
+    arg["built_on"].append(threading.get_ident())
+    return Capture("toy", arg["name"], arg["key"], cache_hit=False, stages={"s": arg["d"]}, detail={"x": 1})
+
+
+def _ended(mon: Monitor, name: str, key: str | None, d: float = 0.01) -> dict[str, Any]:
+    arg: dict[str, Any] = {"name": name, "key": key, "d": d, "built_on": []}
+    mon.ended("toy", name, key, d, _ended_capture, arg)
+    return arg
+
+
+def test_ended_builds_the_capture_on_the_thread_that_builds_the_event() -> None:
+    """``CompileSink.ended``: the compiling thread hands over name, key, duration and references;
+    ``build(arg)`` runs where the event is built (the journal writer's thread in a worker): here
+    another thread. The event is what ``record`` of the same Capture would journal."""
+    mon, _toy, sink = make()
+    real_submit = sink.submit
+    queued: list[Any] = []
+    sink.submit = queued.append  # type: ignore[method-assign,assignment]  # hold it unbuilt
+    with mon.request("r1"):
+        t0 = time.time()
+        arg = _ended(mon, "late", "k1", 0.25)
+        t1 = time.time()
+    assert arg["built_on"] == [] and len(queued) == 1  # nothing built on the compiling thread
+    assert mon.compiles_by_phase[Phase.STARTUP] == 1 and mon.compile_seconds_by_phase[Phase.STARTUP] == 0.25
+    sink.submit = real_submit  # type: ignore[method-assign]
+    writer = threading.Thread(target=lambda: [sink.submit(item) for item in queued])
+    writer.start()
+    writer.join()
+    assert arg["built_on"] == [writer.ident] and writer.ident != threading.get_ident()
+    mon.record(
+        Capture("toy", "late", "k1", cache_hit=False, stages={"s": 0.25}, detail={"x": 1}),
+        start_ts=t0 - 0.25,
+        duration_s=0.25,
+    )
+    ev, rec = sink.of_kind(EventKind.COMPILE)
+    assert (ev.backend, ev.kernel, ev.key, ev.cache_hit, ev.phase, ev.duration_s) == (
+        "toy",
+        "late",
+        "k1",
+        False,
+        Phase.STARTUP,
+        0.25,
+    )
+    assert t0 - 0.25 <= (ev.start_ts or 0.0) <= t1 - 0.25 and ev.ts == pytest.approx((ev.start_ts or 0.0) + 0.25)
+    assert ev.attrs["request_id"] == 1 and ev.attrs["request"] == "r1"
+    assert {k: v for k, v in ev.attrs.items() if k not in ("request_id", "request")} == rec.attrs
+
+
+def test_ended_takes_the_phase_at_the_compile_s_midpoint() -> None:
+    """As ``record``: the phase in effect halfway through the compile, here with the warmup's end
+    during the compile; the current phase when the compile began after the last change."""
+    mon, _toy, sink = make()
+    mon.begin_warmup()
+    time.sleep(0.2)
+    mon.activate()
+    time.sleep(0.1)
+    assert mon.warmup_start is not None and mon.warmup_end is not None
+    targets = {
+        "before": mon.warmup_start - 0.1,
+        "during": (mon.warmup_start + mon.warmup_end) / 2,
+        "after": mon.warmup_end + 0.05,
+    }
+    for name, mid in targets.items():
+        _ended(mon, name, name, 2 * (time.time() - mid))
+    phases = {e.kernel: e.phase for e in sink.of_kind(EventKind.COMPILE)}
+    assert phases == {"before": Phase.STARTUP, "during": Phase.WARMUP, "after": Phase.SERVING}
+    assert mon.compiles_by_phase == {Phase.STARTUP: 1, Phase.WARMUP: 1, Phase.SERVING: 1}
+
+
+def test_ended_warns_once_per_name_and_key_and_raises_in_error_mode(caplog: pytest.LogCaptureFixture) -> None:
+    mon, _toy, sink = make()
+    mon.activate()
+    time.sleep(0.05)  # the compiles' midpoints (5 ms back) after the warmup's end
+    with caplog.at_level(logging.WARNING, logger="jitwatch.core.monitor"):
+        for key in ("k1", "k1", "k2"):
+            _ended(mon, "a", key)
+    lines = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    assert len(lines) == 2 and lines[0].startswith("jitwatch: post-warmup compile of toy kernel 'a' on rank 3")
+    assert lines[0].endswith("key k1") and lines[1].endswith("key k2")
+    mon.mode = Mode.ERROR
+    with pytest.raises(ServingCompileError, match=r"toy kernel 'b'.*key k3"):
+        _ended(mon, "b", "k3")
+    assert [e.kernel for e in sink.of_kind(EventKind.COMPILE)] == ["a", "a", "a", "b"]  # recorded, then raised
+    assert mon.compiles_by_phase[Phase.SERVING] == 4
+
+
+def test_a_build_that_raises_is_a_hook_error_and_loses_no_event() -> None:
+    """A backend's ``build`` raising on the writer's thread (``end`` or ``ended``): counted and
+    journaled as a hook error of its backend; the compile is still journaled with the name and key
+    the compiling thread handed over, and events around it are whole."""
+    mon, toy, sink = make()
+
+    def broken(arg: Any) -> Capture:
+        raise ValueError("cannot decode")
+
+    _ended(mon, "before", "k0")
+    mon.ended("toy", "bad", "k1", 0.5, broken, None)
+    mon.end(mon.begin("toy", "bad2"), "k2", broken, None)
+    toy.compile("bad3", "k3", detail=lambda: 1 / 0)  # a Capture.detail callable: the same
+    toy.compile("after", "k4")
+    assert mon.hook_errors == 3
+    errors = sink.of_kind(EventKind.HOOK_ERROR)
+    assert [(e.backend, e.attrs["hook"]) for e in errors] == [("toy", "capture build (journal writer)")] * 3
+    assert "ValueError: cannot decode" in errors[0].attrs["error"]
+    compiles = sink.of_kind(EventKind.COMPILE)
+    assert [(e.kernel, e.key) for e in compiles] == [
+        ("before", "k0"),
+        ("bad", "k1"),
+        ("bad2", "k2"),
+        ("bad3", "k3"),
+        ("after", "k4"),
+    ]
+    assert compiles[1].duration_s == 0.5 and compiles[1].attrs["capture_error"] == "ValueError"
+    assert compiles[3].attrs["capture_error"] == "ZeroDivisionError"
+    assert compiles[0].attrs["x"] == 1 and "capture_error" not in compiles[4].attrs
+    assert mon.compiles_by_phase[Phase.STARTUP] == 5

@@ -712,6 +712,101 @@ def test_compile_bypassing_jitfunction_is_a_listener_only_event(harness: Monitor
     assert ev.duration_s == pytest.approx(sum(ev.attrs["stages"].values()))
 
 
+def _direct_compile(block: int = 32) -> Any:
+    """``triton.compile`` of ``hk_add`` called directly (as Inductor does): a listener-only compile."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    return triton.compile(
+        ASTSource(fn=hk_add, signature=sig, constexprs={(4,): block}), target=GPUTarget("cuda", 90, 32)
+    )
+
+
+def test_listener_only_compile_is_decoded_on_the_journal_writer_thread(harness: MonitorHarness, monkeypatch) -> None:
+    """A listener-only compile hands the core references (``CompileSink.ended``): the stage
+    times are decoded and the Capture built on the journal writer's thread, never on the
+    compiling thread; the journaled event is the one the compiling thread used to build (kernel,
+    Triton's cache hash as key, disk-cache hit, stages, ``attrs.source``, nothing else)."""
+    from jitwatch.backends.triton import backend as triton_backend
+
+    real_capture, real_stages = triton_backend._listener_capture, triton_backend.stage_seconds
+    on: dict[str, list[str]] = {"capture": [], "stages": []}
+
+    def capture(arg: Any) -> Any:
+        on["capture"].append(threading.current_thread().name)
+        return real_capture(arg)
+
+    def stages(times: Any) -> Any:
+        on["stages"].append(threading.current_thread().name)
+        return real_stages(times)
+
+    monkeypatch.setattr(triton_backend, "_listener_capture", capture)
+    monkeypatch.setattr(triton_backend, "stage_seconds", stages)
+    miss = _direct_compile()
+    hit = _direct_compile()  # the same source again: Triton's disk cache
+    compiles = harness.compiles()
+    assert on["capture"] == ["jitwatch-journal-writer"] * 2
+    assert on["stages"] == ["jitwatch-journal-writer"] * 2
+    assert [(e.kernel, e.key, e.cache_hit) for e in compiles] == [
+        ("hk_add", miss.hash, False),
+        ("hk_add", hit.hash, True),
+    ]
+    ident = set(harness.monitor.identity.attrs())
+    for ev in compiles:
+        assert set(ev.attrs) - ident == {"stages", "source"} and ev.attrs["source"] == "compilation_listener"
+        assert ev.duration_s == pytest.approx(sum(ev.attrs["stages"].values()), rel=1e-12, abs=1e-12)
+        assert ev.phase is Phase.STARTUP and ev.start_ts is not None
+    assert "cubin" in compiles[0].attrs["stages"] and harness.monitor.hook_errors == 0
+
+
+def test_listener_only_compile_warns_once_per_key_in_serving(harness: MonitorHarness, caplog) -> None:
+    harness.monitor.activate()
+    time.sleep(0.01)
+    with caplog.at_level(logging.WARNING, logger="jitwatch.core.monitor"):
+        keys = [_direct_compile(32).hash, _direct_compile(32).hash, _direct_compile(64).hash]
+        compiles = harness.compiles(Phase.SERVING)
+    lines = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    assert [e.key for e in compiles] == keys and keys[0] == keys[1] != keys[2]
+    assert len(lines) == 2 and all("Triton kernel 'hk_add'" in line for line in lines)
+    assert keys[0] in lines[0] and keys[2] in lines[1]
+
+
+def test_listener_only_compile_raises_in_error_mode_after_recording(tmp_path, triton_cache) -> None:
+    with monitored("error", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        _direct_compile(32)  # startup: recorded, no raise
+        h.monitor.activate()
+        time.sleep(0.01)
+        with pytest.raises(ServingCompileError, match="Triton kernel 'hk_add'"):
+            _direct_compile(64)
+        compiles = h.compiles()
+    assert [(e.phase, e.attrs["source"]) for e in compiles] == [
+        (Phase.STARTUP, "compilation_listener"),
+        (Phase.SERVING, "compilation_listener"),
+    ]
+
+
+def test_listener_only_capture_that_raises_is_a_hook_error(harness: MonitorHarness, monkeypatch) -> None:
+    """A fault in the deferred build (on the writer thread) is a Triton hook error, counted and
+    journaled; the compile is still journaled with its name and key, and the JIT compile after it
+    is whole."""
+    from jitwatch.backends.triton import backend as triton_backend
+
+    def broken(arg: Any) -> Any:
+        raise ValueError("cannot decode the stage times")
+
+    monkeypatch.setattr(triton_backend, "_listener_capture", broken)
+    direct = _direct_compile()
+    assert compile_add() is not None
+    alone, jit = harness.compiles()
+    assert (alone.kernel, alone.key, alone.attrs["capture_error"]) == ("hk_add", direct.hash, "ValueError")
+    assert jit.kernel == "hk_add" and "signature" in jit.attrs and "capture_error" not in jit.attrs
+    assert harness.monitor.hook_errors == 1
+    (error,) = harness.events(EventKind.HOOK_ERROR)
+    assert error.backend == "triton" and "cannot decode the stage times" in error.attrs["error"]
+    assert harness.counters()[(0, "hook_errors:triton")] == 1
+
+
 @pytest.mark.parametrize("where", ["same_thread", "other_thread"])
 def test_direct_compile_is_not_matched_to_a_jit_compile_in_flight(tmp_path, triton_cache, where: str) -> None:
     """A direct ``triton.compile`` of a kernel (Inductor-style) with a signature *equal* to that of
