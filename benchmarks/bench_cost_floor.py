@@ -28,7 +28,15 @@ Three figures, each against its baseline measured in the same run:
   part of it spent building the events (``JournalWriter._materialize``); a last pass, where
   jitwatch left ``jit_post_compile_hook`` empty, alternates bursts with that slot empty and holding
   a no-op: what an occupied post-compile slot costs, paired within one process
-  (``post_slot_price_us``).
+  (``post_slot_price_us``). The timed callables are also net of a timed no-op in the same slots,
+  bursts alternated (``compiling_thread_net_us``: the timer's cost between Triton's stages cancels).
+  **In one process** (``in_process``, ``--inproc-rounds``): the ``jitwatch`` process also
+  alternates every layout of the slots — empty, three no-ops, two no-ops, jitwatch's own callables
+  untouched — burst by burst, the order rotating each round, and pairs them within each round:
+  added CPU and its ratio to each floor with no process-to-process spread, and the compiling
+  thread's CPU (``time.thread_time``) with jitwatch minus with no-ops in the same slots, no timer
+  anywhere (``compiling_thread_own_us``; also the difference of the layouts' p10s, which other
+  tenants' interference cannot raise).
 * **journal** — ``Journal.write`` of real compile events (a template from a real compile, keys
   varied) in batches of 256 (what the writer does), writer-thread CPU per event
   (``time.thread_time``), minor page faults per event (``getrusage``: zlib state allocated and
@@ -141,22 +149,32 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"variant": variant, "cpu_s": cpu, "wall_s": wall}
     if mon is not None:
         cost = _thread_cost(mon, burst, triton, cfg["reps"], len(plan))
-        out["thread_s"], out["thread_mean_s"] = cost["median"], cost["mean"]
+        out["thread_s"], out["thread_mean_s"], out["thread_net_s"] = cost["median"], cost["mean"], cost["net"]
         out["tight_cpu_s"] = _tight_loop(burst, triton, cfg.get("tight", 2000), cfg["reps"])
         out["writer_s"], out["build_s"] = _writer_cost(mon, burst, cfg["reps"], len(plan))
         out["post_slot_s"] = _post_slot_price(burst, triton, cfg.get("ab_pairs", 12), len(plan))
+        out["in_process"] = _in_process(burst, triton, cfg.get("inproc_rounds", 16), len(plan))
         out["dropped"] = getattr(mon.sink, "dropped_total", None)
         mon.uninstall()
     return out
 
 
 def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> dict[str, list[float]]:
-    """Seconds per compile inside jitwatch's three installed callables (compiling thread), minus
-    the timer's own overhead: ``median`` sums each callable's median call (robust to the GIL
-    hand-offs and preemptions a shared machine adds to single calls); ``mean`` is the burst total
-    divided by its compiles (those included)."""
+    """Seconds per compile inside jitwatch's installed callables (compiling thread), each call
+    timed by a wrapper (``time.perf_counter``):
+
+    * ``median`` sums each callable's median call minus the timer's own overhead, read from a warm
+      loop of a wrapped ``lambda: None`` (robust to the GIL hand-offs and preemptions a shared
+      machine adds to single calls; the figure quoted since the first pass);
+    * ``mean`` is the burst total divided by its compiles (those included), minus the same;
+    * ``net`` sums, per slot, jitwatch's median call minus the median call of a wrapped no-op
+      with the same signature in the same slot, in bursts alternated with jitwatch's: the timer's
+      cost *between Triton's stages* (forwarding Triton's keywords through ``*args, **kwargs``
+      with cold caches, which the warm ``lambda: None`` probe does not see) cancels, and what is
+      left is jitwatch's own callable in that place."""
     perf = time.perf_counter
     calls: list[list[float]] = [[], [], []]
+    floor_calls: list[list[float]] = [[], [], []]
 
     def wrap(fn: Any, acc: list[float]) -> Any:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -168,27 +186,43 @@ def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> dict[s
 
         return timed
 
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
     slots = [(triton.knobs.runtime, "jit_cache_hook"), (triton.knobs.runtime, "jit_post_compile_hook")]
     slots.append((triton.knobs.compilation, "listener"))
     saved = [(h, a, getattr(h, a)) for h, a in slots]
-    for (h, a, fn), acc in zip(saved, calls, strict=True):
-        if fn is not None:  # an empty slot stays empty (jitwatch leaves the post-compile hook out)
-            setattr(h, a, wrap(fn, acc))
     used = sum(fn is not None for _, _, fn in saved)
     probe_acc: list[float] = []
     probe = wrap(lambda: None, probe_acc)
     for _ in range(10_000):
         probe()
     overhead = statistics.median(probe_acc)
-    out: dict[str, list[float]] = {"median": [], "mean": []}
-    for _ in range(reps):
-        for acc in calls:
-            acc.clear()
-        burst()
-        out["median"].append(max(0.0, sum(statistics.median(acc) - overhead for acc in calls if acc)))
-        out["mean"].append(max(0.0, sum(sum(acc) for acc in calls) / n - used * overhead))
-    for h, a, fn in saved:
-        setattr(h, a, fn)
+    out: dict[str, list[float]] = {"median": [], "mean": [], "net": []}
+    try:
+        for _ in range(reps):
+            for acc in (*calls, *floor_calls):
+                acc.clear()
+            for (h, a, fn), acc in zip(saved, calls, strict=True):
+                if fn is not None:  # an empty slot stays empty (jitwatch leaves the post-compile hook out)
+                    setattr(h, a, wrap(fn, acc))
+            burst()
+            for (h, a, fn), acc in zip(saved, floor_calls, strict=True):
+                if fn is not None:  # a no-op, timed the same way, in each slot jitwatch holds
+                    setattr(h, a, wrap(noop, acc))
+            burst()
+            out["median"].append(max(0.0, sum(statistics.median(acc) - overhead for acc in calls if acc)))
+            out["mean"].append(max(0.0, sum(sum(acc) for acc in calls) / n - used * overhead))
+            out["net"].append(
+                sum(
+                    statistics.median(acc) - statistics.median(floor)
+                    for acc, floor in zip(calls, floor_calls, strict=True)
+                    if acc and floor
+                )
+            )
+    finally:
+        for h, a, fn in saved:
+            setattr(h, a, fn)
     return out
 
 
@@ -295,6 +329,90 @@ def _post_slot_price(burst: Any, triton: Any, pairs: int, n: int) -> list[float]
     return diffs
 
 
+IN_PROCESS = ("none", "noop", TWO_SLOT, "jitwatch")
+"""The hook layouts :func:`_in_process` alternates inside one process."""
+
+
+def _in_process(burst: Any, triton: Any, rounds: int, n: int) -> dict[str, list[float]]:
+    """Every layout of Triton's three slots (:data:`IN_PROCESS`) alternated burst by burst in this
+    one process, ``rounds`` times (the order rotating every round): per round and layout, seconds
+    per compile of the process's CPU (``time.process_time``: every thread, the journal writer's
+    included, as each burst ends with ``flush()``), of the compiling thread's CPU
+    (``time.thread_time``) and of wall. ``none`` empties the slots; ``noop``/``noop2`` put no-op
+    callables in three/two of them; ``jitwatch`` puts back the callables jitwatch installed (two
+    or three), untouched: no timer or wrapper around them. Differences taken within a round cancel
+    a host whose speed drifts from process to process (the H200's did by 1.1-2.0 ms per compile),
+    and the compiling thread's difference against the floor of the same slots is jitwatch's own
+    work there, cache misses it causes included, with nothing of a timer's."""
+    slots = [(triton.knobs.runtime, "jit_cache_hook"), (triton.knobs.runtime, "jit_post_compile_hook")]
+    slots.append((triton.knobs.compilation, "listener"))
+    mine = [getattr(h, a) for h, a in slots]
+
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    layouts = {
+        "none": [None, None, None],
+        "noop": [noop, noop, noop],
+        TWO_SLOT: [noop, None, noop],
+        "jitwatch": mine,
+    }
+    out: dict[str, list[float]] = {f"{v}_{k}": [] for v in IN_PROCESS for k in ("cpu_s", "thread_s", "wall_s")}
+    try:
+        for r in range(rounds):
+            for i in range(len(IN_PROCESS)):
+                v = IN_PROCESS[(r + i) % len(IN_PROCESS)]
+                for (h, a), fn in zip(slots, layouts[v], strict=True):
+                    setattr(h, a, fn)
+                t0 = time.thread_time()
+                c, w = burst()
+                out[f"{v}_thread_s"].append((time.thread_time() - t0) / n)
+                out[f"{v}_cpu_s"].append(c / n)
+                out[f"{v}_wall_s"].append(w / n)
+    finally:
+        for (h, a), fn in zip(slots, mine, strict=True):
+            setattr(h, a, fn)
+    out["jitwatch_slots"] = [float(sum(fn is not None for fn in mine))]
+    return out
+
+
+def _in_process_summary(results: list[dict[str, list[float]]]) -> dict[str, Any]:
+    """Round-paired differences, in µs per compile, over every round of every process:
+    ``added_cpu`` (jitwatch - none, all threads), the ``noop``/``noop2`` floors (minus none), the
+    ratio of their medians, and ``compiling_thread_own`` — the compiling thread's CPU with
+    jitwatch minus with no-ops in the same slots (two outside ``error`` mode, else three)."""
+    rows = [r for r in results if r and r.get("none_cpu_s")]
+    if not rows:
+        return {}
+
+    def diffs(a: str, b: str, k: str) -> list[float]:
+        return [(x - y) * 1e6 for r in rows for x, y in zip(r[f"{a}_{k}"], r[f"{b}_{k}"], strict=True)]
+
+    floor_of = TWO_SLOT if all(r["jitwatch_slots"][0] == 2 for r in rows) else "noop"
+    out: dict[str, Any] = {"rounds": sum(len(r["none_cpu_s"]) for r in rows), "processes": len(rows)}
+    for k, name in (("cpu_s", "cpu"), ("wall_s", "wall")):
+        added, floor, floor2 = diffs("jitwatch", "none", k), diffs("noop", "none", k), diffs(TWO_SLOT, "none", k)
+        out[f"added_{name}_us"] = summary(added)
+        out[f"noop_floor_{name}_us"] = summary(floor)
+        out[f"noop2_floor_{name}_us"] = summary(floor2)
+        f, f2 = statistics.median(floor), statistics.median(floor2)
+        out[f"added_{name}_ratio_to_floor"] = statistics.median(added) / f if f > 0 else None
+        out[f"added_{name}_ratio_to_two_slot_floor"] = statistics.median(added) / f2 if f2 > 0 else None
+    out["compiling_thread_own_us"] = summary(diffs("jitwatch", floor_of, "thread_s"))
+    out["compiling_thread_own_floor"] = floor_of
+    out["compiling_thread_vs_none_us"] = summary(diffs("jitwatch", "none", "thread_s"))
+    # Interference from other tenants only ever adds time: the low tail of each layout is its
+    # quietest bursts, and the difference of the layouts' p10s is a second, noise-resistant estimate.
+    out["layouts_us"] = {
+        v: {k: summary([x * 1e6 for r in rows for x in r[f"{v}_{k}_s"]]) for k in ("cpu", "thread")} for v in IN_PROCESS
+    }
+    lay = out["layouts_us"]
+    out["compiling_thread_own_p10_us"] = lay["jitwatch"]["thread"]["p10"] - lay[floor_of]["thread"]["p10"]
+    out["added_cpu_p10_us"] = lay["jitwatch"]["cpu"]["p10"] - lay["none"]["cpu"]["p10"]
+    out["noop_floor_cpu_p10_us"] = lay["noop"]["cpu"]["p10"] - lay["none"]["cpu"]["p10"]
+    return out
+
+
 def _spawn(cfg: dict[str, Any], tmp: Path, cache_dir: Path) -> dict[str, Any]:
     tag = f"{cfg['variant']}-{cfg.get('round', 0)}"
     cfg_path, out_path, err_path = tmp / f"{tag}.json", tmp / f"{tag}.out.json", tmp / f"{tag}.err"
@@ -316,20 +434,24 @@ def bench_compiles(
     before: str | None,
     tight: int = 2000,
     two_slot_floor: bool = False,
+    inproc_rounds: int = 16,
 ) -> dict[str, Any]:
     cache = tmp / "triton-cache"
     _spawn({"variant": "none", "device": device, "n": n, "reps": 0, "round": -1}, tmp, cache)  # fill the disk cache
     variants = (*VARIANTS, BEFORE) if before else VARIANTS
     if two_slot_floor:
         variants = (*variants, TWO_SLOT)
-    keys = ("cpu_s", "wall_s", "thread_s", "thread_mean_s", "tight_cpu_s", "writer_s", "build_s", "post_slot_s")
+    keys = ("cpu_s", "wall_s", "thread_s", "thread_mean_s", "thread_net_s", "tight_cpu_s", "writer_s", "build_s")
+    keys = (*keys, "post_slot_s")
     per: dict[str, dict[str, list[float]]] = {v: {k: [] for k in keys} for v in variants}
     by_round: dict[str, list[float]] = {v: [] for v in variants}  # each process's median CPU per compile
+    in_process: dict[str, list[dict[str, list[float]]]] = {v: [] for v in _measured(variants)}
     dropped = 0
     for r in range(rounds):
         order = variants if r % 2 == 0 else tuple(reversed(variants))
         for v in order:
             cfg: dict[str, Any] = {"variant": v, "device": device, "n": n, "reps": reps, "round": r, "tight": tight}
+            cfg["inproc_rounds"] = inproc_rounds
             cfg["journal_dir"] = str(tmp / f"journal-{v}-{r}")
             if v == BEFORE:
                 cfg["tree"] = before
@@ -339,6 +461,8 @@ def bench_compiles(
             if res.get("cpu_s"):
                 by_round[v].append(statistics.median(res["cpu_s"]))
             dropped += int(res.get("dropped") or 0)
+            if v in in_process:
+                in_process[v].append(res.get("in_process") or {})
     med = {v: {k: statistics.median(xs) * 1e6 for k, xs in d.items() if xs} for v, d in per.items()}
     out: dict[str, Any] = {
         "compiles_per_burst": n,
@@ -364,8 +488,12 @@ def bench_compiles(
                     added / floor2 if floor2 > 0 else None
                 )
     out["paired_by_round"] = _paired(by_round, variants)
+    out["in_process"] = _in_process_summary(in_process["jitwatch"])
+    if before:
+        out["in_process_before"] = _in_process_summary(in_process[BEFORE])
     out["compiling_thread_us"] = med["jitwatch"].get("thread_s")
     out["compiling_thread_mean_us"] = med["jitwatch"].get("thread_mean_s")
+    out["compiling_thread_net_us"] = med["jitwatch"].get("thread_net_s")
     out["compiling_thread_tight_cpu_us"] = med["jitwatch"].get("tight_cpu_s")
     out["writer_thread_us"] = med["jitwatch"].get("writer_s")
     out["writer_event_build_us"] = med["jitwatch"].get("build_s")
@@ -376,6 +504,7 @@ def bench_compiles(
         out["writer_event_build_us_before"] = med[BEFORE].get("build_s")
         out["compiling_thread_us_before"] = med[BEFORE].get("thread_s")
         out["compiling_thread_mean_us_before"] = med[BEFORE].get("thread_mean_s")
+        out["compiling_thread_net_us_before"] = med[BEFORE].get("thread_net_s")
         out["compiling_thread_tight_cpu_us_before"] = med[BEFORE].get("tight_cpu_s")
     return out
 
@@ -622,6 +751,12 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--tight", type=int, default=2000, help="back-to-back hook calls per rep (tight loop)")
     ap.add_argument(
+        "--inproc-rounds",
+        type=int,
+        default=16,
+        help="rounds of the hook layouts alternated inside each jitwatch process",
+    )
+    ap.add_argument(
         "--journal-rounds", type=int, default=3, help="journal processes per tree, interleaved (before/after)"
     )
     ap.add_argument("--smoke", action="store_true", help="seconds-long run for CI (figures meaningless)")
@@ -645,6 +780,7 @@ def main() -> None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.smoke:
         args.compiles, args.reps, args.rounds, args.journal_events, args.journal_rounds = 3, 1, 1, 512, 1
+        args.inproc_rounds = 2
     tmp = scratch_dir("jw-bench-floor-")
     try:
         sections = set(args.sections.split(","))
@@ -659,6 +795,7 @@ def main() -> None:
                 args.before,
                 50 if args.smoke else args.tight,
                 args.two_slot_floor,
+                args.inproc_rounds,
             )
         if "journal" in sections:
             trees = {"journal": None, "journal_before": args.before} if args.before else {"journal": None}
@@ -720,6 +857,31 @@ def _print(doc: dict[str, Any]) -> None:
                 end="",
             )
         print(f"; dropped {c['dropped']}")
+        if c.get("compiling_thread_net_us") is not None:
+            print(
+                f"  compiling thread, net of a timed no-op in the same slots (alternated bursts): "
+                f"{c['compiling_thread_net_us']:.1f} us per compile",
+                end="",
+            )
+            if c.get("compiling_thread_net_us_before") is not None:
+                print(f"; before: {c['compiling_thread_net_us_before']:.1f} us", end="")
+            print()
+        for tag in ("in_process", "in_process_before"):
+            ip = c.get(tag)
+            if not ip:
+                continue
+            a, f, f2 = ip["added_cpu_us"], ip["noop_floor_cpu_us"], ip["noop2_floor_cpu_us"]
+            r1, r2 = ip["added_cpu_ratio_to_floor"], ip["added_cpu_ratio_to_two_slot_floor"]
+            own = ip["compiling_thread_own_us"]
+            print(
+                f"  {tag} ({ip['rounds']} rounds in {ip['processes']} processes, round-paired medians): "
+                f"added CPU {a['median']:.1f} us; floors noop {f['median']:.1f} / noop2 {f2['median']:.1f} us; "
+                f"ratio {r1 if r1 is None else round(r1, 2)}x / {r2 if r2 is None else round(r2, 2)}x; "
+                f"compiling thread vs {ip['compiling_thread_own_floor']} {own['median']:.1f} us "
+                f"(p10 {own['p10']:.1f}, p90 {own['p90']:.1f}); difference of the layouts' p10s: "
+                f"compiling thread {ip['compiling_thread_own_p10_us']:.1f} us, added CPU {ip['added_cpu_p10_us']:.1f} "
+                f"us vs noop floor {ip['noop_floor_cpu_p10_us']:.1f} us"
+            )
         price = c.get("post_slot_price_us")
         if price:
             print(
