@@ -153,7 +153,7 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
         out["tight_cpu_s"] = _tight_loop(burst, triton, cfg.get("tight", 2000), cfg["reps"])
         out["writer_s"], out["build_s"] = _writer_cost(mon, burst, cfg["reps"], len(plan))
         out["post_slot_s"] = _post_slot_price(burst, triton, cfg.get("ab_pairs", 12), len(plan))
-        out["in_process"] = _in_process(burst, triton, cfg.get("inproc_rounds", 16), len(plan))
+        out["in_process"] = _in_process(burst, triton, cfg.get("inproc_rounds", 16), len(plan), mon.sink)
         out["dropped"] = getattr(mon.sink, "dropped_total", None)
         mon.uninstall()
     return out
@@ -331,9 +331,19 @@ def _post_slot_price(burst: Any, triton: Any, pairs: int, n: int) -> list[float]
 
 IN_PROCESS = ("none", "noop", TWO_SLOT, "jitwatch")
 """The hook layouts :func:`_in_process` alternates inside one process."""
+HELD = "jitwatch_held"
+"""jitwatch's callables with the journal writer held until the burst's ``flush()``."""
 
 
-def _in_process(burst: Any, triton: Any, rounds: int, n: int) -> dict[str, list[float]]:
+def _hold_writer(sink: Any, hold: bool, interval: float) -> None:
+    """Make the journal writer thread wait for ``flush()`` (``hold``) or wake every ``interval``
+    seconds again: its ``interval_s`` is read before each wait, and a wake-up starts a new one."""
+    sink.interval_s = 1e6 if hold else interval
+    sink._wake.set()
+    time.sleep(0.02)
+
+
+def _in_process(burst: Any, triton: Any, rounds: int, n: int, sink: Any = None) -> dict[str, list[float]]:
     """Every layout of Triton's three slots (:data:`IN_PROCESS`) alternated burst by burst in this
     one process, ``rounds`` times (the order rotating every round): per round and layout, seconds
     per compile of the process's CPU (``time.process_time``: every thread, the journal writer's
@@ -343,7 +353,13 @@ def _in_process(burst: Any, triton: Any, rounds: int, n: int) -> dict[str, list[
     or three), untouched: no timer or wrapper around them. Differences taken within a round cancel
     a host whose speed drifts from process to process (the H200's did by 1.1-2.0 ms per compile),
     and the compiling thread's difference against the floor of the same slots is jitwatch's own
-    work there, cache misses it causes included, with nothing of a timer's."""
+    work there, cache misses it causes included, with nothing of a timer's.
+
+    ``jitwatch_held`` (where ``sink`` is a journal writer with ``interval_s``): jitwatch's
+    callables with the writer thread held until the burst's ``flush()``, so it never runs while
+    the compiling thread compiles: the difference to ``jitwatch`` is what the writer running
+    concurrently costs the compiling thread (GIL hand-offs: ``sqlite3`` releases the GIL around
+    each call, Triton around its file reads) and the process."""
     slots = [(triton.knobs.runtime, "jit_cache_hook"), (triton.knobs.runtime, "jit_post_compile_hook")]
     slots.append((triton.knobs.compilation, "listener"))
     mine = [getattr(h, a) for h, a in slots]
@@ -357,13 +373,18 @@ def _in_process(burst: Any, triton: Any, rounds: int, n: int) -> dict[str, list[
         TWO_SLOT: [noop, None, noop],
         "jitwatch": mine,
     }
-    out: dict[str, list[float]] = {f"{v}_{k}": [] for v in IN_PROCESS for k in ("cpu_s", "thread_s", "wall_s")}
+    interval = getattr(sink, "interval_s", None)
+    names = IN_PROCESS if interval is None else (*IN_PROCESS, HELD)
+    layouts[HELD] = mine
+    out: dict[str, list[float]] = {f"{v}_{k}": [] for v in names for k in ("cpu_s", "thread_s", "wall_s")}
     try:
         for r in range(rounds):
-            for i in range(len(IN_PROCESS)):
-                v = IN_PROCESS[(r + i) % len(IN_PROCESS)]
+            for i in range(len(names)):
+                v = names[(r + i) % len(names)]
                 for (h, a), fn in zip(slots, layouts[v], strict=True):
                     setattr(h, a, fn)
+                if interval is not None:
+                    _hold_writer(sink, v == HELD, interval)
                 t0 = time.thread_time()
                 c, w = burst()
                 out[f"{v}_thread_s"].append((time.thread_time() - t0) / n)
@@ -372,6 +393,8 @@ def _in_process(burst: Any, triton: Any, rounds: int, n: int) -> dict[str, list[
     finally:
         for (h, a), fn in zip(slots, mine, strict=True):
             setattr(h, a, fn)
+        if interval is not None:
+            _hold_writer(sink, False, interval)
     out["jitwatch_slots"] = [float(sum(fn is not None for fn in mine))]
     return out
 
@@ -401,10 +424,18 @@ def _in_process_summary(results: list[dict[str, list[float]]]) -> dict[str, Any]
     out["compiling_thread_own_us"] = summary(diffs("jitwatch", floor_of, "thread_s"))
     out["compiling_thread_own_floor"] = floor_of
     out["compiling_thread_vs_none_us"] = summary(diffs("jitwatch", "none", "thread_s"))
+    if all(r.get(f"{HELD}_cpu_s") for r in rows):
+        out["writer_held"] = {
+            "compiling_thread_own_us": summary(diffs(HELD, floor_of, "thread_s")),
+            "added_cpu_us": summary(diffs(HELD, "none", "cpu_s")),
+            "added_wall_us": summary(diffs(HELD, "none", "wall_s")),
+        }
     # Interference from other tenants only ever adds time: the low tail of each layout is its
     # quietest bursts, and the difference of the layouts' p10s is a second, noise-resistant estimate.
     out["layouts_us"] = {
-        v: {k: summary([x * 1e6 for r in rows for x in r[f"{v}_{k}_s"]]) for k in ("cpu", "thread")} for v in IN_PROCESS
+        v: {k: summary([x * 1e6 for r in rows for x in r[f"{v}_{k}_s"]]) for k in ("cpu", "thread")}
+        for v in (*IN_PROCESS, HELD)
+        if rows[0].get(f"{v}_cpu_s")
     }
     lay = out["layouts_us"]
     out["compiling_thread_own_p10_us"] = lay["jitwatch"]["thread"]["p10"] - lay[floor_of]["thread"]["p10"]
@@ -882,6 +913,13 @@ def _print(doc: dict[str, Any]) -> None:
                 f"compiling thread {ip['compiling_thread_own_p10_us']:.1f} us, added CPU {ip['added_cpu_p10_us']:.1f} "
                 f"us vs noop floor {ip['noop_floor_cpu_p10_us']:.1f} us"
             )
+            held = ip.get("writer_held")
+            if held:
+                print(
+                    f"    writer held until flush(): compiling thread vs {ip['compiling_thread_own_floor']} "
+                    f"{held['compiling_thread_own_us']['median']:.1f} us, "
+                    f"added CPU {held['added_cpu_us']['median']:.1f} us"
+                )
         price = c.get("post_slot_price_us")
         if price:
             print(
