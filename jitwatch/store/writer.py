@@ -4,7 +4,9 @@ Backends' hooks run on the thread that compiles. The monitor hands the writer a 
 (references and timestamps) that :meth:`JournalWriter.submit` appends to a bounded buffer without
 blocking and without waking anyone; one daemon thread wakes every :data:`WRITER_INTERVAL_S`
 seconds (or at :data:`HIGH_WATER` buffered events, or on ``flush``), builds the events and writes
-them to the journal in batches. A slow or failing disk therefore never blocks a compile, and a
+them to the journal in batches; a timed wake-up that finds events still arriving first waits for a
+pause of :data:`SETTLE_S` (at most :data:`MAX_LAG_S`), so a burst of compiles is written after it.
+A slow or failing disk therefore never blocks a compile, and a
 storage fault (missing, read-only or full directory) costs dropped events, counted and logged
 once per fault episode, never an exception in the host. When the fault clears the writer
 reopens the journal, resumes, and records how many events were dropped (``dropped`` event →
@@ -48,6 +50,14 @@ WRITER_INTERVAL_S = 0.1
 lose of its events (those buffered and not yet committed), and the journal's usual lag."""
 HIGH_WATER = 256
 """Buffered events that wake the writer before its interval is up."""
+SETTLE_S = 0.02
+"""After a timed wake-up with events buffered, the writer waits this long and writes only if no
+event arrived meanwhile: while compiles keep arriving (a warmup, a burst of serving compiles)
+it waits again, up to :data:`MAX_LAG_S`, so it does not run — taking the GIL, one transaction
+per wake-up — between the compiles of a burst."""
+MAX_LAG_S = 0.5
+"""The longest the writer postpones a timed write while events keep arriving (:data:`SETTLE_S`):
+the most a ``kill -9`` of a worker can lose while it compiles without pause (``docs/reliability.md``)."""
 INFLIGHT_INTERVAL_S = 1.0
 """While compiles are in flight, the writer re-journals them at least this often (seconds), so the
 sidecar's view of a running (or hung) compile is this fresh; a start or an end is journaled at the
@@ -124,8 +134,12 @@ class JournalWriter:
     and wakes nobody: the writer thread wakes every ``interval_s`` seconds, when the buffer
     reaches :data:`HIGH_WATER` items, or on :meth:`flush`/:meth:`close`. Waking a thread per
     event (``queue.Queue.put`` → ``Condition.notify``) cost a compile ~30 µs of GIL hand-off;
-    a ``deque.append`` costs well under 1 µs. The price: a ``kill -9`` of the worker loses what
-    was buffered, at most ``interval_s`` seconds of events (``docs/reliability.md``).
+    a ``deque.append`` costs well under 1 µs. A timed wake-up that finds events arriving waits
+    for a pause of ``settle_s`` (at most ``max_lag_s`` in all) before it writes, so a burst of
+    compiles is written once, after it, rather than interrupted by the writer (the compiling
+    thread costs nothing: the writer compares the buffer's length). The price: a ``kill -9`` of
+    the worker loses what was buffered, at most ``interval_s + settle_s`` seconds of events, or
+    ``max_lag_s`` while compiles arrive without pause (``docs/reliability.md``).
 
     Args:
         directory: journal directory.
@@ -138,6 +152,9 @@ class JournalWriter:
         heartbeat_s: seconds between heartbeats (``<= 0``: no heartbeat; compiles in flight are
             journaled all the same).
         interval_s: seconds between the writer's timed wake-ups (default :data:`WRITER_INTERVAL_S`).
+        settle_s: pause without a new event that a timed write waits for (default
+            :data:`SETTLE_S`; ``0``: write at every timed wake-up).
+        max_lag_s: the longest a timed write waits for that pause (default :data:`MAX_LAG_S`).
         exporters: :class:`EventExporter` objects handed every batch on the writer thread.
     """
 
@@ -153,6 +170,8 @@ class JournalWriter:
         interval_s: float = WRITER_INTERVAL_S,
         exporters: Sequence[EventExporter] = (),
         maintenance_s: float = MAINTENANCE_INTERVAL_S,
+        settle_s: float = SETTLE_S,
+        max_lag_s: float = MAX_LAG_S,
     ) -> None:
         self.directory = Path(directory)
         self.maintenance_s = maintenance_s
@@ -168,6 +187,10 @@ class JournalWriter:
         self.heartbeat_s = heartbeat_s
         self.heartbeats_total = 0
         self.interval_s = max(0.001, float(interval_s))
+        self.settle_s = max(0.0, float(settle_s))
+        self.max_lag_s = max(0.0, float(max_lag_s))
+        self.settled_waits = 0
+        """Timed writes postponed by :attr:`settle_s` because events kept arriving (a count)."""
         self._next_heartbeat = time.monotonic() + heartbeat_s
         self.inflight_source: Callable[[], list[dict[str, Any]]] | None = None
         """Set by :func:`jitwatch.worker.create_monitor` to the monitor's ``inflight_snapshot``:
@@ -283,8 +306,10 @@ class JournalWriter:
                         self._beat()
                         continue
                     timeout = min(timeout, due)
-                self._wake.wait(timeout)
+                woken = self._wake.wait(timeout)
                 self._wake.clear()
+                if not woken and self._buffer and self.settle_s > 0:
+                    self._settle()
             wrote = False
             while True:
                 batch = self._take()
@@ -326,6 +351,27 @@ class JournalWriter:
                 self._journal.close()
             except Exception:  # noqa: BLE001
                 pass
+
+    def _settle(self) -> None:
+        """After a timed wake-up with events buffered: wait until ``settle_s`` pass without a new
+        event, at most ``max_lag_s - interval_s`` more (the oldest buffered event may already be
+        ``interval_s`` old), returning at once on :meth:`flush`, :data:`HIGH_WATER`, :meth:`close`
+        or a heartbeat falling due. Compares ``len`` of the buffer: nothing on the compiling thread."""
+        now = time.monotonic()
+        until = now + max(0.0, self.max_lag_s - self.interval_s)
+        if self.heartbeat is not None:
+            until = min(until, self._next_heartbeat)
+        seen = len(self._buffer)
+        while now < until:
+            if self._wake.wait(min(self.settle_s, until - now)):
+                self._wake.clear()
+                return  # flush, close or high water: written now
+            n = len(self._buffer)
+            if n == seen:
+                return  # quiet for settle_s
+            self.settled_waits += 1
+            seen = n
+            now = time.monotonic()
 
     def _inflight_tick(self) -> None:
         """Journal the in-flight compiles when they changed, or every :data:`INFLIGHT_INTERVAL_S`
