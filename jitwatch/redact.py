@@ -11,6 +11,7 @@ import getpass
 import json
 import os
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -122,6 +123,18 @@ def may_need_redaction(text: str) -> bool:
     if cache[2] and "/" not in text:
         return False  # every needle is an absolute path: no "/" at all, nothing to redact (~0.1 µs)
     return cache[3].search(text) is not None  # ~0.8 µs on 1.5 KB, ~2.5 µs for one `in` per needle
+
+
+def redaction_precheck() -> tuple[bool, Callable[[str], object]]:
+    """``(slash_only, search)``: :func:`may_need_redaction` taken apart for a caller that checks
+    many texts in a row (the journal's write loop), without two Python calls per text: ``text``
+    may need redaction exactly when ``not (slash_only and "/" not in text) and search(text) is not
+    None``. For the current patterns: ask again for the next run of texts (``HOME`` may change
+    between them)."""
+    _needles()
+    cache = _needles_cache
+    assert cache is not None  # set by _needles()
+    return cache[2], cache[3].search
 
 
 def redact(text: str) -> str:

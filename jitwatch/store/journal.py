@@ -27,6 +27,7 @@ SQLite (stdlib ``sqlite3``) is used as-is; nothing here is a home-made storage e
 
 from __future__ import annotations
 
+import hashlib
 import json
 import json.encoder as json_encoder
 import logging
@@ -50,7 +51,7 @@ from jitwatch.backends.base import RECOMPILE_REASON_CLASSES
 from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAULT_RETENTION_SECONDS
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
-from jitwatch.redact import may_need_redaction, redact
+from jitwatch.redact import may_need_redaction, redact, redaction_precheck
 from jitwatch.store import migrations, readsafe, safety, specs
 
 log = logging.getLogger(__name__)
@@ -420,20 +421,22 @@ def _own_fault(exc: BaseException) -> bool:
     return not (isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc))
 
 
-def _make_compact_encoder() -> Any:
-    """``value -> str``: compact strict JSON (``separators=(",", ":")``, ``ensure_ascii=False``,
-    ``allow_nan=False``), the same text as ``json.dumps`` with those options. Uses the stdlib's C
-    encoder (``json.encoder.c_make_encoder``, CPython's ``_json``) built once, without the
-    per-call ``JSONEncoder`` set-up and circular-reference bookkeeping (~2 µs of a ~4 µs encode of a
-    compile's attrs); a circular value raises ``RecursionError`` instead of ``ValueError``. Falls
-    back to a prebuilt ``json.JSONEncoder(...).encode`` where that private constructor is missing
+def _make_compact_encoder() -> tuple[Any, Any]:
+    """``(encode, chunks)``: ``encode`` is ``value -> str``, compact strict JSON
+    (``separators=(",", ":")``, ``ensure_ascii=False``, ``allow_nan=False``), the same text as
+    ``json.dumps`` with those options. Uses the stdlib's C encoder (``json.encoder.c_make_encoder``,
+    CPython's ``_json``) built once, without the per-call ``JSONEncoder`` set-up and
+    circular-reference bookkeeping (~2 µs of a ~4 µs encode of a compile's attrs); a circular value
+    raises ``RecursionError`` instead of ``ValueError``. ``chunks`` is that C encoder itself
+    (``"".join(chunks(value, 0))`` is ``encode(value)``). Falls back to a prebuilt
+    ``json.JSONEncoder(...).encode`` (``chunks`` ``None``) where that private constructor is missing
     or differs (checked against ``json.dumps`` on a sample at import)."""
     fallback = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
     try:
         c_make_encoder = getattr(json_encoder, "c_make_encoder", None)
         encode_basestring = json_encoder.encode_basestring
         if c_make_encoder is None:
-            return fallback
+            return fallback, None
 
         def refuse(o: Any) -> Any:
             raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
@@ -445,16 +448,19 @@ def _make_compact_encoder() -> Any:
 
         sample = {"a": [1, 2.5, None, True, 'é"\n'], "b": {"c": 1e300, "d": -0.0}, "e": ()}
         if encode(sample) != json.dumps(sample, ensure_ascii=False, separators=(",", ":")):
-            return fallback
+            return fallback, None
         encode(float("nan"))  # must refuse, as allow_nan=False does
     except ValueError:
-        return encode
+        return encode, make
     except Exception:  # noqa: BLE001 - any other shape of the private constructor: use the public one
-        return fallback
-    return fallback
+        return fallback, None
+    return fallback, None
 
 
-_compact_json = _make_compact_encoder()
+_compact_json, _compact_chunks = _make_compact_encoder()
+"""``_compact_chunks``: ``(value, 0) -> chunks`` whose ``"".join`` is :func:`_compact_json` (the C
+encoder itself, called without the wrapper's Python frame by :meth:`Journal._lean_run`), or
+``None`` where the C encoder is not used."""
 
 
 def _utf8_safe(text: str) -> bool:
@@ -595,25 +601,44 @@ parameters, far under SQLite's limit (32,766 since 3.32)."""
 
 
 @lru_cache(maxsize=64)
-def _multi_row_sql(head: str, width: int, rows: int, tail: str) -> str:
-    """``head VALUES (?,…),(?,…)… tail`` for ``rows`` rows of ``width`` columns."""
-    one = "(" + ",".join("?" * width) + ")"
+def _multi_row_sql(head: str, width: int, rows: int, tail: str, one: str = "") -> str:
+    """``head VALUES (?,…),(?,…)… tail`` for ``rows`` rows of ``width`` columns (``one``: the row's
+    own ``(…)`` instead, when not all plain ``?``)."""
+    one = one or "(" + ",".join("?" * width) + ")"
     return f"{head} VALUES {','.join([one] * rows)}{tail}"
 
 
-def _insert_rows(conn: sqlite3.Connection, head: str, width: int, rows: Sequence[Sequence[Any]], tail: str = "") -> int:
+def _run_row(width: int) -> str:
+    """An event row of a batch's run of compile-like events (``width`` 14, or 13 without
+    ``spec_id``): the key column (the 11th) as ``NULLIF(?, 0)``, so a row whose key is in its
+    specialization record binds :data:`_KEY_IN_RECORD` for it instead of ``None`` (the ``sqlite3``
+    module binds ``None`` and ``bytes`` only after an adaptation lookup that raises and clears an
+    ``AttributeError``, ~0.5 µs per value; an ``int`` needs none). Keys there are ``str`` or ``None``
+    (redacted text), never ``0``: the stored values are the same."""
+    return "(" + ",".join(["?"] * 10 + ["NULLIF(?,0)"] + ["?"] * (width - 11)) + ")"
+
+
+_KEY_IN_RECORD = 0
+"""The key column's parameter of a run's event row whose key is in its specialization record
+(stored ``NULL``, see :func:`_run_row`)."""
+
+
+def _insert_rows(
+    conn: sqlite3.Connection, head: str, width: int, rows: Sequence[Sequence[Any]], tail: str = "", one: str = ""
+) -> int:
     """Insert (or upsert, with an ``ON CONFLICT`` ``tail``) ``rows`` with multi-row ``VALUES``
     statements (:data:`_MULTI_ROW_CHUNKS`) instead of one ``executemany`` step per row: one
     statement execution, one ``sqlite_sequence`` update (``AUTOINCREMENT``) and one Python call per
     chunk (~7 → ~4 µs per event row and ~4.7 → ~3.3 µs per aggregate row on the 2-core VM,
     ``docs/benchmarks.md`` section 9). Returns the last inserted rowid (``0`` without rows). Rows
     go in order, so a later row's upsert sees an earlier one's; raises what the statements raise,
-    rows of earlier chunks staying written (callers wrap it in a savepoint)."""
+    rows of earlier chunks staying written (callers wrap it in a savepoint). ``one``: see
+    :func:`_multi_row_sql`."""
     n, i, last = len(rows), 0, 0
     flat = chain.from_iterable
     for size in _MULTI_ROW_CHUNKS:
         while n - i >= size:
-            sql = _multi_row_sql(head, width, size, tail)
+            sql = _multi_row_sql(head, width, size, tail, one)
             last = conn.execute(sql, list(flat(rows[i : i + size]))).lastrowid or last
             i += size
     return int(last)
@@ -630,12 +655,21 @@ def _select_in(conn: sqlite3.Connection, head: str, values: list[Any]) -> Iterat
     the rows are the same), so a connection prepares at most nine such statements per ``head`` and
     the ``sqlite3`` module's statement cache (128 per connection) keeps them; a list of every length
     up to 256 would re-prepare a ~260-parameter statement whenever its length is new."""
+    cur = _tuple_cursor(conn)
     for k in range(0, len(values), _IN_CHUNK):
         chunk = values[k : k + _IN_CHUNK]
         size = 1 << (len(chunk) - 1).bit_length()
         if size > len(chunk):
             chunk += [chunk[-1]] * (size - len(chunk))
-        yield from conn.execute(_in_sql(head, size), chunk)
+        yield from cur.execute(_in_sql(head, size), chunk)
+
+
+def _tuple_cursor(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    """A cursor of ``conn`` whose rows are plain tuples (a journal's connection makes
+    ``sqlite3.Row`` objects, ~0.1 µs more per row, for its readers)."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    return cur
 
 
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
@@ -648,14 +682,16 @@ def _insert_specs(conn: sqlite3.Connection, records: list[tuple[bytes, str]]) ->
     multi-row statements (:data:`_MULTI_ROW_CHUNKS`); one statement per record before that."""
     if not _RETURNING:
         return {digest: _insert_spec(conn, digest, text) for digest, text in records}
-    rows = [(digest, specs.compress(text)) for digest, text in records]
+    # bytearray: bound as the same BLOB as bytes, without the sqlite3 module's adaptation lookup
+    # (~1 µs per bytes parameter: it raises and clears an AttributeError)
+    rows = [(bytearray(digest), bytearray(specs.compress(text))) for digest, text in records]
     out: dict[bytes, int] = {}
     n, i = len(rows), 0
+    cur = _tuple_cursor(conn)
     for size in _MULTI_ROW_CHUNKS:
         while n - i >= size:
             sql = _multi_row_sql("INSERT INTO specializations(digest, data)", 2, size, " RETURNING digest, id")
-            for digest, spec_id in conn.execute(sql, list(chain.from_iterable(rows[i : i + size]))):
-                out[bytes(digest)] = int(spec_id)
+            out.update(cur.execute(sql, list(chain.from_iterable(rows[i : i + size]))))  # (bytes, int) rows
             i += size
     return out
 
@@ -671,24 +707,22 @@ class _Pending:
     """What the fast path queued over a run of compile events (see :meth:`Journal._resolve`):
     ``kernels`` (new name → its first event's time), ``specs`` (identity digest → (the event's
     attrs or its spec fields, from which the record is split only if it is new; identity tuple;
-    redacted identity; [(row index, event)])), ``by_fast`` (identity tuple → digest), ``resolved``
-    (identity tuple → row id) and ``rows``, the run being built (a queued row's index is its length
-    when queued)."""
+    redacted identity; [row index, event, row index, event, …] flat, no tuple per event)),
+    ``by_fast`` (identity tuple → digest) and ``rows``, the run being built (a queued row's index is
+    its length when queued)."""
 
-    __slots__ = ("by_fast", "kernels", "resolved", "rows", "specs")
+    __slots__ = ("by_fast", "kernels", "rows", "specs")
 
     def __init__(self, rows: list[Any] | None = None) -> None:
         self.rows: list[Any] = [] if rows is None else rows
         self.kernels: dict[str, float] = {}
-        self.specs: dict[bytes, tuple[dict[str, Any], tuple[Any, ...], tuple[Any, ...], list[tuple[int, Event]]]] = {}
+        self.specs: dict[bytes, tuple[dict[str, Any], tuple[Any, ...], tuple[Any, ...], list[Any]]] = {}
         self.by_fast: dict[tuple[Any, ...], bytes] = {}
-        self.resolved: dict[tuple[Any, ...], int] = {}
 
     def clear(self) -> None:
         self.kernels.clear()
         self.specs.clear()
         self.by_fast.clear()
-        self.resolved.clear()
 
 
 _DIGEST_SQL = {
@@ -921,6 +955,8 @@ class Journal:
                 self._spec_generation = generation
         insert_head = f"INSERT INTO events({_EVENT_COLUMNS if dedup else _EVENT_COLUMNS.rsplit(',', 1)[0]})"
         insert = _multi_row_sql(insert_head, 14 if dedup else 13, 1, "")
+        run_one = _run_row(14 if dedup else 13)  # the run's rows: key NULLIF(?, 0)
+        run_insert = _multi_row_sql(insert_head, 14 if dedup else 13, 1, "", run_one)
         ids: list[int] = []
         bad: dict[int, int] = {}
         stats: dict[tuple[str, str, str, int, str], list[Any]] = {}
@@ -973,14 +1009,14 @@ class Journal:
             rows = [r for r, _ in run] if dedup else [r[:-1] for r, _ in run]
             conn.execute("SAVEPOINT jitwatch_batch")
             try:
-                last = _insert_rows(conn, insert_head, len(rows[0]), rows)
+                last = _insert_rows(conn, insert_head, len(rows[0]), rows, "", run_one)
             except _EVENT_ERRORS:
                 conn.execute("ROLLBACK TO jitwatch_batch")
                 conn.execute("RELEASE jitwatch_batch")
                 for r, (_, f) in zip(rows, run, strict=True):  # one at a time: only the bad one goes
                     conn.execute("SAVEPOINT jitwatch_event")
                     try:
-                        ids.append(int(conn.execute(insert, r).lastrowid or 0))
+                        ids.append(int(conn.execute(run_insert, r).lastrowid or 0))
                     except _EVENT_ERRORS as exc:
                         conn.execute("ROLLBACK TO jitwatch_event")
                         self._count_bad(bad, f[0][3], exc)
@@ -1164,7 +1200,7 @@ class Journal:
             phase,
             backend,
             kernel,
-            None if spec_id is not None else key,  # else in the specialization record
+            _KEY_IN_RECORD if spec_id is not None else key,  # stored NULL: in the specialization record
             hit_column,
             rest_json,
             spec_id,
@@ -1196,9 +1232,12 @@ class Journal:
         labels, queued_kernels = self._labels, pending.kernels
         by_fast, queued_specs = pending.by_fast, pending.specs
         seen, text, known_spec = self._redacted.get, self._cached_text, self._spec_ids.get
-        compact, needs_redaction, isfinite, value_of = _compact_json, may_need_redaction, math.isfinite, _VALUE
-        compile_kind, stat_kinds, spec_set = EventKind.COMPILE, STAT_KINDS, specs.SPEC_FIELDS
-        identity_digest = specs.identity_digest
+        isfinite, value_of = math.isfinite, _VALUE
+        # may_need_redaction(t) is `not (slash_only and "/" not in t) and needle(t) is not None`
+        slash_only, needle = redaction_precheck()
+        chunks, join = _compact_chunks, "".join
+        compile_kind, stat_kinds = EventKind.COMPILE, STAT_KINDS
+        sha256, identity_head = hashlib.sha256, specs.IDENTITY_HEAD
         n = len(events)
         while i < n:
             ev = events[i]
@@ -1226,23 +1265,30 @@ class Journal:
             kernel = seen(kernel) or text(kernel)
             clean_key = seen(key)
             if clean_key is None:  # a new key: usually nothing to redact, kept out of the cache
-                clean_key = key if key.isascii() and not needs_redaction(key) else text(key)
+                clean_key = (
+                    key if key.isascii() and ((slash_only and "/" not in key) or needle(key) is None) else text(key)
+                )
             key = clean_key
             host = seen(host) or text(host)
             backend = seen(backend) or text(backend)
             source_hash, module = attrs.get("source_hash"), attrs.get("module")
             rest = attrs.copy()
-            for name in spec_set:
-                rest.pop(name, None)
+            pop = rest.pop  # specs.SPEC_FIELDS, unrolled
+            pop("module", None)
+            pop("signature", None)
+            pop("constexprs", None)
+            pop("options", None)
+            pop("specialization_data", None)
+            pop("source_hash", None)
             try:
-                rest_json: str | None = compact(rest)
+                rest_json: str | None = _compact_json(rest) if chunks is None else join(chunks(rest, 0))
             except (ValueError, TypeError, RecursionError):
                 rest_json = None
             if (
                 rest_json is None
                 or len(rest_json) > _REST_BUDGET
                 or not (rest_json.isascii() or _utf8_safe(rest_json))
-                or needs_redaction(rest_json)
+                or not ((slash_only and "/" not in rest_json) or needle(rest_json) is None)
                 or not (source_hash is None or type(source_hash) is str)
                 or not (module is None or type(module) is str)
             ):
@@ -1273,16 +1319,36 @@ class Journal:
             if spec_id == _DEFERRED:
                 digest = by_fast.get(fast)
                 if digest is None:
-                    redacted = (
-                        key,
-                        data if data.isascii() and not needs_redaction(data) else _text(data),
-                        None if source_hash is None else text(source_hash),
-                        None if module is None else text(module),
+                    if not (data.isascii() and ((slash_only and "/" not in data) or needle(data) is None)):
+                        data = _text(data)
+                    if source_hash is not None:
+                        source_hash = seen(source_hash) or text(source_hash)
+                    if module is not None:
+                        module = seen(module) or text(module)
+                    # specs.identity_digest, inline (tests/store/test_journal_lean.py: same bytes)
+                    h = sha256(
+                        (
+                            identity_head
+                            % (
+                                len(key),
+                                len(data),
+                                "-" if source_hash is None else len(source_hash),
+                                "-" if module is None else len(module),
+                                key,
+                                source_hash or "",
+                                module or "",
+                            )
+                        ).encode()
                     )
-                    digest = by_fast[fast] = identity_digest(*redacted)
-                    if digest not in queued_specs:  # another raw identity may redact to the same one
-                        queued_specs[digest] = (attrs, fast, redacted, [])  # its record built if new
-                queued_specs[digest][3].append((len(run), ev))
+                    h.update(data.encode())
+                    digest = by_fast[fast] = h.digest()[:16]
+                    queued = queued_specs.get(digest)
+                    if queued is None:  # its record is built only if no writer stored it yet
+                        queued_specs[digest] = (attrs, fast, (key, data, source_hash, module), [len(run), ev])
+                    else:  # another raw identity redacted to the same one
+                        queued[3].extend((len(run), ev))
+                else:
+                    queued_specs[digest][3].extend((len(run), ev))
             cache_hit, rank = ev.cache_hit, ev.rank
             remote = None
             if cache_hit is not None and attrs.get("cache") == "remote":
@@ -1300,7 +1366,7 @@ class Journal:
                         phase,
                         backend,
                         kernel,
-                        None,
+                        _KEY_IN_RECORD,  # stored NULL (_run_row)
                         None if cache_hit is None else int(cache_hit),
                         rest_json,
                         spec_id,
@@ -1410,13 +1476,11 @@ class Journal:
                 queued = defer.by_fast[fast] = specs.identity_digest(*redacted)
                 if queued not in defer.specs:  # another raw identity may redact to the same one
                     defer.specs[queued] = (spec, fast, redacted, [])
-            defer.specs[queued][3].append((len(defer.rows), ev))
+            defer.specs[queued][3].extend((len(defer.rows), ev))
             return _DEFERRED
         pending = _Pending()
         self._spec_fast(conn, spec, new_specs, budget, ev, pending)
-        self._resolve_specs(conn, pending, new_specs)
-        resolved = pending.resolved.get(fast)
-        return None if resolved is None else resolved
+        return self._resolve_specs(conn, pending, new_specs).get(pending.by_fast[fast])
 
     def _resolve(
         self,
@@ -1436,14 +1500,16 @@ class Journal:
             self._kernel_labels(conn, pending.kernels, new_labels)
         if not pending.specs:
             return
-        self._resolve_specs(conn, pending, new_specs)
+        stored = self._resolve_specs(conn, pending, new_specs)
         drop: list[int] = []
-        for _, (_, fast, _, waiting) in pending.specs.items():
-            spec_id = pending.resolved.get(fast)
-            for i, ev in waiting:
-                if spec_id is not None:
+        for digest, (_, _, _, waiting) in pending.specs.items():
+            spec_id = stored.get(digest)
+            if spec_id is not None:
+                for i in waiting[::2]:
                     run[i][0][13] = spec_id  # the row's list, filled in place
-                    continue
+                continue
+            for k in range(0, len(waiting), 2):
+                i, ev = waiting[k], waiting[k + 1]
                 try:
                     run[i] = self._stat_row(conn, ev, dedup, new_specs, new_labels, careful=True)
                 except Exception as exc:  # an event's own fault unless _own_fault says not
@@ -1454,24 +1520,19 @@ class Journal:
         for i in sorted(drop, reverse=True):
             del run[i]
 
-    def _resolve_specs(self, conn: sqlite3.Connection, pending: _Pending, new_specs: list[Any]) -> bool:
-        """Row ids of the queued Triton specializations into ``pending.resolved`` (identity tuple →
-        id): those any writer stored already by one ``SELECT … WHERE digest IN (…)`` per
-        :data:`_IN_CHUNK`, the others stored now (compact JSON of the redacted fields, compressed);
-        one whose record is not plain JSON or is past :data:`_SPEC_BUDGET` gets no id (its events
-        take the careful path). Returns whether any got none."""
-        found: dict[bytes, int] = {
-            bytes(digest): int(spec_id)
-            for digest, spec_id in _select_in(
-                conn, "SELECT digest, id FROM specializations WHERE digest", list(pending.specs)
-            )
-        }
-        missing = False
-        stored: dict[bytes, int] = {}
+    def _resolve_specs(self, conn: sqlite3.Connection, pending: _Pending, new_specs: list[Any]) -> dict[bytes, int]:
+        """Row ids of the queued Triton specializations (identity digest → id), each also remembered
+        under every raw identity queued for it: those any writer stored already by one ``SELECT …
+        WHERE digest IN (…)`` per :data:`_IN_CHUNK` (``digest`` is a unique ``BLOB``, ``id`` the
+        rowid: plain ``bytes`` and ``int``), the others stored now (compact JSON of the redacted
+        fields, compressed); one whose record is not plain JSON or is past :data:`_SPEC_BUDGET` gets
+        no id (its events take the careful path)."""
+        stored: dict[bytes, int] = dict(
+            _select_in(conn, "SELECT digest, id FROM specializations WHERE digest", list(map(bytearray, pending.specs)))
+        )
         new: list[tuple[bytes, str]] = []
         for digest, (source, _, redacted, _) in pending.specs.items():
-            spec_id = found.get(digest)
-            if spec_id is None:
+            if digest not in stored:
                 record = specs.split(source, redacted[0])[1] or {}  # key first, then SPEC_FIELDS
                 _, record["specialization_data"], source_hash, module = redacted
                 if source_hash is not None:
@@ -1479,21 +1540,19 @@ class Journal:
                 if module is not None:
                     record["module"] = module
                 text = _plain_json(record)
-                if text is None or len(text) > _SPEC_BUDGET:
-                    missing = True
-                    continue
-                new.append((digest, text))
-                continue
-            stored[digest] = spec_id
+                if text is not None and len(text) <= _SPEC_BUDGET:
+                    new.append((digest, text))
         if new:
             stored.update(_insert_specs(conn, new))
+        spec_ids, get = self._spec_ids, stored.get
         for fast, digest in pending.by_fast.items():  # every raw identity queued under that digest
-            spec_id = stored.get(digest)
-            if spec_id is not None:
-                self._remember(fast, (spec_id, 0))  # within _SPEC_BUDGET: stored under an identity
+            spec_id = get(digest)
+            if spec_id is not None:  # remembered (within _SPEC_BUDGET: stored under an identity)
+                if len(spec_ids) >= _SPEC_CACHE_MAX:
+                    spec_ids.popitem(last=False)  # as _remember does
+                spec_ids[fast] = (spec_id, 0)
                 new_specs.append(fast)
-                pending.resolved[fast] = spec_id
-        return missing
+        return stored
 
     def _kernel_labels(self, conn: sqlite3.Connection, names: dict[str, float], new_labels: list[str]) -> None:
         """The ``kernels`` label of each name (first-seen order; name → its event's time), recorded in

@@ -145,7 +145,7 @@ def identity_digest(key: str, data: str, source_hash: str | None, module: str | 
     and digest that (2-core VM); any other capture keeps :func:`digest`."""
     h = _sha256(
         (
-            _IDENTITY_HEAD
+            IDENTITY_HEAD
             % (
                 len(key),
                 len(data),
@@ -161,7 +161,10 @@ def identity_digest(key: str, data: str, source_hash: str | None, module: str | 
     return h.digest()[:16]
 
 
-_IDENTITY_HEAD = _IDENTITY_TAG.replace("%", "%%") + "%d:%d:%s:%s\x00%s%s%s"
+IDENTITY_HEAD = _IDENTITY_TAG.replace("%", "%%") + "%d:%d:%s:%s\x00%s%s%s"
+"""The header of :func:`identity_digest`'s input, a ``%`` format of (key length, data length, source
+hash length or ``-``, module length or ``-``, key, source hash, module); the data follows. Also used
+inline by ``Journal._lean_run``."""
 _sha256 = hashlib.sha256
 
 
@@ -169,8 +172,16 @@ def compress(spec_json: str) -> bytes:
     """The stored record of a specialization's JSON text: the dictionary id byte, then
     raw DEFLATE (:mod:`zlib`, level 9, :data:`_WBITS`, :data:`_MEM_LEVEL`, the preset dictionary
     :data:`DICT_ID`)."""
-    comp = zlib.compressobj(9, zlib.DEFLATED, _WBITS, _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, _DICTS[DICT_ID])
-    return bytes([DICT_ID]) + comp.compress(spec_json.encode()) + comp.flush()
+    comp = _primed()
+    return _DICT_BYTE + comp.compress(spec_json.encode()) + comp.flush()
+
+
+_primed = zlib.compressobj(9, zlib.DEFLATED, _WBITS, _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, _DICTS[DICT_ID]).copy
+"""A new compressor for :func:`compress`, the preset dictionary already loaded: a copy of one made
+at import and never used itself (``deflateCopy``: the same state, so the same output, as a new
+``compressobj`` given the dictionary, without allocating, clearing and hashing it in again:
+~2 µs less per new record on the 2-core VM)."""
+_DICT_BYTE = bytes([DICT_ID])
 
 
 MAX_DECODED_BYTES = 1 << 20

@@ -341,3 +341,77 @@ def test_identity_digest_bytes_are_unchanged() -> None:
         )
         want = hashlib.sha256((head + data).encode()).digest()[:16]
         assert specs.identity_digest(key, data, source_hash, module) == want
+
+
+def test_run_rows_store_keys_exactly(tmp_path: Path) -> None:
+    """A run's event rows bind the key column as ``NULLIF(?, 0)`` (``journal._run_row``): a key held
+    in its specialization record is stored ``NULL``, and every key text an event keeps in its row —
+    ``"0"``, ``""``, ``"0.0"``, non-ASCII — is stored as that text, through the lean loop and the
+    general path alike, in multi-row chunks and one by one (a chunk with an unstorable event)."""
+    keys = ["0", "", "0.0", " 0", "00", "ключ", "[('*fp32', 'D'), 16]"]
+    for lean in (True, False):
+        d = tmp_path / ("lean" if lean else "general")
+        with Journal(d) as j:
+            j._lean = lean
+            plain = [
+                make_event(EventKind.AUTOTUNE, T0 + i, kernel="k", key=key, duration_s=0.1, attrs={"n": i})
+                for i, key in enumerate(keys)
+            ]
+            triton = [compile_event(100 + i, 16 << i) for i in range(3)]
+            j.write(plain + triton)  # multi-row chunks
+            j.write([*plain, compile_event(200, 16, rank=2**70), *triton])  # one by one: the rank overflows
+        con = sqlite3.connect(d / JOURNAL_FILE)
+        try:
+            rows = list(con.execute("SELECT key, spec_id FROM events ORDER BY id"))
+        finally:
+            con.close()
+        want = [(key, None) for key in keys] + [(None, spec) for spec in (1, 2, 3)]
+        assert rows == want * 2, lean
+
+
+def test_compress_matches_a_fresh_compressor() -> None:
+    """``specs.compress`` copies one compressor primed with the dictionary at import: its records
+    are byte for byte those of a new ``compressobj`` given the dictionary (what older jitwatch
+    wrote), and they decode."""
+    import zlib
+
+    texts = [
+        "",
+        "{}",
+        json.dumps(triton_attrs(16), separators=(",", ":")),
+        json.dumps({"key": "ключ", "specialization_data": spec_data(1 << 20) * 40}, ensure_ascii=False),
+    ]
+    for text in texts * 2:  # the primed one is never used itself: the same output every time
+        comp = zlib.compressobj(
+            9, zlib.DEFLATED, specs._WBITS, specs._MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, specs._DICTS[specs.DICT_ID]
+        )
+        want = bytes([specs.DICT_ID]) + comp.compress(text.encode()) + comp.flush()
+        assert specs.compress(text) == want
+        if text.startswith("{"):
+            assert specs.decode(want) == json.loads(text)
+
+
+def test_lean_loop_without_the_c_encoder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the C encoder is not used (``_compact_chunks`` is ``None``) the lean loop encodes the
+    attrs with the fallback encoder: the same tables."""
+    monkeypatch.setattr(journal_mod, "_compact_chunks", None)
+    evs = crafted()
+    lean_ids, general_ids = write_both(tmp_path, [evs, evs], writers=2)
+    assert lean_ids == general_ids
+
+
+@pytest.mark.parametrize("home", [HOME, "relative/home", "/home/al%ce/x"])
+def test_redaction_precheck_is_may_need_redaction(monkeypatch: pytest.MonkeyPatch, home: str) -> None:
+    """The lean loop's inline check (``redact.redaction_precheck``) says what
+    ``may_need_redaction`` says, for the current home (a relative ``$HOME`` makes a needle without a
+    ``/``), on texts with and without each needle."""
+    monkeypatch.setenv("HOME", home)
+    redact_mod._patterns.cache_clear()
+    slash_only, search = redact_mod.redaction_precheck()
+    needles = redact_mod._needles()
+    texts = ["", "plain", "a/b", "/home/bob/x", "/Users/x", "/scratch/alice/y", "x/alice", "ali ce", spec_data(16)]
+    texts += [f"<{n}>" for n in needles] + [json.dumps(f"{n}/é") for n in needles] + [spec_data(16, f"{home}/l.bc")]
+    for text in texts:
+        inline = not (slash_only and "/" not in text) and search(text) is not None
+        assert inline == redact_mod.may_need_redaction(text), text
+    assert any(redact_mod.may_need_redaction(t) for t in texts) and not redact_mod.may_need_redaction("plain")
