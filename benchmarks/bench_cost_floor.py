@@ -32,7 +32,8 @@ Three figures, each against its baseline measured in the same run:
   bursts alternated (``compiling_thread_net_us``: the timer's cost between Triton's stages cancels).
   **In one process** (``in_process``, ``--inproc-rounds``): the ``jitwatch`` process also
   alternates every layout of the slots — empty, three no-ops, two no-ops, jitwatch's own callables
-  untouched — burst by burst, the order rotating each round, and pairs them within each round:
+  untouched — burst by burst, the order rotating each round and reversed every other one, and
+  pairs them within each round:
   added CPU and its ratio to each floor with no process-to-process spread, and the compiling
   thread's CPU (``time.thread_time``) with jitwatch minus with no-ops in the same slots, no timer
   anywhere (``compiling_thread_own_us``; also the difference of the layouts' p10s, which other
@@ -168,7 +169,8 @@ def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> dict[s
       machine adds to single calls; the figure quoted since the first pass);
     * ``mean`` is the burst total divided by its compiles (those included), minus the same;
     * ``net`` sums, per slot, jitwatch's median call minus the median call of a wrapped no-op
-      with the same signature in the same slot, in bursts alternated with jitwatch's: the timer's
+      with the same signature in the same slot, in bursts alternated with jitwatch's (which goes
+      first alternating rep by rep): the timer's
       cost *between Triton's stages* (forwarding Triton's keywords through ``*args, **kwargs``
       with cold caches, which the warm ``lambda: None`` probe does not see) cancels, and what is
       left is jitwatch's own callable in that place."""
@@ -200,17 +202,17 @@ def _thread_cost(mon: Any, burst: Any, triton: Any, reps: int, n: int) -> dict[s
     overhead = statistics.median(probe_acc)
     out: dict[str, list[float]] = {"median": [], "mean": [], "net": []}
     try:
-        for _ in range(reps):
+        for rep in range(reps):
             for acc in (*calls, *floor_calls):
                 acc.clear()
-            for (h, a, fn), acc in zip(saved, calls, strict=True):
-                if fn is not None:  # an empty slot stays empty (jitwatch leaves the post-compile hook out)
-                    setattr(h, a, wrap(fn, acc))
-            burst()
-            for (h, a, fn), acc in zip(saved, floor_calls, strict=True):
-                if fn is not None:  # a no-op, timed the same way, in each slot jitwatch holds
-                    setattr(h, a, wrap(noop, acc))
-            burst()
+            # jitwatch's burst first in even reps, the no-op's in odd ones: neither always follows the other
+            for floor in (False, True) if rep % 2 == 0 else (True, False):
+                for (h, a, fn), acc, floor_acc in zip(saved, calls, floor_calls, strict=True):
+                    if fn is None:  # an empty slot stays empty (jitwatch leaves the post-compile hook out)
+                        continue
+                    # a no-op, timed the same way, in each slot jitwatch holds; or jitwatch's own
+                    setattr(h, a, wrap(noop, floor_acc) if floor else wrap(fn, acc))
+                burst()
             out["median"].append(max(0.0, sum(statistics.median(acc) - overhead for acc in calls if acc)))
             out["mean"].append(max(0.0, sum(sum(acc) for acc in calls) / n - used * overhead))
             out["net"].append(
@@ -345,7 +347,8 @@ def _hold_writer(sink: Any, hold: bool, interval: float) -> None:
 
 def _in_process(burst: Any, triton: Any, rounds: int, n: int, sink: Any = None) -> dict[str, list[float]]:
     """Every layout of Triton's three slots (:data:`IN_PROCESS`) alternated burst by burst in this
-    one process, ``rounds`` times (the order rotating every round): per round and layout, seconds
+    one process, ``rounds`` times (the order rotating every round, and reversed every other round,
+    so that no layout always follows the same one): per round and layout, seconds
     per compile of the process's CPU (``time.process_time``: every thread, the journal writer's
     included, as each burst ends with ``flush()``), of the compiling thread's CPU
     (``time.thread_time``) and of wall. ``none`` empties the slots; ``noop``/``noop2`` put no-op
@@ -380,7 +383,10 @@ def _in_process(burst: Any, triton: Any, rounds: int, n: int, sink: Any = None) 
     try:
         for r in range(rounds):
             for i in range(len(names)):
-                v = names[(r + i) % len(names)]
+                # Rotating, and reversed every other round: each layout follows each of its two
+                # neighbours in the cycle equally often (a fixed cycle would put jitwatch_held
+                # after jitwatch in every round, jitwatch after noop2: a first-order carry-over).
+                v = names[(r + i) % len(names)] if r % 2 == 0 else names[(r - i) % len(names)]
                 for (h, a), fn in zip(slots, layouts[v], strict=True):
                     setattr(h, a, fn)
                 if interval is not None:
