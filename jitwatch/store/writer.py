@@ -204,6 +204,11 @@ class JournalWriter:
         self._queue_size = max(1, int(queue_size))
         self._buffer: deque[Event | DeferredEvent] = deque()
         self._wake = threading.Event()
+        self._urgent = False
+        """Set by :meth:`flush` (and so :meth:`close`) before it sets :attr:`_wake`, cleared by the
+        writer thread before it takes the buffer: a flush whose wake-up the writer cleared right
+        after a timed wait (``wait`` returned, then ``clear``) is still not made to wait for a
+        pause (:meth:`_settle`)."""
         self._lock = threading.Lock()
         self._taken = 0  # taken out of the buffer by the writer thread, ever (under the lock)
         self._handled = 0  # of those, written or dropped, ever (under the lock)
@@ -268,6 +273,7 @@ class JournalWriter:
             target = self._taken + len(self._buffer)  # everything submitted before this call
             if self._handled >= target:
                 return True
+            self._urgent = True  # before the wake-up, which a timed-out wait may clear unseen
             self._wake.set()
             return self._done.wait_for(lambda: self._handled >= target, timeout=timeout)
 
@@ -308,8 +314,9 @@ class JournalWriter:
                     timeout = min(timeout, due)
                 woken = self._wake.wait(timeout)
                 self._wake.clear()
-                if not woken and self._buffer and self.settle_s > 0:
+                if not woken and not self._urgent and self._buffer and self.settle_s > 0:
                     self._settle()
+            self._urgent = False  # before the takes: they write everything a flush so far waits for
             wrote = False
             while True:
                 batch = self._take()
@@ -363,7 +370,7 @@ class JournalWriter:
             until = min(until, self._next_heartbeat)
         seen = len(self._buffer)
         while now < until:
-            if self._wake.wait(min(self.settle_s, until - now)):
+            if self._wake.wait(min(self.settle_s, until - now)) or self._urgent:
                 self._wake.clear()
                 return  # flush, close or high water: written now
             n = len(self._buffer)

@@ -5,6 +5,7 @@ written at the next wake-up; ``flush`` never waits for a pause."""
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -134,6 +135,73 @@ def test_events_arriving_without_pause_wait_at_most_max_lag(tmp_path: Path) -> N
         time.sleep(1.6)
         assert len(sizes) >= 2, sizes  # written during the stream, not only after it
         assert writer.settled_waits > 0
+    finally:
+        stop.set()
+        t.join()
+        writer.close()
+
+
+class _LateWake(threading.Event):
+    """The writer's wake-up event, with ``on_timeout`` run right after the writer thread's first
+    timed wait in ``_run`` times out with events buffered — before the writer clears the event: a
+    thread switch there on a busy host, made certain."""
+
+    def __init__(self, writer: JournalWriter, on_timeout: Any) -> None:
+        super().__init__()
+        self.writer, self.on_timeout, self.armed = writer, on_timeout, True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        got = super().wait(timeout)
+        caller = sys._getframe(1).f_code.co_name
+        if not got and self.armed and caller == "_run" and self.writer._buffer:
+            self.armed = False
+            self.on_timeout()
+        return got
+
+
+def test_flush_between_a_timed_wake_up_and_its_clear_does_not_wait_for_a_pause(tmp_path: Path) -> None:
+    """A ``flush`` whose wake-up lands after the writer's timed wait returned and before the writer
+    clears the event (one thread switch) is not lost to the pause rule: the writer writes at once
+    instead of settling while events keep arriving (``max_lag_s`` 30 s here)."""
+    writer = JournalWriter(tmp_path / "j", interval_s=0.05, max_lag_s=30.0)
+    stop = threading.Event()
+    result: dict[str, Any] = {}
+
+    def flush_now() -> None:
+        def flusher() -> None:
+            t0 = time.monotonic()
+            result["ok"] = writer.flush(3.0)
+            result["s"] = time.monotonic() - t0
+            result["settled"] = writer.settled_waits
+
+        t = threading.Thread(target=flusher)
+        t.start()
+        result["thread"] = t
+        deadline = time.monotonic() + 5
+        while not wake.is_set() and time.monotonic() < deadline:  # flush() has set the event
+            time.sleep(0.001)
+
+    wake = _LateWake(writer, flush_now)
+    old, writer._wake = writer._wake, wake
+    old.set()  # the writer thread waits on the old event: from its next wait on, the new one
+
+    def stream() -> None:
+        i = 0
+        while not stop.is_set():
+            writer.submit(_event(i))
+            i += 1
+            time.sleep(0.003)
+
+    t = threading.Thread(target=stream)
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while "thread" not in result and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "thread" in result, "the writer never timed out with events buffered"
+        result["thread"].join(10)
+        assert result["ok"], f"flush() timed out after {result['s']:.2f} s: the writer was settling"
+        assert result["settled"] == 0, f"flush() waited {result['s']:.2f} s for a pause in the events"
     finally:
         stop.set()
         t.join()
