@@ -713,12 +713,23 @@ class Monitor:
         self._inflight.pop(id(token), None)
         self._record(token, duration, None, capture)
 
-    def end(self, token: Any, key: str | None, build: Callable[[Any], Capture], arg: Any) -> None:
+    def end(
+        self,
+        token: Any,
+        key: str | None,
+        build: Callable[[Any], Capture],
+        arg: Any,
+        *,
+        duration_s: float | None = None,
+        start_ts: float | None = None,
+    ) -> None:
         """:meth:`finish` for a ``compile`` whose :class:`Capture` is built later: ``build(arg)``
         runs on the journal writer's thread (see :meth:`CompileSink.end`). The compile's backend
         and name are the token's; ``key`` is needed now for warn-once and the error message.
+        ``duration_s`` and ``start_ts`` (Unix seconds) are given by :meth:`ended` for a compile
+        whose start was not seen; otherwise both come from the token's ``perf_counter`` start.
         Raises :class:`ServingCompileError` in ``error`` mode for a serving-phase compile."""
-        duration = _perf() - token[_T_START]
+        duration = _perf() - token[_T_START] if duration_s is None else duration_s
         self._inflight.pop(id(token), None)
         # _record, specialized for a compile and inlined: this runs once per compile of every kernel.
         phase = token[_T_PHASE]
@@ -742,7 +753,7 @@ class Monitor:
         if self._state == "installed":
             request_name = self._request_names.get(request_id) if request_id is not None else None
             queued = self.sink.submit(
-                _new_event(_CompileEvent, (self, token, duration, None, arg, build, warn, request_name, key))
+                _new_event(_CompileEvent, (self, token, duration, start_ts, arg, build, warn, request_name, key))
             )
         if warn is not None and not queued:
             self._warn_dropped(warn, key)
@@ -754,45 +765,18 @@ class Monitor:
     ) -> None:
         """:meth:`record` for a ``compile`` that ended now on this thread, whose :class:`Capture`
         is built by ``build(arg)`` on the journal writer's thread (see
-        :meth:`CompileSink.ended`). Phase as :meth:`record` has it, the one in effect at the
-        compile's midpoint: the current one unless the last phase change came after that midpoint
-        (another thread's :meth:`activate` during the compile), which one comparison rules out.
-        Raises :class:`ServingCompileError` in ``error`` mode for a serving-phase compile."""
+        :meth:`CompileSink.ended`): :meth:`end` with a token made now. Phase as :meth:`record`
+        has it, the one in effect at the compile's midpoint: the current one unless the last phase
+        change came after that midpoint (another thread's :meth:`activate` during the compile),
+        which one comparison rules out. Raises :class:`ServingCompileError` in ``error`` mode for
+        a serving-phase compile."""
         now = time.time()
         phase = self.phase  # first: _phase_since is set before it, so it is at least as new
         mid = now - duration_s / 2
         if mid < self._phase_since:  # rare: the phase changed during the compile
             phase = self.phase_at(mid)
-        request_id = _current_request.get()
-        token = (backend, name, phase, request_id, 0.0, current_parent() if _marks else None)
-        # end's body, for a compile whose start was not seen (no in-flight entry; Unix start now).
-        if request_id is not None:
-            self.stalls.compiled(request_id, backend, name, duration_s)
-        ended = self._ended
-        ended.append((phase, duration_s))  # counted without a lock: see _ended
-        if len(ended) > _FOLD_AT:
-            self.fold_counts()
-        warn = None
-        refuse = False
-        if phase is _SERVING:
-            mode = self.mode
-            if mode is _WARN:
-                if (backend, name, key or "") not in self._warned:  # warned: one lookup
-                    warn = self._first_warning(backend, name, key)
-            elif mode is _ERROR:
-                refuse = True
-        queued = False
-        if self._state == "installed":
-            request_name = self._request_names.get(request_id) if request_id is not None else None
-            queued = self.sink.submit(
-                _new_event(
-                    _CompileEvent, (self, token, duration_s, now - duration_s, arg, build, warn, request_name, key)
-                )
-            )
-        if warn is not None and not queued:
-            self._warn_dropped(warn, key)
-        if refuse:
-            self._serving_compile(backend, name, key)
+        token = (backend, name, phase, _current_request.get(), 0.0, current_parent() if _marks else None)
+        self.end(token, key, build, arg, duration_s=duration_s, start_ts=now - duration_s)
 
     def record(self, capture: Capture, *, start_ts: float, duration_s: float) -> None:
         """A compile whose start was not seen. Its phase is the one in effect halfway through it
