@@ -53,7 +53,9 @@ Three figures, each against its baseline measured in the same run:
 ``/metrics`` and ``/jit`` latency are measured by ``bench_sidecar.py``.
 
 Run: ``python benchmarks/bench_cost_floor.py --out results/cost_floor.json`` (``--device cuda`` on
-a GPU machine, where compiles are real launches; ``--smoke`` for a seconds-long CI run).
+a GPU machine, where compiles are real launches — add ``--no-launch`` to compile there with
+``kernel.warmup`` instead: Triton's CUDA backend, no launch and no module load, whose burst-to-burst
+spread is far smaller; ``--smoke`` for a seconds-long CI run).
 """
 
 from __future__ import annotations
@@ -92,8 +94,8 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg.get("kind") == "journal":
         return bench_journal(cfg["events"], cfg["ranks"], 500, Path(cfg["tmp"]))
     device = cfg["device"]
-    launch = device == "cuda"
-    if not launch:
+    launch = device == "cuda" and not cfg.get("no_launch")
+    if device == "cpu":
         from jitwatch.backends.triton.compile_only import activate
 
         activate()
@@ -472,9 +474,11 @@ def bench_compiles(
     tight: int = 2000,
     two_slot_floor: bool = False,
     inproc_rounds: int = 16,
+    no_launch: bool = False,
 ) -> dict[str, Any]:
     cache = tmp / "triton-cache"
-    _spawn({"variant": "none", "device": device, "n": n, "reps": 0, "round": -1}, tmp, cache)  # fill the disk cache
+    base = {"device": device, "n": n, "no_launch": no_launch}
+    _spawn({**base, "variant": "none", "reps": 0, "round": -1}, tmp, cache)  # fill the disk cache
     variants = (*VARIANTS, BEFORE) if before else VARIANTS
     if two_slot_floor:
         variants = (*variants, TWO_SLOT)
@@ -487,7 +491,7 @@ def bench_compiles(
     for r in range(rounds):
         order = variants if r % 2 == 0 else tuple(reversed(variants))
         for v in order:
-            cfg: dict[str, Any] = {"variant": v, "device": device, "n": n, "reps": reps, "round": r, "tight": tight}
+            cfg: dict[str, Any] = {**base, "variant": v, "reps": reps, "round": r, "tight": tight}
             cfg["inproc_rounds"] = inproc_rounds
             cfg["journal_dir"] = str(tmp / f"journal-{v}-{r}")
             if v == BEFORE:
@@ -502,6 +506,7 @@ def bench_compiles(
                 in_process[v].append(res.get("in_process") or {})
     med = {v: {k: statistics.median(xs) * 1e6 for k, xs in d.items() if xs} for v, d in per.items()}
     out: dict[str, Any] = {
+        "launch": device == "cuda" and not no_launch,
         "compiles_per_burst": n,
         "bursts_per_variant": rounds * reps,
         "per_compile_us": {v: {k: summary(xs, 1e6) for k, xs in d.items() if xs} for v, d in per.items()},
@@ -804,6 +809,11 @@ def main() -> None:
         action="store_true",
         help="also measure the floor with no-op callables in jit_cache_hook and the listener only",
     )
+    ap.add_argument(
+        "--no-launch",
+        action="store_true",
+        help="on cuda, compile with kernel.warmup (Triton's CUDA backend, no launch, no module load)",
+    )
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -833,6 +843,7 @@ def main() -> None:
                 50 if args.smoke else args.tight,
                 args.two_slot_floor,
                 args.inproc_rounds,
+                args.no_launch,
             )
         if "journal" in sections:
             trees = {"journal": None, "journal_before": args.before} if args.before else {"journal": None}
