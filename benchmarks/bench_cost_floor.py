@@ -428,6 +428,7 @@ def _in_process_summary(results: list[dict[str, list[float]]]) -> dict[str, Any]
         out[f"noop2_floor_{name}_us"] = summary(floor2)
         f, f2 = statistics.median(floor), statistics.median(floor2)
         out[f"added_{name}_ratio_to_floor"] = statistics.median(added) / f if f > 0 else None
+        out[f"added_{name}_ratio_to_floor_ci90"] = _ratio_ci90(added, floor)
         out[f"added_{name}_ratio_to_two_slot_floor"] = statistics.median(added) / f2 if f2 > 0 else None
     out["compiling_thread_own_us"] = summary(diffs("jitwatch", floor_of, "thread_s"))
     out["compiling_thread_own_floor"] = floor_of
@@ -450,6 +451,29 @@ def _in_process_summary(results: list[dict[str, list[float]]]) -> dict[str, Any]
     out["added_cpu_p10_us"] = lay["jitwatch"]["cpu"]["p10"] - lay["none"]["cpu"]["p10"]
     out["noop_floor_cpu_p10_us"] = lay["noop"]["cpu"]["p10"] - lay["none"]["cpu"]["p10"]
     return out
+
+
+def _ratio_ci90(added: list[float], floor: list[float], resamples: int = 2000) -> list[float] | None:
+    """A 90 % bootstrap interval of ``median(added) / median(floor)``: the rounds (each a pair of
+    differences measured together) resampled with replacement, ``resamples`` times, seeded, so a
+    run's interval is reproducible from its rounds. ``None`` under 10 rounds or where a resample's
+    floor is not positive in at least 95 % of them (the ratio is then not defined)."""
+    import random
+
+    n = len(added)
+    if n < 10 or len(floor) != n:
+        return None
+    rng = random.Random(0)
+    ratios: list[float] = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        f = statistics.median(floor[i] for i in idx)
+        if f > 0:
+            ratios.append(statistics.median(added[i] for i in idx) / f)
+    if len(ratios) < 0.95 * resamples:
+        return None
+    ratios.sort()
+    return [ratios[int(0.05 * len(ratios))], ratios[int(0.95 * len(ratios)) - 1]]
 
 
 def _spawn(cfg: dict[str, Any], tmp: Path, cache_dir: Path) -> dict[str, Any]:
@@ -924,7 +948,9 @@ def _print(doc: dict[str, Any]) -> None:
             print(
                 f"  {tag} ({ip['rounds']} rounds in {ip['processes']} processes, round-paired medians): "
                 f"added CPU {a['median']:.1f} us; floors noop {f['median']:.1f} / noop2 {f2['median']:.1f} us; "
-                f"ratio {r1 if r1 is None else round(r1, 2)}x / {r2 if r2 is None else round(r2, 2)}x; "
+                f"ratio {r1 if r1 is None else round(r1, 2)}x (90% bootstrap "
+                f"{[round(x, 2) for x in ip.get('added_cpu_ratio_to_floor_ci90') or []]}) / "
+                f"{r2 if r2 is None else round(r2, 2)}x; "
                 f"compiling thread vs {ip['compiling_thread_own_floor']} {own['median']:.1f} us "
                 f"(p10 {own['p10']:.1f}, p90 {own['p90']:.1f}); difference of the layouts' p10s: "
                 f"compiling thread {ip['compiling_thread_own_p10_us']:.1f} us, added CPU {ip['added_cpu_p10_us']:.1f} "
