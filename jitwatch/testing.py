@@ -44,7 +44,7 @@ from typing import Any
 from jitwatch.backends.base import Backend
 from jitwatch.backends.triton import TritonBackend
 from jitwatch.config import Mode, Settings
-from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase
+from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase, as_member
 from jitwatch.core.identity import WorkerIdentity
 from jitwatch.core.monitor import Monitor
 from jitwatch.redact import redact
@@ -255,7 +255,7 @@ def fresh_kernel_cache(*kernels: Any) -> None:
             k.device_caches.clear()
 
 
-def read_events(journal_dir: str | os.PathLike[str], kind: EventKind | None = None) -> list[Event]:
+def read_events(journal_dir: str | os.PathLike[str], kind: EventKind | str | None = None) -> list[Event]:
     """Every event in the journal at ``journal_dir``, oldest first (optionally of one kind)."""
     if not (Path(journal_dir) / "journal.db").exists():
         return []
@@ -275,13 +275,15 @@ class MonitorHarness:
     triton_cache_dir: Path
     driver: Any
 
-    def events(self, kind: EventKind | None = None) -> list[Event]:
+    def events(self, kind: EventKind | str | None = None) -> list[Event]:
         """Flush the monitor, then read the journal (oldest first)."""
         self.monitor.flush()
         return read_events(self.journal_dir, kind)
 
-    def compiles(self, phase: Phase | None = None, kernel: str | None = None) -> list[Event]:
-        """``compile`` events, optionally of one phase and/or kernel, oldest first."""
+    def compiles(self, phase: Phase | str | None = None, kernel: str | None = None) -> list[Event]:
+        """``compile`` events, optionally of one phase (a :class:`Phase` or its value) and/or
+        kernel, oldest first. ``ConfigError`` (a ``ValueError``) for a phase that is not one."""
+        phase = None if phase is None else as_member(Phase, phase, "phase")
         return [
             e
             for e in self.events(EventKind.COMPILE)
@@ -392,8 +394,10 @@ class RecordingSink:
     def close(self, timeout: float = 5.0) -> None:
         self.closed = True
 
-    def of_kind(self, kind: EventKind) -> list[Event]:
-        """Events of one kind, in submission order."""
+    def of_kind(self, kind: EventKind | str) -> list[Event]:
+        """Events of one kind (an :class:`EventKind` or its value), in submission order.
+        ``ConfigError`` (a ``ValueError``) for a kind that is not one."""
+        kind = as_member(EventKind, kind, "kind")
         with self._lock:
             return [e for e in self.events if e.kind is kind]
 

@@ -13,9 +13,11 @@ import os
 import socket
 import time
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
+
+from jitwatch.errors import ConfigError
 
 
 class Phase(str, Enum):
@@ -65,6 +67,27 @@ class EventKind(str, Enum):
     """An exception caught inside a jitwatch hook (counted, never raised)."""
     DROPPED = "dropped"
     """Events that could not be journaled (queue full, storage fault); ``attrs.count``."""
+
+
+_E = TypeVar("_E", Phase, EventKind)
+
+
+def as_member(cls: type[_E], value: Any, param: str) -> _E:
+    """``value`` (a member of ``cls`` or its string value: ``"serving"``, ``"compile"``) as a member
+    of :class:`Phase` / :class:`EventKind` ``cls``; the argument named ``param`` of a query.
+
+    Raises:
+        jitwatch.errors.ConfigError: anything else (a ``ValueError``); the message names the
+            accepted values.
+    """
+    try:
+        return cls(value)
+    except (ValueError, TypeError):
+        accepted = ", ".join(repr(m.value) for m in cls)
+        article = "an" if cls.__name__[0] in "AEIOU" else "a"
+        raise ConfigError(
+            f"{param}={value!r} is not {article} {cls.__name__} or its value; expected one of {accepted}"
+        ) from None
 
 
 class Event(BaseModel):

@@ -49,7 +49,7 @@ from urllib.parse import quote
 
 from jitwatch.backends.base import RECOMPILE_REASON_CLASSES
 from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAULT_RETENTION_SECONDS
-from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.core.events import Event, EventKind, Phase, as_member
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.redact import may_need_redaction, redact, redaction_precheck
 from jitwatch.store import migrations, readsafe, safety, specs
@@ -1864,8 +1864,8 @@ class Journal:
     def events(
         self,
         *,
-        kind: EventKind | Iterable[EventKind] | None = None,
-        phase: Phase | None = None,
+        kind: EventKind | str | Iterable[EventKind | str] | None = None,
+        phase: Phase | str | None = None,
         kernel: str | None = None,
         rank: int | None = None,
         since: float | None = None,
@@ -1873,17 +1873,30 @@ class Journal:
         newest_first: bool = True,
         backend: str | None = None,
     ) -> list[Event]:
-        """Events matching every filter given (``since`` is Unix seconds, exclusive). ``backend``
-        ``"triton"`` also matches compiles a jitwatch 0.1 worker wrote (all Triton)."""
+        """Events matching every filter given, at most ``limit`` (default 100), newest first unless
+        ``newest_first=False``.
+
+        Args:
+            kind: an :class:`EventKind`, its value (``"compile"``), or an iterable of either (any
+                of them matches); ``None``: every kind.
+            phase: a :class:`Phase` or its value (``"serving"``); ``None``: every phase.
+            kernel, rank, backend: exact matches. ``backend`` ``"triton"`` also matches compiles a
+                jitwatch 0.1 worker wrote (all Triton).
+            since: Unix seconds, exclusive.
+
+        Raises:
+            jitwatch.errors.ConfigError: ``kind`` or ``phase`` is not one of the values it names
+                (a ``ValueError``).
+        """
         where: list[str] = []
         args: list[Any] = []
         if kind is not None:
-            kinds = [kind] if isinstance(kind, EventKind) else list(kind)
+            kinds = _event_kinds(kind)
             where.append(f"kind IN ({','.join('?' * len(kinds))})")
             args.extend(k.value for k in kinds)
         if phase is not None:
             where.append("phase = ?")
-            args.append(phase.value)
+            args.append(as_member(Phase, phase, "phase").value)
         if kernel is not None:
             where.append("kernel = ?")
             args.append(kernel)
@@ -2276,6 +2289,19 @@ class Journal:
             if is_corruption(exc):
                 return False
             raise
+
+
+def _event_kinds(kind: Any) -> list[EventKind]:
+    """The ``kind`` filter of :meth:`Journal.events` as a list of :class:`EventKind`: one kind (a
+    member or its value; an :class:`EventKind` is a ``str``) or an iterable of them (empty: none
+    matches)."""
+    if isinstance(kind, str):
+        return [as_member(EventKind, kind, "kind")]
+    try:
+        items = list(kind)
+    except TypeError:
+        items = [kind]  # not iterable: refused below, named as given
+    return [as_member(EventKind, k, "kind") for k in items]
 
 
 def open_or_recover(directory: str | os.PathLike[str], **kwargs: Any) -> Journal:

@@ -49,7 +49,7 @@ from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import DOTTED_NAME, resolve_kernel
 from jitwatch.backends.triton.specialization import check_options, split_key
 from jitwatch.config import JITWATCH_MANIFEST_KEY
-from jitwatch.core.events import EventKind, Phase
+from jitwatch.core.events import EventKind, Phase, as_member
 from jitwatch.errors import KernelNotResolved, ManifestEntryRefused, ManifestError, ManifestVersionError
 from jitwatch.store.journal import Journal
 
@@ -270,7 +270,7 @@ def entry_from_event_attrs(
 def record_from_journal(
     journal: Journal,
     *,
-    phases: Sequence[Phase | str] | None = (Phase.SERVING,),
+    phases: Phase | str | Sequence[Phase | str] | None = (Phase.SERVING,),
     since: float | None = None,
     rank: int | None = None,
     limit: int = 10_000_000,
@@ -279,15 +279,18 @@ def record_from_journal(
 
     Args:
         journal: an open journal (read-only is fine).
-        phases: which phases to record; default serving only (the compiles warmup missed);
-            ``None`` records every phase (startup, warmup and serving).
+        phases: which phases to record (:class:`Phase` members or their values, or one of
+            them); default serving only (the compiles warmup missed); ``None`` records every
+            phase (startup, warmup and serving). Another value raises ``ConfigError``.
         since: only events after this Unix time (seconds).
         rank: only this rank's events.
 
     Same kernel + key + target is one entry (``count`` says how many compile events merged).
     Entries carry ``source_hash`` only if the journaled event had one; see :func:`resolve_sources`.
     """
-    wanted = None if phases is None else {Phase(p) for p in phases}
+    if isinstance(phases, str):  # one phase (a Phase is a str too), not its characters
+        phases = (phases,)
+    wanted = None if phases is None else {as_member(Phase, p, "phases") for p in phases}
     triton_version: str | None = None
     for w in journal.workers():
         v = w.attrs.get("triton_version")
