@@ -110,7 +110,7 @@ class Diagnoser:
                 return reason
         return Reason(
             "unknown",
-            f"new key; {len(base)} other key(s) of this {event.backend or 'JIT'} compile were warmed",
+            f"new key; {len(base)} other key(s) of kernel {event.kernel} were warmed",
             fixes=(new_key_fix(event.kernel or "this kernel", event.backend),),
         )
 

@@ -44,3 +44,16 @@ def test_the_memo_is_bounded() -> None:
     assert len(d._never) == MAX_KERNELS
     last = _compile(Phase.SERVING, f"k{MAX_KERNELS + 5}", "y")
     assert d.observe(last) == never_warmed(f"k{MAX_KERNELS + 5}", backend="triton")
+
+
+def test_an_unexplained_new_key_names_its_kernel() -> None:
+    """A new key of a kernel warmed in other keys, with no explainer: the reason names the kernel
+    and counts its warmed keys (it used to say "of this triton compile")."""
+    d = Diagnoser()
+    for key in ("a", "b", "a"):
+        d.observe(_compile(Phase.WARMUP, "fused_rmsnorm", key))
+    d.observe(_compile(Phase.WARMUP, "other_kernel", "c"))
+    ev = _compile(Phase.SERVING, "fused_rmsnorm", "d")
+    reason = d.observe(ev)
+    assert reason is not None and reason.kind == "unknown"
+    assert ev.attrs["reason"] == "new key; 2 other key(s) of kernel fused_rmsnorm were warmed"
