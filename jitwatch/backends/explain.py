@@ -102,11 +102,37 @@ class Reason:
 MANIFEST_BACKENDS = frozenset({"triton"})
 """Backends whose compiles a warmup manifest can record and replay (``jitwatch.warmup.replay``)."""
 
+LISTENER_ONLY_SOURCE = "compilation_listener"
+"""``attrs["source"]`` of a *listener-only* Triton compile: one Triton reported only through
+``knobs.compilation.listener`` (a direct ``triton.compile``, as Inductor compiles its kernels; any
+compile on a Triton without the JIT hooks). Its key is Triton's cache hash and it carries no
+``specialization_data``: a warmup manifest cannot record or replay it."""
 
-def warm_fix(name: str, backend: str | None = None) -> str:
+
+def is_listener_only(attrs: Mapping[str, Any]) -> bool:
+    """Whether a compile event's ``attrs`` are those of a listener-only compile
+    (:data:`LISTENER_ONLY_SOURCE`)."""
+    return attrs.get("source") == LISTENER_ONLY_SOURCE
+
+
+def listener_only_fix(name: str) -> str:
+    """The fix for a serving compile of ``name`` that Triton reported only through its compilation
+    listener (:data:`LISTENER_ONLY_SOURCE`): run, in warmup, the code path that compiles it. No
+    manifest: export leaves these compiles out (``jitwatch.warmup.manifest.build``)."""
+    return (
+        f"run the code path that compiles {name} in warmup, with serving's shapes and dtypes: the "
+        "torch.compile'd model (Inductor's kernels) or the direct triton.compile call "
+        "(Triton reported this compile only through its compilation listener: a warmup manifest cannot replay it)"
+    )
+
+
+def warm_fix(name: str, backend: str | None = None, *, listener_only: bool = False) -> str:
     """The fix for a serving compile of ``name`` that warmup missed: warm it, or (Triton, and a
     ``backend`` of ``None``) record a manifest and replay it; other backends' compiles are not in
-    manifests, so the fix does not offer one."""
+    manifests, so the fix does not offer one, nor does a listener-only Triton compile's
+    (:func:`listener_only_fix`)."""
+    if listener_only:
+        return listener_only_fix(name)
     if backend is None or backend in MANIFEST_BACKENDS:
         return (
             f"call {name} in warmup with serving's arguments, or record a manifest "
@@ -118,21 +144,24 @@ def warm_fix(name: str, backend: str | None = None) -> str:
     )
 
 
-def new_key_fix(name: str, backend: str | None) -> str:
+def new_key_fix(name: str, backend: str | None, *, listener_only: bool = False) -> str:
     """The fix for a serving compile of a new key of ``name`` whose other keys were warmed:
-    replay a manifest of serving's keys (:data:`MANIFEST_BACKENDS`), else :func:`warm_fix`."""
-    if backend in MANIFEST_BACKENDS:
+    replay a manifest of serving's keys (:data:`MANIFEST_BACKENDS`, not a listener-only compile),
+    else :func:`warm_fix`."""
+    if backend in MANIFEST_BACKENDS and not listener_only:
         return "record a manifest of serving's keys and replay it in warmup"
-    return warm_fix(name, backend)
+    return warm_fix(name, backend, listener_only=listener_only)
 
 
-def never_warmed(name: str, label: str = "kernel", backend: str | None = None) -> Reason:
+def never_warmed(
+    name: str, label: str = "kernel", backend: str | None = None, *, listener_only: bool = False
+) -> Reason:
     """The reason of a serving compile of something that never compiled before serving;
-    ``backend`` picks the fix (:func:`warm_fix`)."""
+    ``backend`` and ``listener_only`` pick the fix (:func:`warm_fix`)."""
     return Reason(
         "never_warmed",
         f"never warmed (no compile of this {label} before serving)",
-        fixes=(warm_fix(name, backend),),
+        fixes=(warm_fix(name, backend, listener_only=listener_only),),
     )
 
 
@@ -166,6 +195,7 @@ class Explainer(Protocol):
 
 
 __all__ = [
+    "LISTENER_ONLY_SOURCE",
     "MANIFEST_BACKENDS",
     "REASON_KINDS",
     "Change",
@@ -174,6 +204,8 @@ __all__ = [
     "ReasonKind",
     "Seen",
     "from_changes",
+    "is_listener_only",
+    "listener_only_fix",
     "never_warmed",
     "new_key_fix",
     "warm_fix",

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key_fix
+from jitwatch.backends.explain import Reason, Seen, is_listener_only, never_warmed, new_key_fix
 from jitwatch.core.events import Event, EventKind, Phase
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,8 @@ class Diagnoser:
     def __init__(self, explainers: Mapping[str, ExplainFn] | None = None) -> None:
         self.explainers = dict(explainers or {})
         self._baseline: dict[tuple[str, str], dict[str, Seen]] = {}
-        self._never: dict[tuple[str, str], Reason] = {}
-        """``never_warmed`` reasons made so far, by ``(backend, kernel)`` (a frozen ``Reason``,
+        self._never: dict[tuple[str, str, bool], Reason] = {}
+        """``never_warmed`` reasons made so far, by ``(backend, kernel, listener-only)`` (a frozen ``Reason``,
         shared: a kernel that was never warmed compiles several keys in serving). Read only while
         that kernel has no baseline, so a baseline added later needs no invalidation."""
         self.errors = 0
@@ -95,23 +95,25 @@ class Diagnoser:
             fixes = event.attrs.get("fixes")
             return Reason("compiler", given, fixes=tuple(str(f) for f in fixes) if isinstance(fixes, list) else ())
         ident = (event.backend, event.kernel or "")
+        listener_only = is_listener_only(event.attrs)
         base = self._baseline.get(ident)
         if not base:
-            reason = self._never.get(ident)
+            memo = (*ident, listener_only)
+            reason = self._never.get(memo)
             if reason is None:
-                reason = never_warmed(event.kernel or "this kernel", backend=event.backend)
+                reason = never_warmed(event.kernel or "this kernel", backend=event.backend, listener_only=listener_only)
                 if len(self._never) < MAX_KERNELS:
-                    self._never[ident] = reason
+                    self._never[memo] = reason
             return reason
         fn = self.explainers.get(event.backend)
-        if fn is not None:
+        if fn is not None and not listener_only:  # a listener-only key is Triton's cache hash: nothing to diff
             reason = fn(Seen(event.key, event.attrs), list(base.values()))
             if reason is not None:
                 return reason
         return Reason(
             "unknown",
             f"new key; {len(base)} other key(s) of kernel {event.kernel} were warmed",
-            fixes=(new_key_fix(event.kernel or "this kernel", event.backend),),
+            fixes=(new_key_fix(event.kernel or "this kernel", event.backend, listener_only=listener_only),),
         )
 
 

@@ -38,12 +38,14 @@ import re
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from jitwatch._version import __version__
+from jitwatch.backends.explain import is_listener_only
 from jitwatch.backends.triton.backend import jsonable
 from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import DOTTED_NAME, resolve_kernel
@@ -267,6 +269,25 @@ def entry_from_event_attrs(
         return None
 
 
+@dataclass
+class LeftOut:
+    """The Triton ``compile`` events :func:`record_from_journal` read (in the phases, rank and time
+    asked for) but could not make entries of, by kernel name."""
+
+    listener_only: dict[str, dict[str, int]] = field(default_factory=dict)
+    """kernel → {key (Triton's cache hash): compile events}: compiles Triton reported only through
+    ``knobs.compilation.listener`` (a direct ``triton.compile``, as Inductor compiles its kernels;
+    ``attrs.source = "compilation_listener"``). They carry no ``specialization_data``: no manifest
+    can replay them."""
+    unreplayable: dict[str, int] = field(default_factory=dict)
+    """kernel → compile events without a usable ``specialization_data`` or ``module`` (an event
+    whose capture failed, a journal of an older jitwatch)."""
+
+    def compiles(self) -> int:
+        """Every compile event left out."""
+        return sum(sum(k.values()) for k in self.listener_only.values()) + sum(self.unreplayable.values())
+
+
 def record_from_journal(
     journal: Journal,
     *,
@@ -274,6 +295,7 @@ def record_from_journal(
     since: float | None = None,
     rank: int | None = None,
     limit: int = 10_000_000,
+    left_out: LeftOut | None = None,
 ) -> Manifest:
     """Collect the journal's ``compile`` events into a manifest.
 
@@ -284,6 +306,8 @@ def record_from_journal(
             phase (startup, warmup and serving). Another value raises ``ConfigError``.
         since: only events after this Unix time (seconds).
         rank: only this rank's events.
+        left_out: if given, the Triton compile events that make no entry are counted into it
+            (:class:`LeftOut`: listener-only compiles, and events without specialization data).
 
     Same kernel + key + target is one entry (``count`` says how many compile events merged).
     Entries carry ``source_hash`` only if the journaled event had one; see :func:`resolve_sources`.
@@ -307,6 +331,13 @@ def record_from_journal(
         )
         if entry is not None:
             entries.append(entry)
+        elif left_out is not None:
+            kernel = ev.kernel or "<unknown>"
+            if is_listener_only(ev.attrs):
+                keys = left_out.listener_only.setdefault(kernel, {})
+                keys[ev.key or ""] = keys.get(ev.key or "", 0) + 1
+            else:
+                left_out.unreplayable[kernel] = left_out.unreplayable.get(kernel, 0) + 1
     return Manifest(
         jitwatch_version=__version__,
         triton_version=triton_version,
@@ -508,7 +539,8 @@ def export(
     """``jitwatch manifest export``: journal → manifest file.
 
     Records serving-phase compiles (every phase with ``all_phases``), leaves out what replay would
-    refuse (:func:`screen`: refused compile options, ``__main__`` kernels), fills missing source
+    refuse (:func:`screen`: refused compile options, ``__main__`` kernels) and what it could not
+    replay (other backends' compiles; listener-only Triton compiles, :class:`LeftOut`), fills missing source
     hashes by importing kernels under ``allow`` (:func:`resolve_sources`), seals it (digest, and
     HMAC with ``key``) and writes ``output`` atomically. Returns the manifest and
     ``{kernel (and key, for a left-out entry): why}``.
@@ -532,8 +564,11 @@ def build(
     """:func:`export` without the file: the manifest (screened, see :func:`screen`) and
     ``{kernel (and key, for a left-out entry): why}`` (what ``jitwatch manifest export`` writes to a
     directory or Redis store). Same errors."""
+    left = LeftOut()
     with Journal(journal_dir, readonly=True) as journal:
-        manifest = record_from_journal(journal, phases=None if all_phases else (Phase.SERVING,), rank=rank)
+        manifest = record_from_journal(
+            journal, phases=None if all_phases else (Phase.SERVING,), rank=rank, left_out=left
+        )
         others: dict[str, int] = {}
         for row in journal.stats():  # compiles of backends a manifest cannot replay, by backend
             if row.kind == EventKind.COMPILE.value and row.backend != "triton" and (rank is None or row.rank == rank):
@@ -544,6 +579,17 @@ def build(
         problems[f"{backend} compiles"] = (
             f"left out ({n}): manifests record and replay Triton kernels only; "
             f"docs/backends/ says how to warm {backend}"
+        )
+    for kernel, keys in sorted(left.listener_only.items()):
+        problems[f"{kernel} (listener-only)"] = (
+            f"left out ({sum(keys.values())} compiles, {len(keys)} keys): Triton reported it only through its "
+            "compilation listener (a direct triton.compile, as Inductor compiles its kernels), without a "
+            "specialization a manifest can replay; warm it by running that code path in warmup "
+            "(the torch.compile'd model, the triton.compile call)"
+        )
+    for kernel, n in sorted(left.unreplayable.items()):
+        problems[f"{kernel} (no specialization data)"] = (
+            f"left out ({n} compiles): the journaled events carry no replayable specialization_data"
         )
     for kernel, why in (resolve_sources(manifest, allow) if allow else {}).items():
         problems[kernel] = f"no source hash: {why}"

@@ -196,3 +196,47 @@ def test_export_says_which_backends_it_leaves_out(tmp_path: Path) -> None:
     assert "left out (3): manifests record and replay Triton kernels only" in problems["torch_compile compiles"]
     _, problems = build(tmp_path, all_phases=True)
     assert problems["torch_compile compiles"].startswith("left out (4)")
+
+
+def _direct_scale_copy(block: int) -> object:
+    """``triton.compile`` of ``scale_copy`` called directly (as Inductor does): a listener-only compile."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {"src_ptr": "*fp32", "dst_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    src = ASTSource(fn=kf.scale_copy, signature=sig, constexprs={(3,): block})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32))
+
+
+def test_export_reports_the_listener_only_compiles_it_leaves_out(harness: MonitorHarness, tmp_path: Path) -> None:
+    """Real listener-only compiles in serving (direct ``triton.compile``, two of one key, one of
+    another) beside a JIT compile: the manifest holds the JIT compile only, and the export says
+    how many listener-only compiles, of how many keys, of which kernel it left out and how to warm
+    them (it used to drop them without a word)."""
+    from jitwatch.cli import app
+    from jitwatch.core.events import Phase
+    from jitwatch.warmup.manifest import build
+
+    fresh_kernel_cache(kf.scale_copy)
+    src, dst = torch.zeros(1024), torch.empty(1024)
+    harness.monitor.activate()
+    keys = [_direct_scale_copy(128).hash, _direct_scale_copy(128).hash, _direct_scale_copy(256).hash]  # type: ignore[attr-defined]
+    kf.scale_copy.warmup(src, dst, 1000, BLOCK=64, grid=(1,))
+    serving = harness.compiles(Phase.SERVING)
+    assert [e.attrs.get("source") for e in serving] == ["compilation_listener"] * 3 + [None]
+    assert [e.key for e in serving[:3]] == keys and len(set(keys)) == 2
+
+    manifest, problems = build(harness.journal_dir)
+    assert [(e.kernel, e.constexprs) for e in manifest.entries] == [("kernels_fieldcases.scale_copy", {"BLOCK": 64})]
+    why = problems["scale_copy (listener-only)"]
+    assert why.startswith("left out (3 compiles, 2 keys): ")
+    assert "warm it by running that code path in warmup" in why and "triton.compile" in why
+    assert list(problems) == ["scale_copy (listener-only)"]
+
+    out = tmp_path / "m.json"
+    res = CliRunner().invoke(app, ["manifest", "export", "--journal-dir", str(harness.journal_dir), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "1 specializations of 1 kernels" in res.output
+    assert f"  scale_copy (listener-only): {why}" in res.output
+    assert len(load(out).entries) == 1

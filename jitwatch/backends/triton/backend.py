@@ -48,7 +48,7 @@ from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, CompileKind, CompileSink, LibraryBackend
-from jitwatch.backends.explain import Reason, Seen
+from jitwatch.backends.explain import LISTENER_ONLY_SOURCE, Reason, Seen
 from jitwatch.backends.triton import explain as _explain
 from jitwatch.backends.triton.hooks import HookLink, HookSet, TritonSupport
 from jitwatch.config import Mode
@@ -437,7 +437,7 @@ def listener_seconds(times: Any) -> float:
         return sum(stage_seconds(times).values())
 
 
-_LISTENER_SOURCE = "compilation_listener"
+_LISTENER_SOURCE = LISTENER_ONLY_SOURCE
 
 
 def _listener_capture(arg: tuple[Any, Any, Any, Any]) -> Capture:

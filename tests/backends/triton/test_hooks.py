@@ -786,6 +786,47 @@ def test_listener_only_compile_raises_in_error_mode_after_recording(tmp_path, tr
     ]
 
 
+def test_listener_only_serving_compile_fix_warms_its_code_path_not_a_manifest(harness: MonitorHarness, caplog) -> None:
+    """A listener-only compile cannot be in a manifest (no specialization_data): its fix says to
+    run the code path that compiles it in warmup, in the event and the warn line; a JIT compile of
+    the same kernel, also never warmed, still gets the manifest fix."""
+    from jitwatch.backends.explain import listener_only_fix
+
+    harness.monitor.activate()
+    time.sleep(0.01)
+    with caplog.at_level(logging.WARNING, logger="jitwatch.core.monitor"):
+        direct = _direct_compile(32)
+        assert compile_add() is not None
+        alone, jit = harness.compiles(Phase.SERVING)
+    assert (alone.key, alone.attrs["source"], alone.attrs["reason_kind"]) == (
+        direct.hash,
+        "compilation_listener",
+        "never_warmed",
+    )
+    assert alone.attrs["fixes"] == [listener_only_fix("hk_add")]
+    (fix,) = alone.attrs["fixes"]
+    assert "triton.compile" in fix and "torch.compile" in fix and "manifest export" not in fix
+    assert "source" not in jit.attrs and "manifest export" in jit.attrs["fixes"][0]
+    lines = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    assert len(lines) == 2 and direct.hash in lines[0]
+    assert f"(fix: {fix})" in lines[0] and "manifest" in lines[1]
+
+
+def test_listener_only_new_key_fix_warms_its_code_path(tmp_path, triton_cache) -> None:
+    """A listener-only compile of a new key of a kernel whose other key compiled in warmup: the
+    reason names the kernel, the fix is the listener-only one (not "record a manifest")."""
+    from jitwatch.backends.explain import listener_only_fix
+
+    with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        with h.monitor.warmup():
+            _direct_compile(32)
+        _direct_compile(64)
+        (late,) = h.compiles(Phase.SERVING)
+    assert late.attrs["reason_kind"] == "unknown"
+    assert late.attrs["reason"] == "new key; 1 other key(s) of kernel hk_add were warmed"
+    assert late.attrs["fixes"] == [listener_only_fix("hk_add")]
+
+
 def test_listener_only_capture_that_raises_is_a_hook_error(harness: MonitorHarness, monkeypatch) -> None:
     """A fault in the deferred build (on the writer thread) is a Triton hook error, counted and
     journaled; the compile is still journaled with its name and key, and the JIT compile after it
