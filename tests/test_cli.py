@@ -104,6 +104,30 @@ def test_status_url_defaults_to_settings(server: str, monkeypatch: pytest.Monkey
     assert result.exit_code == 0, result.output
 
 
+def test_status_port_reaches_the_sidecar_on_127_0_0_1(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--port P`` is ``http://127.0.0.1:P`` (JITWATCH_HOST unset), over JITWATCH_PORT."""
+    port = server.rsplit(":", 1)[1]
+    monkeypatch.delenv("JITWATCH_HOST", raising=False)
+    with socket.socket() as s:  # a port nothing listens on, as JITWATCH_PORT
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("JITWATCH_PORT", str(s.getsockname()[1]))
+    result = runner.invoke(app, ["status", "--port", port, "--token", TOKEN, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["totals"]["compiles_serving"] == 1
+    result = runner.invoke(app, ["status", "--token", TOKEN, "--json", "--timeout", "2"])
+    assert result.exit_code == 1 and "cannot reach http://127.0.0.1:" in result.output
+
+
+def test_status_url_and_port_together_are_refused(server: str) -> None:
+    port = server.rsplit(":", 1)[1]
+    result = runner.invoke(app, ["status", "--url", server, "--port", port, "--token", TOKEN])
+    assert result.exit_code == 2, result.output
+    out = result.output.strip()
+    assert out.startswith("jitwatch: --url and --port are mutually exclusive") and len(out.splitlines()) == 1
+    result = runner.invoke(app, ["status", "--port", "0"])
+    assert result.exit_code == 2 and "--port" in result.output
+
+
 def test_status_without_token_fails_clearly(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JITWATCH_TOKEN", raising=False)
     result = runner.invoke(app, ["status", "--url", server])

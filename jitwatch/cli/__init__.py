@@ -155,7 +155,17 @@ def status(
     url: Annotated[
         str | None,
         typer.Option(
-            show_default="http://$JITWATCH_HOST:$JITWATCH_PORT, else http://127.0.0.1:9400", help="Sidecar base URL."
+            show_default="http://$JITWATCH_HOST:$JITWATCH_PORT, else http://127.0.0.1:9400",
+            help="Sidecar base URL (not with --port).",
+        ),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            show_default="$JITWATCH_PORT, else 9400",
+            help="Sidecar port: http://$JITWATCH_HOST:PORT, else http://127.0.0.1:PORT (not with --url).",
         ),
     ] = None,
     token: Annotated[str | None, typer.Option(show_default="$JITWATCH_TOKEN", help="Bearer token.")] = None,
@@ -165,7 +175,11 @@ def status(
         str | None, typer.Option(help="Only this JIT backend's kernels and compiles (e.g. triton).")
     ] = None,
 ) -> None:
-    """Fetch /jit from a running sidecar and print ranks, kernels and serving-phase compiles."""
+    """Fetch /jit from a running sidecar and print ranks, kernels and serving-phase compiles.
+
+    The sidecar is --url, else http://$JITWATCH_HOST:--port (127.0.0.1 for an unset or bind-all
+    host; the port from --port, else $JITWATCH_PORT, else 9400). --url with --port is refused (exit 2).
+    """
     import httpx
     from rich.console import Console
 
@@ -173,11 +187,13 @@ def status(
     from jitwatch.sidecar import is_all_interfaces
     from jitwatch.views.status import JitStatus
 
+    if url is not None and port is not None:
+        raise _fail(f"--url and --port are mutually exclusive: pass --url {url} alone, or --port {port} alone")
     settings = _settings(config.JITWATCH_HOST, config.JITWATCH_PORT, config.JITWATCH_TOKEN)
     if url is None:
         host = "127.0.0.1" if is_all_interfaces(settings.host) else settings.host
         host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        url = f"http://{host}:{settings.port}"
+        url = f"http://{host}:{port if port is not None else settings.port}"
     token = token if token is not None else settings.token
     # UTF-8 bytes: httpx encodes str header values as ASCII; the sidecar compares the raw bytes.
     headers = {b"Authorization": b"Bearer " + token.encode("utf-8")} if token else {}
