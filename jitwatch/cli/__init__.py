@@ -56,6 +56,24 @@ def _journal_error(exc: Exception, journal_dir: Path) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _journal_dir(journal_dir: Path | None, settings: Settings) -> tuple[Path, str | None]:
+    """The journal directory a journal-reading command reads: ``--journal-dir``, else
+    ``$JITWATCH_DIR``, else the default; and, when not given on the command line, where it came
+    from (for :func:`_say_journal`)."""
+    if journal_dir is not None:
+        return journal_dir, None
+    if os.environ.get(config.JITWATCH_DIR):
+        return settings.journal_dir, f"from {config.JITWATCH_DIR}"
+    return settings.journal_dir, f"the default: {config.JITWATCH_DIR} is unset; --journal-dir reads another"
+
+
+def _say_journal(journal_dir: Path, origin: str | None) -> None:
+    """Say, on stderr (stdout stays machine-readable), which journal was read when it was not named
+    on the command line: ``journal: <dir> (from JITWATCH_DIR)`` or ``(the default: ...)``."""
+    if origin is not None:
+        typer.echo(plain(f"journal: {journal_dir} ({origin})"), err=True)
+
+
 def _settings(*uses: str) -> Settings:
     """:meth:`Settings.from_env`; a bad value of a variable in ``uses`` (every variable when none
     is named) is one line on stderr and exit 2. A bad value of a variable the command does not use
@@ -354,7 +372,7 @@ def manifest_export(
     from jitwatch.fleet.stores import write_manifest
     from jitwatch.warmup.manifest import build
 
-    jdir = journal_dir or _settings(config.JITWATCH_DIR).journal_dir
+    jdir, origin = _journal_dir(journal_dir, _settings(config.JITWATCH_DIR))
     try:
         manifest, problems = build(jdir, all_phases=all_phases, allow=_allow(allow), rank=rank)
         where = write_manifest(
@@ -365,6 +383,7 @@ def manifest_export(
         )
     except (FileNotFoundError, JournalCorruptError, JournalVersionError, StoreError) as exc:
         raise _journal_error(exc, jdir) from None
+    _say_journal(jdir, origin)
     typer.echo(
         f"wrote {where}: {len(manifest.entries)} specializations of {len(manifest.kernels())} kernels "
         f"({', '.join(manifest.phases)})"
@@ -536,12 +555,13 @@ def why(
     from jitwatch.store.journal import Journal
     from jitwatch.views.diagnosis import serving_reasons
 
-    jdir = journal_dir or _settings(config.JITWATCH_DIR).journal_dir
+    jdir, origin = _journal_dir(journal_dir, _settings(config.JITWATCH_DIR))
     try:
         with Journal(jdir, readonly=True) as journal:
             reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
     except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
         raise _journal_error(exc, jdir) from None
+    _say_journal(jdir, origin)
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in reasons], indent=2))
         return
@@ -615,7 +635,7 @@ def coverage(
     )
 
     settings = _settings(config.JITWATCH_DIR, config.JITWATCH_MANIFEST_KEY)
-    jdir = journal_dir or settings.journal_dir
+    jdir, origin = _journal_dir(journal_dir, settings)
     expected: list[Expected] = []
     try:
         for source in manifest or []:
@@ -646,6 +666,7 @@ def coverage(
                 )
     except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
         raise _journal_error(exc, jdir) from None
+    _say_journal(jdir, origin)
     if as_json:
         typer.echo(json.dumps({**report.model_dump(mode="json"), "complete": report.complete}, indent=2))
     else:

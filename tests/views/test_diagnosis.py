@@ -133,3 +133,43 @@ def test_phase_of_reasons(journal: Path) -> None:
     for e in read_events(journal):
         if e.kind.value == "compile":
             assert ("reason" in e.attrs) == (e.phase is Phase.SERVING)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["why"], ["why", "--json"], ["coverage"], ["coverage", "--json"], ["manifest", "export", "-o", "OUT"]],
+)
+def test_journal_commands_say_which_journal_they_read(
+    journal: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """Without --journal-dir the journal commands read $JITWATCH_DIR, else the default directory:
+    they say which on stderr (one ``journal: <dir> (...)`` line; stdout unchanged, so --json stays
+    JSON); with --journal-dir, which names it, they add nothing."""
+    import shutil
+
+    args = [str(tmp_path / "m.json") if a == "OUT" else a for a in command]
+    state = tmp_path / "state"
+    shutil.copytree(journal, state / "jitwatch")  # the default: $XDG_STATE_HOME/jitwatch
+    monkeypatch.delenv("JITWATCH_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("COLUMNS", "200")
+    default = CliRunner().invoke(app, args)
+    assert default.exit_code == 0, default.output
+    assert default.stderr.splitlines()[0] == (
+        f"journal: {state / 'jitwatch'} (the default: JITWATCH_DIR is unset; --journal-dir reads another)"
+    )
+    explicit = CliRunner().invoke(app, [*args, "--journal-dir", str(state / "jitwatch")])
+    assert explicit.exit_code == 0 and "journal:" not in explicit.stderr
+    if "--json" in args:  # stdout is the JSON document alone
+        docs = [json.loads(r.stdout) for r in (default, explicit)]
+        for doc in docs:
+            if isinstance(doc, dict):
+                doc.pop("generated_ts", None)
+        assert docs[0] == docs[1]
+    else:
+        assert default.stdout == explicit.stdout
+
+    monkeypatch.setenv("JITWATCH_DIR", str(journal))
+    from_env = CliRunner().invoke(app, args)
+    assert from_env.exit_code == 0, from_env.output
+    assert from_env.stderr.splitlines()[0] == f"journal: {journal} (from JITWATCH_DIR)"
