@@ -48,7 +48,7 @@ from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase, as_memb
 from jitwatch.core.identity import WorkerIdentity
 from jitwatch.core.monitor import Monitor
 from jitwatch.redact import redact
-from jitwatch.store.journal import Journal
+from jitwatch.store.journal import Journal, event_kinds
 from jitwatch.worker import create_monitor
 
 __all__ = [
@@ -256,11 +256,14 @@ def fresh_kernel_cache(*kernels: Any) -> None:
 
 
 def read_events(journal_dir: str | os.PathLike[str], kind: EventKind | str | None = None) -> list[Event]:
-    """Every event in the journal at ``journal_dir``, oldest first (optionally of one kind)."""
+    """Every event in the journal at ``journal_dir``, oldest first (optionally of one kind, as
+    :meth:`Journal.events` takes it). A ``kind`` that is not one raises ``ConfigError`` (a
+    ``ValueError``) also before the journal exists, so a misspelt kind cannot pass as "no events"."""
+    kinds = None if kind is None else event_kinds(kind)
     if not (Path(journal_dir) / "journal.db").exists():
         return []
     with Journal(journal_dir) as j:
-        return j.events(kind=kind, limit=1_000_000, newest_first=False)
+        return j.events(kind=kinds, limit=1_000_000, newest_first=False)
 
 
 # ---------------------------------------------------------------------------------------------

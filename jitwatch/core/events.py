@@ -85,9 +85,15 @@ def as_member(cls: type[_E], value: Any, param: str) -> _E:
     except (ValueError, TypeError):
         accepted = ", ".join(repr(m.value) for m in cls)
         article = "an" if cls.__name__[0] in "AEIOU" else "a"
+        what = "bytes, " if isinstance(value, BYTES_LIKE) else ""  # b"compile": decode it first
         raise ConfigError(
-            f"{param}={value!r} is not {article} {cls.__name__} or its value; expected one of {accepted}"
+            f"{param}={value!r} is {what}not {article} {cls.__name__} or its value; expected one of {accepted}"
         ) from None
+
+
+BYTES_LIKE = (bytes, bytearray, memoryview)
+"""Values a ``kind``/``phase`` filter takes as one (refused) value, never as an iterable of
+kinds: iterating ``b"compile"`` yields integers, which would name ``99`` in the error."""
 
 
 class Event(BaseModel):

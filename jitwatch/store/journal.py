@@ -49,7 +49,7 @@ from urllib.parse import quote
 
 from jitwatch.backends.base import RECOMPILE_REASON_CLASSES
 from jitwatch.config import DEFAULT_MAX_KERNELS, DEFAULT_RETENTION_EVENTS, DEFAULT_RETENTION_SECONDS
-from jitwatch.core.events import Event, EventKind, Phase, as_member
+from jitwatch.core.events import BYTES_LIKE, Event, EventKind, Phase, as_member
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.redact import may_need_redaction, redact, redaction_precheck
 from jitwatch.store import migrations, readsafe, safety, specs
@@ -1891,7 +1891,7 @@ class Journal:
         where: list[str] = []
         args: list[Any] = []
         if kind is not None:
-            kinds = _event_kinds(kind)
+            kinds = event_kinds(kind)
             where.append(f"kind IN ({','.join('?' * len(kinds))})")
             args.extend(k.value for k in kinds)
         if phase is not None:
@@ -2291,11 +2291,15 @@ class Journal:
             raise
 
 
-def _event_kinds(kind: Any) -> list[EventKind]:
+def event_kinds(kind: Any) -> list[EventKind]:
     """The ``kind`` filter of :meth:`Journal.events` as a list of :class:`EventKind`: one kind (a
     member or its value; an :class:`EventKind` is a ``str``) or an iterable of them (empty: none
-    matches)."""
-    if isinstance(kind, str):
+    matches). Bytes are one value, refused as given.
+
+    Raises:
+        jitwatch.errors.ConfigError: a value that is not an :class:`EventKind` or its value.
+    """
+    if isinstance(kind, (str, *BYTES_LIKE)):  # one value: b"compile" is refused as itself, not as 99
         return [as_member(EventKind, kind, "kind")]
     try:
         items = list(kind)

@@ -51,7 +51,7 @@ from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import DOTTED_NAME, resolve_kernel
 from jitwatch.backends.triton.specialization import check_options, split_key
 from jitwatch.config import JITWATCH_MANIFEST_KEY
-from jitwatch.core.events import EventKind, Phase, as_member
+from jitwatch.core.events import BYTES_LIKE, EventKind, Phase, as_member
 from jitwatch.errors import KernelNotResolved, ManifestEntryRefused, ManifestError, ManifestVersionError
 from jitwatch.store.journal import Journal
 
@@ -312,9 +312,9 @@ def record_from_journal(
     Same kernel + key + target is one entry (``count`` says how many compile events merged).
     Entries carry ``source_hash`` only if the journaled event had one; see :func:`resolve_sources`.
     """
-    if isinstance(phases, str):  # one phase (a Phase is a str too), not its characters
-        phases = (phases,)
-    wanted = None if phases is None else {as_member(Phase, p, "phases") for p in phases}
+    # One phase (a Phase is a str too) is not its characters; bytes are one (refused) value.
+    given: Iterable[Any] | None = (phases,) if isinstance(phases, (str, *BYTES_LIKE)) else phases
+    wanted = None if given is None else {as_member(Phase, p, "phases") for p in given}
     triton_version: str | None = None
     for w in journal.workers():
         v = w.attrs.get("triton_version")

@@ -104,3 +104,38 @@ def test_record_from_journal_takes_one_phase_value(journal: Path) -> None:
         assert record_from_journal(j, phases=["serving", Phase.WARMUP]).phases == ["serving", "warmup"]
         with pytest.raises(ConfigError, match="phases='served'"):
             record_from_journal(j, phases=["served"])
+
+
+@pytest.mark.parametrize("raw", [b"compile", bytearray(b"compile"), memoryview(b"compile")])
+def test_bytes_are_one_value_named_as_given(journal: Path, raw: bytes | bytearray | memoryview) -> None:
+    """``kind=b"compile"`` was iterated as an iterable of kinds: the error named ``kind=99`` (the
+    byte ``c``), and ``record_from_journal(phases=b"serving")`` named ``phases=115``."""
+    from jitwatch.warmup.manifest import record_from_journal
+
+    with Journal(journal, readonly=True) as j:
+        with pytest.raises(ConfigError) as info:
+            j.events(kind=raw)
+        with pytest.raises(ConfigError) as by_phase:
+            record_from_journal(j, phases=raw)
+    for err, param in ((info.value, "kind"), (by_phase.value, "phases")):
+        text = str(err)
+        assert text.startswith(f"{param}={raw!r} is bytes, not a"), text
+        assert "=99 " not in text and "=115 " not in text
+
+
+def test_read_events_refuses_a_bad_kind_before_the_journal_exists(tmp_path: Path) -> None:
+    """``read_events(d, kind="compil")`` answered ``[]`` while ``d`` had no journal yet (and so did
+    ``MonitorHarness.events`` before the first flush wrote one): a misspelt kind passed a test as
+    "no events"."""
+    from jitwatch.testing import read_events
+
+    missing = tmp_path / "no-journal-yet"
+    assert read_events(missing) == [] and read_events(missing, "compile") == []
+    for bad in ("compil", b"compile", [None]):
+        with pytest.raises(ConfigError, match="'compile'"):
+            read_events(missing, bad)  # type: ignore[arg-type]
+    jb = JournalBuilder(tmp_path / "j")
+    jb.write(jb.event(EventKind.COMPILE, jb.t0, kernel="k", key="k1"))
+    assert [e.kernel for e in read_events(tmp_path / "j", "compile")] == ["k"]
+    with pytest.raises(ConfigError, match="kind='compil'"):
+        read_events(tmp_path / "j", "compil")
