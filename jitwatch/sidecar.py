@@ -389,6 +389,20 @@ def is_all_interfaces(host: str) -> bool:
     return host.strip() in ALL_INTERFACES
 
 
+def local_url_host(host: str) -> str:
+    """Where a client on this machine reaches a sidecar bound to ``host``, as a URL's host part
+    (``jitwatch status`` without ``--url``): ``[::1]`` for ``::`` (uvicorn's listener there is
+    IPv6-only: asyncio sets ``IPV6_V6ONLY``, so ``127.0.0.1`` is refused), ``127.0.0.1`` for
+    ``0.0.0.0`` or an empty host (IPv4, or every family), another IPv6 address in brackets, else
+    ``host`` itself."""
+    h = host.strip()
+    if h in ("::", "[::]"):
+        return "[::1]"
+    if is_all_interfaces(h):
+        return "127.0.0.1"
+    return f"[{h}]" if ":" in h and not h.startswith("[") else h
+
+
 def check_bind(host: str, port: int) -> None:
     """Bind (and close) a test socket on ``host:port`` the way uvicorn binds its listener.
 

@@ -265,3 +265,73 @@ def test_every_command_has_help() -> None:
         assert "Usage" in res.output
     res = CliRunner().invoke(app, ["cache", "check", "--help"])
     assert "[/DB]" in res.output
+
+
+@pytest.fixture
+def server_on_all_ipv6(tmp_path: Path) -> Iterator[int]:
+    """The sidecar served by a real uvicorn bound to ``::`` (as ``JITWATCH_HOST=:: jitwatch serve``
+    binds it: asyncio makes that listener IPv6-only), on a free port; yields the port."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    fill(tmp_path)
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+            port = s.getsockname()[1]
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    srv = uvicorn.Server(
+        uvicorn.Config(
+            create_app(tmp_path, token=TOKEN, settings=Settings(journal_dir=tmp_path)),
+            host="::",
+            port=port,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+@pytest.mark.parametrize("host", ["::", "[::]"])
+def test_status_reaches_a_sidecar_bound_to_ipv6_all_interfaces(
+    server_on_all_ipv6: int, monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    """``JITWATCH_HOST=::``: ``jitwatch serve`` listens on IPv6 only, and ``jitwatch status`` (with
+    ``--port``, or JITWATCH_PORT) asked 127.0.0.1: connection refused. It asks ``[::1]``."""
+    port = server_on_all_ipv6
+    monkeypatch.setenv("JITWATCH_HOST", host)
+    monkeypatch.setenv("JITWATCH_TOKEN", TOKEN)
+    monkeypatch.delenv("JITWATCH_PORT", raising=False)
+    result = runner.invoke(app, ["status", "--port", str(port), "--json", "--timeout", "5"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["totals"]["compiles_serving"] == 1
+    monkeypatch.setenv("JITWATCH_PORT", str(port))
+    result = runner.invoke(app, ["status", "--json", "--timeout", "5"])
+    assert result.exit_code == 0, result.output
+
+
+def test_status_does_not_read_the_variables_its_options_replace(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad JITWATCH_PORT stopped ``status --port P`` and ``status --url U`` (exit 2, ``is not an
+    integer``) though neither reads it; the same for JITWATCH_TOKEN under ``--token``. Without the
+    option the variable is read and refused as before."""
+    port = server.rsplit(":", 1)[1]
+    monkeypatch.delenv("JITWATCH_HOST", raising=False)
+    monkeypatch.setenv("JITWATCH_PORT", "not-a-port")
+    for args in (["--port", port], ["--url", server]):
+        result = runner.invoke(app, ["status", *args, "--token", TOKEN, "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["totals"]["compiles_serving"] == 1
+    result = runner.invoke(app, ["status", "--token", TOKEN])
+    assert result.exit_code == 2 and "JITWATCH_PORT='not-a-port'" in result.output
+    monkeypatch.setenv("JITWATCH_PORT", "99999")
+    result = runner.invoke(app, ["status", "--url", server, "--token", TOKEN, "--json"])
+    assert result.exit_code == 0, result.output

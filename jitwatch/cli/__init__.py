@@ -195,23 +195,25 @@ def status(
 ) -> None:
     """Fetch /jit from a running sidecar and print ranks, kernels and serving-phase compiles.
 
-    The sidecar is --url, else http://$JITWATCH_HOST:--port (127.0.0.1 for an unset or bind-all
-    host; the port from --port, else $JITWATCH_PORT, else 9400). --url with --port is refused (exit 2).
+    The sidecar is --url, else http://$JITWATCH_HOST:--port (127.0.0.1 for an unset host or
+    0.0.0.0, [::1] for ::; the port from --port, else $JITWATCH_PORT, else 9400). --url with --port
+    is refused (exit 2). A bad JITWATCH_HOST/PORT/TOKEN that --url/--port/--token replaces is not read.
     """
     import httpx
     from rich.console import Console
 
     from jitwatch.cli.render import render_status
-    from jitwatch.sidecar import is_all_interfaces
+    from jitwatch.sidecar import local_url_host
     from jitwatch.views.status import JitStatus
 
     if url is not None and port is not None:
         raise _fail(f"--url and --port are mutually exclusive: pass --url {url} alone, or --port {port} alone")
-    settings = _settings(config.JITWATCH_HOST, config.JITWATCH_PORT, config.JITWATCH_TOKEN)
+    uses = [config.JITWATCH_HOST] if url is None else []  # a bad variable that --url/--port/--token
+    uses += [config.JITWATCH_PORT] if url is None and port is None else []  # replaces is no error
+    uses += [config.JITWATCH_TOKEN] if token is None else []
+    settings = _settings(*uses) if uses else Settings.from_env(strict=False)
     if url is None:
-        host = "127.0.0.1" if is_all_interfaces(settings.host) else settings.host
-        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        url = f"http://{host}:{port if port is not None else settings.port}"
+        url = f"http://{local_url_host(settings.host)}:{port if port is not None else settings.port}"
     token = token if token is not None else settings.token
     # UTF-8 bytes: httpx encodes str header values as ASCII; the sidecar compares the raw bytes.
     headers = {b"Authorization": b"Bearer " + token.encode("utf-8")} if token else {}
