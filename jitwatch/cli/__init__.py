@@ -62,9 +62,11 @@ def _journal_dir(journal_dir: Path | None, settings: Settings) -> tuple[Path, st
     from (for :func:`_say_journal`)."""
     if journal_dir is not None:
         return journal_dir, None
-    if os.environ.get(config.JITWATCH_DIR):
+    raw = os.environ.get(config.JITWATCH_DIR)
+    if raw:
         return settings.journal_dir, f"from {config.JITWATCH_DIR}"
-    return settings.journal_dir, f"the default: {config.JITWATCH_DIR} is unset; --journal-dir reads another"
+    state = "unset" if raw is None else "empty"  # JITWATCH_DIR= counts as unset, but is not
+    return settings.journal_dir, f"the default: {config.JITWATCH_DIR} is {state}; --journal-dir reads another"
 
 
 def _say_journal(journal_dir: Path, origin: str | None) -> None:

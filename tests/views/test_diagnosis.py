@@ -173,3 +173,20 @@ def test_journal_commands_say_which_journal_they_read(
     from_env = CliRunner().invoke(app, args)
     assert from_env.exit_code == 0, from_env.output
     assert from_env.stderr.splitlines()[0] == f"journal: {journal} (from JITWATCH_DIR)"
+
+
+def test_journal_line_says_an_empty_jitwatch_dir_is_empty(journal: Path, tmp_path: Path, monkeypatch) -> None:
+    """``JITWATCH_DIR=`` (set, empty) reads the default journal like an unset one, but the line said
+    ``JITWATCH_DIR is unset``: someone who set it (to an empty expansion) was told it was not set."""
+    import shutil
+
+    state = tmp_path / "state"
+    shutil.copytree(journal, state / "jitwatch")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("JITWATCH_DIR", "")
+    res = CliRunner().invoke(app, ["why", "--json"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == [
+        f"journal: {state / 'jitwatch'} (the default: JITWATCH_DIR is empty; --journal-dir reads another)"
+    ]
+    assert json.loads(res.stdout)
