@@ -554,6 +554,11 @@ def export(
     return manifest, problems
 
 
+def _count(n: int, noun: str) -> str:
+    """``"1 compile"``, ``"3 compiles"``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def build(
     journal_dir: str | os.PathLike[str],
     *,
@@ -582,14 +587,15 @@ def build(
         )
     for kernel, keys in sorted(left.listener_only.items()):
         problems[f"{kernel} (listener-only)"] = (
-            f"left out ({sum(keys.values())} compiles, {len(keys)} keys): Triton reported it only through its "
+            f"left out ({_count(sum(keys.values()), 'compile')}, {_count(len(keys), 'key')}): Triton reported it "
+            "only through its "
             "compilation listener (a direct triton.compile, as Inductor compiles its kernels), without a "
             "specialization a manifest can replay; warm it by running that code path in warmup "
             "(the torch.compile'd model, the triton.compile call)"
         )
     for kernel, n in sorted(left.unreplayable.items()):
         problems[f"{kernel} (no specialization data)"] = (
-            f"left out ({n} compiles): the journaled events carry no replayable specialization_data"
+            f"left out ({_count(n, 'compile')}): the journaled events carry no replayable specialization_data"
         )
     for kernel, why in (resolve_sources(manifest, allow) if allow else {}).items():
         problems[kernel] = f"no source hash: {why}"

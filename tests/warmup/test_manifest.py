@@ -240,3 +240,63 @@ def test_export_reports_the_listener_only_compiles_it_leaves_out(harness: Monito
     assert "1 specializations of 1 kernels" in res.output
     assert f"  scale_copy (listener-only): {why}" in res.output
     assert len(load(out).entries) == 1
+
+
+def _direct_zero_kv_blocks(block: int) -> object:
+    """``triton.compile`` of ``zero_kv_blocks`` called directly: a listener-only compile."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {"kv_ptr": "*fp32", "block_ids_ptr": "*i32", "num_blocks": "i32", "block_numel": "i32", "BLOCK": "constexpr"}
+    src = ASTSource(fn=kf.zero_kv_blocks, signature=sig, constexprs={(4,): block})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32))
+
+
+def test_export_counts_listener_only_compiles_per_kernel_across_ranks_and_phases(
+    tmp_path: Path, triton_cache: Path
+) -> None:
+    """Two ranks into one journal, each: a listener-only ``scale_copy`` in warmup and another key
+    of it in serving, a JIT ``scale_copy`` in serving, and listener-only ``zero_kv_blocks`` in
+    serving (rank 1: two keys). The left-out lines count each kernel's compiles and distinct keys
+    in the phases and rank asked for (serving only unless --all-phases), one compile or key in the
+    singular (it said "1 compiles, 1 keys"); the JIT compile is an entry, never a left-out one."""
+    from jitwatch.cli import app
+    from jitwatch.testing import monitored
+    from jitwatch.warmup.manifest import build
+
+    jdir = tmp_path / "j"
+    src, dst = torch.zeros(1024), torch.empty(1024)
+    for rank in (0, 1):
+        fresh_kernel_cache(kf.scale_copy)
+        with monitored("warn", rank=rank, journal_dir=jdir, triton_cache_dir=triton_cache) as h:
+            with h.monitor.warmup():
+                _direct_scale_copy(32)
+            _direct_scale_copy(128)
+            _direct_zero_kv_blocks(64)
+            if rank == 1:
+                _direct_zero_kv_blocks(128)
+            kf.scale_copy.warmup(src, dst, 1000, BLOCK=64, grid=(1,))
+            h.monitor.flush()
+
+    def left(**kw: object) -> dict[str, str]:
+        manifest, problems = build(jdir, **kw)  # type: ignore[arg-type]
+        entries = [] if kw.get("rank") == 7 else ["kernels_fieldcases.scale_copy"]
+        assert [e.kernel for e in manifest.entries] == entries
+        return {k: v.split(":", 1)[0] for k, v in problems.items()}
+
+    sc, zk = "scale_copy (listener-only)", "zero_kv_blocks (listener-only)"
+    assert left() == {sc: "left out (2 compiles, 1 key)", zk: "left out (3 compiles, 2 keys)"}
+    assert left(all_phases=True) == {sc: "left out (4 compiles, 2 keys)", zk: "left out (3 compiles, 2 keys)"}
+    assert left(rank=0) == {sc: "left out (1 compile, 1 key)", zk: "left out (1 compile, 1 key)"}
+    assert left(rank=1, all_phases=True) == {sc: "left out (2 compiles, 2 keys)", zk: "left out (2 compiles, 2 keys)"}
+    assert left(rank=7) == {}
+
+    out = tmp_path / "m.json"
+    res = CliRunner().invoke(
+        app, ["manifest", "export", "--journal-dir", str(jdir), "-o", str(out), "--rank", "0", "--all-phases"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "1 specializations of 1 kernels (startup, warmup, serving)" in res.stdout
+    assert f"  {sc}: left out (2 compiles, 2 keys): " in res.stderr
+    assert f"  {zk}: left out (1 compile, 1 key): " in res.stderr
