@@ -36,13 +36,15 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _journal_error(exc: Exception, journal_dir: Path) -> typer.Exit:
+def _journal_error(exc: Exception, journal_dir: Path, origin: str | None = None) -> typer.Exit:
     """Print why the journal in ``journal_dir`` cannot be read (``jitwatch: <exc>``, stderr) and
-    return the exit-1 :class:`typer.Exit` to raise. A missing journal next to ``jitwatch demo``
+    return the exit-1 :class:`typer.Exit` to raise. ``origin`` (:func:`_journal_dir`: the directory
+    was not named by ``--journal-dir``) follows in parentheses, so ``no journal at`` says whether
+    the path came from ``JITWATCH_DIR`` or the default. A missing journal next to ``jitwatch demo``
     journals (``<dir>/demo-<port>/journal.db``, the demo's default place) names them: a bare
     ``jitwatch why`` after ``jitwatch demo`` otherwise says only "no journal at ...". Only
     ``Path.glob`` of that one pattern and ``stat`` (the newest is named); nothing is opened."""
-    message = f"jitwatch: {exc}"
+    message = f"jitwatch: {exc}" + (f" ({origin})" if origin is not None else "")
     if isinstance(exc, FileNotFoundError) and not (journal_dir / "journal.db").exists():
         try:  # newest first: the demo just run
             found = sorted(((p.stat().st_mtime, p.parent) for p in journal_dir.glob("demo-*/journal.db")), reverse=True)
@@ -386,7 +388,7 @@ def manifest_export(
             key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key,
         )
     except (FileNotFoundError, JournalCorruptError, JournalVersionError, StoreError) as exc:
-        raise _journal_error(exc, jdir) from None
+        raise _journal_error(exc, jdir, origin) from None
     _say_journal(jdir, origin)
     typer.echo(
         f"wrote {where}: {len(manifest.entries)} specializations of {len(manifest.kernels())} kernels "
@@ -564,7 +566,7 @@ def why(
         with Journal(jdir, readonly=True) as journal:
             reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
     except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
-        raise _journal_error(exc, jdir) from None
+        raise _journal_error(exc, jdir, origin) from None
     _say_journal(jdir, origin)
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in reasons], indent=2))
@@ -657,10 +659,13 @@ def coverage(
             modules.append(sys.modules.get(name) or importlib.import_module(name))
         except Exception as exc:  # noqa: BLE001 - the user's module failed to import
             raise _fail(f"--module {name}: import failed: {type(exc).__name__}: {exc}") from None
+    reading: Path | None = None  # the --expect-journal being read: its error is not the journal's
     try:
         for prev in expect_journal or []:
+            reading = Path(prev)
             with Journal(prev, readonly=True) as old:
                 expected += expected_from_journal(old, source="journal")
+        reading = None
         with Journal(jdir, readonly=True) as journal:
             known = known_kernels(modules)
             report = coverage_for_journal(journal, expected=expected, known=known)
@@ -669,7 +674,9 @@ def coverage(
                     journal, kernels=kernels_for_report(report, _allow(allow)), expected=expected, known=known
                 )
     except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
-        raise _journal_error(exc, jdir) from None
+        if reading is not None:
+            raise _fail(f"--expect-journal {reading}: {exc}", 1) from None
+        raise _journal_error(exc, jdir, origin) from None
     _say_journal(jdir, origin)
     if as_json:
         typer.echo(json.dumps({**report.model_dump(mode="json"), "complete": report.complete}, indent=2))

@@ -190,3 +190,40 @@ def test_journal_line_says_an_empty_jitwatch_dir_is_empty(journal: Path, tmp_pat
         f"journal: {state / 'jitwatch'} (the default: JITWATCH_DIR is empty; --journal-dir reads another)"
     ]
     assert json.loads(res.stdout)
+
+
+@pytest.mark.parametrize("command", [["why"], ["coverage", "--json"], ["manifest", "export", "-o", "OUT"]])
+def test_a_missing_journal_says_where_its_directory_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """The ``journal: <dir> (...)`` line is printed only after a read: when the journal is missing,
+    the error said ``no journal at <dir>/journal.db`` without saying that ``<dir>`` was
+    JITWATCH_DIR's, or the default because JITWATCH_DIR was unset (a ``sudo``, another shell).
+    With --journal-dir, which names it, nothing is added."""
+    args = [str(tmp_path / "m.json") if a == "OUT" else a for a in command]
+    monkeypatch.setenv("JITWATCH_DIR", str(tmp_path / "from-env"))
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1 and res.stdout == ""
+    assert res.stderr.strip() == f"jitwatch: no journal at {tmp_path / 'from-env' / 'journal.db'} (from JITWATCH_DIR)"
+    monkeypatch.delenv("JITWATCH_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1 and res.stderr.strip() == (
+        f"jitwatch: no journal at {tmp_path / 'state' / 'jitwatch' / 'journal.db'} "
+        "(the default: JITWATCH_DIR is unset; --journal-dir reads another)"
+    )
+    res = CliRunner().invoke(app, [*args, "--journal-dir", str(tmp_path / "named")])
+    assert res.exit_code == 1 and res.stderr.strip() == f"jitwatch: no journal at {tmp_path / 'named' / 'journal.db'}"
+
+
+def test_coverage_names_a_missing_expect_journal_as_such(journal: Path, tmp_path: Path, monkeypatch) -> None:
+    """A missing ``--expect-journal`` is not the journal read: its error names the option and its
+    path, never ``(from JITWATCH_DIR)``, nor a ``--journal-dir`` hint for a demo journal beside it."""
+    (tmp_path / "prev" / "demo-9400").mkdir(parents=True)
+    (tmp_path / "prev" / "demo-9400" / "journal.db").write_bytes(b"")
+    monkeypatch.setenv("JITWATCH_DIR", str(journal))
+    res = CliRunner().invoke(app, ["coverage", "--expect-journal", str(tmp_path / "prev")])
+    assert res.exit_code == 1, res.output
+    assert res.stderr.strip() == (
+        f"jitwatch: --expect-journal {tmp_path / 'prev'}: no journal at {tmp_path / 'prev' / 'journal.db'}"
+    )
