@@ -29,5 +29,6 @@ run compile_cost --quick --device cpu --procs 2
 run recompiles --device cpu --sizes 1,2,3,7,16,17,32,33
 run hot_path --device cpu --launches 200 --reps 2
 run memory --events 2000 --kernels 200
+run journal_paired --before jitwatch/store/journal.py --cases fleet_per_rank,fleet --reps 1 --events 512
 rm -rf "$DEST"
 exit $status
