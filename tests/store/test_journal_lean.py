@@ -223,6 +223,42 @@ def test_one_writer_per_rank_finds_other_writers_records_identically(tmp_path: P
     assert tables(tmp_path / "lean")["specializations"] and len(tables(tmp_path / "lean")["specializations"]) == 24
 
 
+class SubEvent(Event):
+    """An :class:`Event` subclass: the lean loop reads its fields by attribute, not from ``__dict__``."""
+
+
+def test_subclassed_and_incomplete_events_store_identical_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lean loop reads an ``Event``'s fields from its ``__dict__`` in one call: an ``Event``
+    subclass (read by attribute) is stored as the general path stores it, by the lean loop itself;
+    one whose ``__dict__`` lacks a field (a foreign caller's doing) goes to the general path, which
+    drops and counts it, as without the lean loop."""
+    general: list[Event] = []
+    real = Journal._stat_row
+
+    def counting(self: Journal, conn: Any, ev: Event, *args: Any, **kwargs: Any) -> Any:
+        if self._lean and not kwargs.get("careful"):
+            general.append(ev)
+        return real(self, conn, ev, *args, **kwargs)
+
+    monkeypatch.setattr(Journal, "_stat_row", counting)
+    subs = [
+        SubEvent(**{k: getattr(ev, k) for k in Event.model_fields})
+        for ev in (compile_event(1, 32), compile_event(2, 64))
+    ]
+    missing = compile_event(3, 128)
+    del missing.__dict__["pid"]
+    with pytest.raises(AttributeError):
+        _ = missing.pid
+    batches = [[subs[0], missing, compile_event(4, 16)], [compile_event(5, 16), subs[1], subs[0]]]
+    lean_ids, general_ids = write_both(tmp_path, batches, writers=2)
+    assert lean_ids == general_ids and [len(ids) for ids in lean_ids] == [2, 3]
+    assert general == [missing]
+    with Journal(tmp_path / "lean", readonly=True) as r:
+        assert sum(v for (_, name), v in r.counters().items() if name == "dropped_events") == 1
+
+
 # --------------------------------------------------------------------------- property test
 _ODD_TEXT = st.sampled_from(
     ["add", "kérnel", "k\ud800", "", "a/b", f"{HOME}/x", "/home/bob/y", "/scratch/alice/z", "x" * 17_000, "ключ"]
