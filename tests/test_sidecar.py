@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import multiprocessing
 import os
@@ -440,6 +441,48 @@ def test_real_uvicorn_with_token(tmp_path: Path) -> None:
         assert r.status_code == 200
         assert 'jitwatch_compiles_total{backend="triton",phase="serving"} 1.0' in r.text
         assert 'jitwatch_serving_compiles_total{backend="triton",kernel="mul",rank="0"} 1.0' in r.text
+
+
+def test_real_uvicorn_counts_listener_only_serving_compiles_in_coverage_before_and_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Real compile-only compiles of one kernel: a JIT and a direct ``triton.compile`` in warmup,
+    direct ones in serving (the warmed cache hash again, and a new one). ``/jit``'s coverage entry
+    counts the new listener-only hash as a serving key, missing, and its ``kernels`` row the two
+    serving compiles; ``/metrics``'s ratio is the report's; ``jitwatch coverage --json`` says the
+    same; a restarted sidecar (a new process, its aggregates rebuilt from the journal) answers the
+    same. (They said ``serving_keys: 0``, ``missing: []`` and a ratio of 1.0 for a kernel
+    compiled only this way.)"""
+    from typer.testing import CliRunner
+
+    from jitwatch.cli import app
+    from tests.views.listener_only_kernels import journal_of
+
+    hashes = journal_of(tmp_path, jit_warm=[64], warm=[64], serve=[64, 128])
+    jdir = tmp_path / "j"
+    cli = CliRunner().invoke(app, ["coverage", "--json", "--journal-dir", str(jdir)])
+    (want,) = [k for k in json.loads(cli.stdout)["kernels"] if k["kernel"] == "add_one"]
+    assert [m["key"] for m in want["missing"]] == [hashes[128]] and want["serving_keys"] == 1
+
+    def answers(base: str) -> tuple[dict[str, Any], int, float]:
+        doc = httpx.get(base + "/jit").json()
+        (cov,) = [k for k in doc["coverage"] if k["kernel"] == "add_one"]
+        (row,) = [k for k in doc["kernels"] if k["name"] == "add_one"]
+        ratio = [
+            s.value
+            for f in parse_text(httpx.get(base + "/metrics").text)
+            if f.name == "jitwatch_specialization_coverage_ratio"
+            for s in f.samples
+            if s.labels["kernel"] == "add_one"
+        ]
+        return cov, row["compiles_serving"], ratio[0]
+
+    with serve(jdir, tmp_path) as base:
+        first = answers(base)
+    with serve(jdir, tmp_path) as base:
+        again = answers(base)
+    assert first == again == (want, 2, pytest.approx(want["ratio"]))
+    assert 0 < want["ratio"] < 1
 
 
 # ---------------------------------------------------------------------- two real worker processes

@@ -244,7 +244,9 @@ METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         ("backend", "kernel"),
         "",
-        "Share (0..1) of the kernel's Triton specialization classes (per argument) compiled before serving.",
+        "Share (0..1) of the kernel's Triton specialization classes (per argument) compiled before serving; "
+        "a compile without argument classes (listener-only: a direct triton.compile, Inductor's kernels) "
+        "counts as one class per exact key, covered only by the same key compiled before serving.",
     ),
     MetricSpec(
         "jitwatch_hook_errors_total",

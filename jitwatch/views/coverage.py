@@ -27,6 +27,16 @@ warmup, replayed manifests included) used it, **uncovered** otherwise; ``serving
 the classes that only serving compiles met — what warmup missed. A kernel's ratio is covered
 classes / enumerated classes, over all its arguments.
 
+**Compiles without argument classes** are counted by exact key, as the pseudo-argument ``[key]``
+(kind ``key``, one class per key): a *listener-only* Triton compile (a direct ``triton.compile``,
+as Inductor compiles its kernels; ``attrs.source == "compilation_listener"``, its key Triton's
+cache hash, no ``specialization_data``) and any other compile whose key does not parse or that
+has no ``signature`` (a failed capture, an older journal). Such a key is covered only when the
+same key compiled before serving (the listener reported the same cache hash in startup or
+warmup); a serving one that was not is a serving key and ``missing``, as every serving compile of
+a backend covered by key (:func:`coverage_by_key`). No manifest can hold a listener-only compile:
+the fix is to run its code path in warmup.
+
 From the journal alone, an argument's flags are inferred: ``(type, None)`` in a key means
 ``do_not_specialize``; ``do_not_specialize_on_alignment`` cannot be told from a single key, so
 give the kernels (``kernels=`` / ``--allow``) for exact flags. An int that was only ever 1 looks like a
@@ -55,7 +65,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from jitwatch.backends.explain import Seen, never_warmed
+from jitwatch.backends.explain import Reason, Seen, is_listener_only, never_warmed, new_key_fix
 from jitwatch.backends.triton.explain import explain as explain_key
 from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import resolve_kernel
@@ -268,7 +278,11 @@ class ArgumentCoverage(BaseModel):
     """Coverage of one argument (or option, named ``[num_warps]``) of one kernel."""
 
     name: str
-    kind: str = Field(description="pointer / int / constexpr / float / bool / option / unknown.")
+    kind: str = Field(
+        description="pointer / int / constexpr / float / bool / option / unknown; key for the pseudo-argument"
+        " [key], whose classes are exact keys of compiles without argument classes (listener-only Triton"
+        " compiles, events without a signature)."
+    )
     specialize: bool = Field(default=True, description="False under do_not_specialize.")
     align: bool = Field(default=True, description="False under do_not_specialize(_on_alignment).")
     classes: list[str] = Field(description="Every class enumerated, e.g. 'i32:%16', '*fp32:unaligned', '=64'.")
@@ -359,6 +373,15 @@ class _Obs:
     warm_seen: dict[str, Seen] = field(default_factory=dict)
     expected: dict[str, tuple[str, Seen]] = field(default_factory=dict)
     """Expected key → (source, what is known of it), first source wins (serving before others)."""
+    classed: set[str] = field(default_factory=set)
+    """Keys read per argument (a parseable key with a signature)."""
+    keyed: dict[str, tuple[bool, bool]] = field(default_factory=dict)
+    """Keys of compiles without argument classes, by exact key (:func:`_by_key`) → (listener-only,
+    met in serving or expected)."""
+
+    def key_only(self) -> list[str]:
+        """The keys counted by exact key only (never also read per argument), in order seen."""
+        return [k for k in self.keyed if k not in self.classed]
 
 
 def _observe(o: _Obs, key: str, attrs: Mapping[str, Any], warm: bool) -> bool:
@@ -378,13 +401,40 @@ def _observe(o: _Obs, key: str, attrs: Mapping[str, Any], warm: bool) -> bool:
     return True
 
 
-def _missing(o: _Obs) -> list[MissingKey]:
+def _by_key(o: _Obs, key: str, attrs: Mapping[str, Any], warm: bool) -> None:
+    """Count a compile without argument classes by its exact key: a listener-only Triton compile
+    (its key is Triton's cache hash, :func:`~jitwatch.backends.explain.is_listener_only`) or an
+    event whose key does not parse or that has no ``signature`` (a failed capture, an older
+    journal). Only the same key compiled before serving covers it."""
+    listener_only, served = o.keyed.get(key, (False, False))
+    o.keyed[key] = (listener_only or is_listener_only(attrs), served or not warm)
+
+
+def _key_reason(name: str, o: _Obs, key: str) -> Reason:
+    """Why a key counted by exact key (:func:`_by_key`) would compile in serving: as the
+    :class:`~jitwatch.core.diagnosis.Diagnoser` says it at compile time (nothing to diff in a cache
+    hash), ``never warmed`` or a new key beside the kernel's warmed ones, with the listener-only fix
+    (run that code path in warmup: no manifest can hold it) when it is one."""
+    listener_only = o.keyed.get(key, (False, False))[0]
+    if not o.warm_keys:
+        return never_warmed(name, backend="triton", listener_only=listener_only)
+    return Reason(
+        "unknown",
+        f"new key; {len(o.warm_keys)} other key(s) of kernel {name} were warmed",
+        fixes=(new_key_fix(name, "triton", listener_only=listener_only),),
+    )
+
+
+def _missing(name: str, o: _Obs) -> list[MissingKey]:
     out: list[MissingKey] = []
     baseline = list(o.warm_seen.values())
     for key, (source, seen) in o.expected.items():
         if key in o.warm_keys:
             continue
-        reason = (explain_key(seen, baseline) if baseline else None) or never_warmed("this kernel")
+        if key not in o.classed:
+            reason = _key_reason(name, o, key)
+        else:
+            reason = (explain_key(seen, baseline) if baseline else None) or never_warmed("this kernel")
         out.append(
             MissingKey(key=key, source=source, reason=reason.text, reason_kind=reason.kind, fixes=list(reason.fixes))
         )
@@ -416,21 +466,29 @@ def coverage_from_events(
             continue
         o = obs.setdefault(ev.kernel, _Obs())
         warm = ev.phase is not Phase.SERVING
-        if not _observe(o, ev.key, ev.attrs, warm):
-            continue
-        o.module = o.module or ev.attrs.get("module")
         compiled = Seen(ev.key, {k: ev.attrs[k] for k in ("signature", "constexprs", "options") if k in ev.attrs})
+        if _observe(o, ev.key, ev.attrs, warm):
+            o.classed.add(ev.key)
+            o.module = o.module or ev.attrs.get("module")
+            if warm:
+                o.warm_seen.setdefault(ev.key, compiled)
+        else:  # no argument classes (listener-only, no signature): counted by exact key
+            _by_key(o, ev.key, ev.attrs, warm)
         if warm:
             o.warm_keys.add(ev.key)
-            o.warm_seen.setdefault(ev.key, compiled)
         else:
             o.serving_keys.add(ev.key)
             o.expected.setdefault(ev.key, ("serving", compiled))
     for ex in expected:
         o = obs.setdefault(ex.kernel, _Obs())
         o.module = o.module or ex.module
-        if ex.key not in o.expected and _observe(o, ex.key, ex.attrs, False):
-            o.expected[ex.key] = (ex.source, Seen(ex.key, dict(ex.attrs)))
+        if ex.key in o.expected:
+            continue
+        if _observe(o, ex.key, ex.attrs, False):
+            o.classed.add(ex.key)
+        else:
+            _by_key(o, ex.key, ex.attrs, False)
+        o.expected[ex.key] = (ex.source, Seen(ex.key, dict(ex.attrs)))
 
     report = CoverageReport(int_widths=list(widths))
     for name, module in (known or {}).items():
@@ -506,6 +564,20 @@ def coverage_from_events(
                     serving_only=uncovered,
                 )
             )
+        by_key = o.key_only()
+        if by_key:  # one class per exact key: covered only by the same key before serving
+            covered = [k for k in by_key if k in o.warm_keys]
+            uncovered = [k for k in by_key if k not in o.warm_keys]
+            args.append(
+                ArgumentCoverage(
+                    name="[key]",
+                    kind="key",
+                    classes=by_key,
+                    covered=covered,
+                    uncovered=uncovered,
+                    serving_only=[k for k in uncovered if o.keyed[k][1]],
+                )
+            )
         total = sum(len(a.classes) for a in args)
         cov = sum(len(a.covered) for a in args)
         report.kernels.append(
@@ -520,7 +592,7 @@ def coverage_from_events(
                 flags_known=fn is not None,
                 arguments=args,
                 uncovered=[f"{a.name}:{c}" for a in args for c in a.uncovered],
-                missing=_missing(o),
+                missing=_missing(name, o),
             )
         )
     report.kernels.sort(key=lambda k: k.kernel)
@@ -602,11 +674,15 @@ def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
 
 
 def expected_from_journal(journal: Journal, *, source: str = "journal", limit: int = 20_000) -> list[Expected]:
-    """A previous run's serving compiles (Triton), as expected keys for :func:`coverage_from_events`."""
+    """A previous run's serving compiles (Triton), as expected keys for :func:`coverage_from_events`.
+
+    Listener-only compiles are expected too, by exact key (Triton's cache hash: the same source,
+    options, target and Triton version hash the same in the next run); their ``source`` is kept."""
     out: list[Expected] = []
     for ev in journal.events(kind=EventKind.COMPILE, phase=Phase.SERVING, backend="triton", limit=limit):
         if ev.kernel and ev.key:
-            attrs: dict[str, Any] = {k: ev.attrs[k] for k in ("signature", "constexprs", "options") if k in ev.attrs}
+            keep = ("signature", "constexprs", "options", "source")
+            attrs: dict[str, Any] = {k: ev.attrs[k] for k in keep if k in ev.attrs}
             out.append(Expected(ev.kernel, ev.key, attrs, source, ev.attrs.get("module")))
     return out
 

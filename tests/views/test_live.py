@@ -19,7 +19,7 @@ from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.testing import JournalBuilder, make_event
 from jitwatch.views.live import LiveJournal
 from jitwatch.views.metrics import render_uncached
-from jitwatch.views.status import build_status
+from jitwatch.views.status import JitStatus, build_status
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 FORMATS = (None, OPENMETRICS, "text/plain; version=1.0.0; escaping=underscores")
@@ -307,6 +307,59 @@ def test_a_migration_adding_tables_while_the_sidecar_runs_is_followed(tmp_path: 
     b.compile("mul", phase=Phase.SERVING, ts=b.t0 + 5)  # and incrementally after that
     assert_identical(live, tmp_path)
     assert live.rebuilds == 2
+
+
+def test_listener_only_compiles_in_the_live_copy_incrementally_and_after_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real listener-only compiles (direct ``triton.compile``, compile-only driver): run 1 compiles
+    one in serving, never warmed; the live copy's ``/jit`` (kernels row, coverage entry) and
+    ``/metrics`` (ratio 0) equal the builds from the journal. Run 2 (another worker, same journal)
+    compiles the same cache hash in warmup: followed incrementally (no rebuild), the key is then
+    covered (ratio 1, nothing missing) while the serving compile stays counted; a restarted
+    live copy answers the same. (Coverage is recomputed at once here: COVERAGE_REFRESH_S 0.)"""
+    import time
+
+    import jitwatch.views.status as status_mod
+    from tests.views.listener_only_kernels import journal_of
+
+    monkeypatch.setattr(status_mod, "COVERAGE_REFRESH_S", 0.0)
+    jdir = tmp_path / "j"
+    now = 4_000_000_000.0
+
+    def settled(live: LiveJournal, want_missing: int) -> tuple[bytes, JitStatus]:
+        """The live answers once the background coverage refresh has caught up with the journal."""
+        deadline = time.monotonic() + 30
+        while True:
+            doc = live.status(stale_after=60, now=now)
+            body = live.render()[0]
+            assert doc is not None
+            cov = [k for k in doc.coverage if k.kernel == "add_one"]
+            if (cov and len(cov[0].missing) == want_missing) or time.monotonic() > deadline:
+                return body, doc
+            time.sleep(0.05)
+
+    def check(live: LiveJournal, *, serving: int, warmup: int, missing: list[str], ratio: float) -> None:
+        body, doc = settled(live, len(missing))
+        assert body == render_uncached(jdir)[0]
+        with Journal(jdir, readonly=True) as j:
+            assert doc.model_dump() == build_status(j, stale_after=60, now=now).model_dump()
+        (row,) = [r for r in doc.kernels if r.name == "add_one"]
+        (cov,) = [k for k in doc.coverage if k.kernel == "add_one"]
+        assert (row.compiles_serving, row.compiles_warmup) == (serving, warmup)
+        assert [m.key for m in cov.missing] == missing and cov.ratio == ratio
+        line = f'jitwatch_specialization_coverage_ratio{{backend="triton",kernel="add_one"}} {ratio}'
+        assert line in body.decode()
+
+    (key,) = journal_of(tmp_path, serve=[64]).values()
+    live = LiveJournal(jdir)
+    check(live, serving=1, warmup=0, missing=[key], ratio=0.0)
+    assert journal_of(tmp_path, warm=[64]) == {64: key}  # the same code path warmed: the same hash
+    check(live, serving=1, warmup=1, missing=[], ratio=1.0)
+    assert live.rebuilds == 1 and live.refreshes >= 1
+    restarted = LiveJournal(jdir)
+    check(restarted, serving=1, warmup=1, missing=[], ratio=1.0)
+    assert restarted.render()[0] == live.render()[0]
 
 
 def test_a_coverage_failure_costs_only_the_coverage_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
