@@ -126,6 +126,23 @@ def listener_only_fix(name: str) -> str:
     )
 
 
+def compiled_again(name: str) -> Reason:
+    """The reason of a serving compile of a listener-only key (:data:`LISTENER_ONLY_SOURCE`: Triton's
+    cache hash) that already compiled before serving: the key is not new, the code path compiled
+    it again instead of reusing the kernel. A direct ``triton.compile`` keeps no in-memory cache
+    (every call compiles, a disk-cache hit at best); Inductor compiles a graph's kernels again when
+    the graph is compiled again (a Dynamo recompile)."""
+    return Reason(
+        "unknown",
+        "the same key compiled before serving: this code path compiled it again instead of reusing the kernel",
+        fixes=(
+            f"keep the kernel compiled in warmup and reuse it: triton.compile keeps no in-memory cache, so each "
+            f"call compiles {name} again; for torch.compile, see why its graph compiled again "
+            "(its recompile in jitwatch why)",
+        ),
+    )
+
+
 def warm_fix(name: str, backend: str | None = None, *, listener_only: bool = False) -> str:
     """The fix for a serving compile of ``name`` that warmup missed: warm it, or (Triton, and a
     ``backend`` of ``None``) record a manifest and replay it; other backends' compiles are not in
@@ -203,6 +220,7 @@ __all__ = [
     "Reason",
     "ReasonKind",
     "Seen",
+    "compiled_again",
     "from_changes",
     "is_listener_only",
     "listener_only_fix",

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jitwatch.backends.explain import Reason, Seen, is_listener_only, never_warmed, new_key_fix
+from jitwatch.backends.explain import Reason, Seen, compiled_again, is_listener_only, never_warmed, new_key_fix
 from jitwatch.core.events import Event, EventKind, Phase
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,8 @@ class Diagnoser:
                 if len(self._never) < MAX_KERNELS:
                     self._never[memo] = reason
             return reason
+        if listener_only and (event.key or "") in base:  # Triton's cache hash, compiled before serving
+            return compiled_again(event.kernel or "this kernel")
         fn = self.explainers.get(event.backend)
         if fn is not None and not listener_only:  # a listener-only key is Triton's cache hash: nothing to diff
             reason = fn(Seen(event.key, event.attrs), list(base.values()))

@@ -827,6 +827,23 @@ def test_listener_only_new_key_fix_warms_its_code_path(tmp_path, triton_cache) -
     assert late.attrs["fixes"] == [listener_only_fix("hk_add")]
 
 
+def test_listener_only_key_compiled_again_in_serving_is_not_called_new(tmp_path, triton_cache) -> None:
+    """The same direct ``triton.compile`` in warmup and again in serving (no in-memory cache: a
+    disk-cache hit): the serving compile's key is the warmed one, so its reason says it compiled
+    again and its fix is to reuse the warmed kernel, not "new key" nor "warm it"."""
+    from jitwatch.backends.explain import compiled_again
+
+    with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        with h.monitor.warmup():
+            first = _direct_compile(32)
+        again = _direct_compile(32)
+        (late,) = h.compiles(Phase.SERVING)
+    assert late.key == again.hash == first.hash and late.cache_hit is True
+    assert late.attrs["reason"] == compiled_again("hk_add").text
+    assert late.attrs["fixes"] == list(compiled_again("hk_add").fixes)
+    assert "reuse" in late.attrs["fixes"][0] and "new key" not in late.attrs["reason"]
+
+
 def test_listener_only_capture_that_raises_is_a_hook_error(harness: MonitorHarness, monkeypatch) -> None:
     """A fault in the deferred build (on the writer thread) is a Triton hook error, counted and
     journaled; the compile is still journaled with its name and key, and the JIT compile after it
