@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -335,3 +336,89 @@ def test_status_does_not_read_the_variables_its_options_replace(server: str, mon
     monkeypatch.setenv("JITWATCH_PORT", "99999")
     result = runner.invoke(app, ["status", "--url", server, "--token", TOKEN, "--json"])
     assert result.exit_code == 0, result.output
+
+
+# ------------------------------------------------------------------------------ journal directory
+@pytest.mark.parametrize("command", [["why"], ["coverage"], ["manifest", "export", "-o", "OUT"]])
+def test_journal_file_given_as_the_directory_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    """``--journal-dir <dir>/journal.db`` (the file, not its directory) or ``JITWATCH_DIR=<file>``:
+    one ``jitwatch:`` line naming the directory to pass, exit 2 (a wrong value), nothing written;
+    was a NotADirectoryError traceback (``.../journal.db/journal.db``)."""
+    fill(tmp_path / "run")
+    db = tmp_path / "run" / "journal.db"
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a journal")
+    args = [str(tmp_path / "m.json") if a == "OUT" else a for a in command]
+    cases = [
+        ({}, ["--journal-dir", str(db)], f"pass --journal-dir {tmp_path / 'run'} (its directory)"),
+        ({"JITWATCH_DIR": str(db)}, [], f"set JITWATCH_DIR={tmp_path / 'run'} (its directory)"),
+        ({}, ["--journal-dir", str(db / "sub")], f"{db} is a file"),
+        ({}, ["--journal-dir", str(notes)], "is not a directory; pass --journal-dir <the directory that holds"),
+    ]
+    for env, extra, expected in cases:
+        res = runner.invoke(app, [*args, *extra], env=env)
+        assert res.exit_code == 2, (extra, res.output, res.exception)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("jitwatch: ") and expected in lines[0], (extra, lines)
+        assert "is not a directory" in lines[0] and isinstance(res.exception, SystemExit)
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_expect_journal_file_names_its_directory(tmp_path: Path) -> None:
+    fill(tmp_path / "run1")
+    fill(tmp_path / "run2")
+    res = runner.invoke(
+        app,
+        [
+            "coverage",
+            "--journal-dir",
+            str(tmp_path / "run2"),
+            "--expect-journal",
+            str(tmp_path / "run1" / "journal.db"),
+        ],
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        f"jitwatch: --expect-journal {tmp_path / 'run1' / 'journal.db'} is not a directory: it is the journal file"
+        f" itself; pass --expect-journal {tmp_path / 'run1'} (its directory)"
+    )
+
+
+def _as_unprivileged(args: list[str]) -> list[str]:
+    """``python -m jitwatch.cli ARGS``, under root without the capabilities that bypass file
+    permissions (``setpriv``): ``chmod 000`` then stops it as it stops any user."""
+    import shutil
+    import sys
+
+    cmd = [sys.executable, "-m", "jitwatch.cli", *args]
+    if os.geteuid() != 0:
+        return cmd
+    if shutil.which("setpriv") is None:
+        pytest.skip("root without setpriv(1): cannot drop CAP_DAC_OVERRIDE to test permissions")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *cmd]
+
+
+@pytest.mark.parametrize("blocked", ["directory", "file", "parent"])
+def test_unreadable_journal_is_one_line(tmp_path: Path, blocked: str) -> None:
+    """Permission denied on the journal directory, a directory above it, or ``journal.db``:
+    one line, exit 1 (the value is right, access is missing); was a click usage box or an
+    ``OperationalError: unable to open database file`` traceback."""
+    import subprocess
+
+    jdir = tmp_path / "parent" / "run"
+    fill(jdir)
+    target = {"directory": jdir, "file": jdir / "journal.db", "parent": jdir.parent}[blocked]
+    mode = target.stat().st_mode
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    target.chmod(0)
+    try:
+        res = subprocess.run(
+            _as_unprivileged(["why", "--journal-dir", str(jdir)]), env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        target.chmod(mode)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1, res.stderr
+    assert len(lines) == 1 and lines[0].startswith("jitwatch: cannot read") and "permission denied" in lines[0], lines
+    assert str(target if blocked == "file" else jdir) in lines[0]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import stat
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +23,8 @@ from jitwatch import config
 from jitwatch._version import __version__
 from jitwatch.cli.text import plain
 from jitwatch.config import ConfigError, Settings
+from jitwatch.errors import JournalCorruptError, JournalVersionError
+from jitwatch.store.journal import JOURNAL_FILE
 
 app = typer.Typer(
     name="jitwatch",
@@ -43,8 +47,16 @@ def _journal_error(exc: Exception, journal_dir: Path, origin: str | None = None)
     the path came from ``JITWATCH_DIR`` or the default. A missing journal next to ``jitwatch demo``
     journals (``<dir>/demo-<port>/journal.db``, the demo's default place) names them: a bare
     ``jitwatch why`` after ``jitwatch demo`` otherwise says only "no journal at ...". Only
-    ``Path.glob`` of that one pattern and ``stat`` (the newest is named); nothing is opened."""
-    message = f"jitwatch: {exc}" + (f" ({origin})" if origin is not None else "")
+    ``Path.glob`` of that one pattern and ``stat`` (the newest is named); nothing is opened.
+    A journal file this process may not read (SQLite's bare "unable to open database file") is
+    named as such."""
+    message = f"jitwatch: {exc}"
+    db = journal_dir / JOURNAL_FILE
+    if isinstance(exc, sqlite3.Error) and db.is_file() and not os.access(db, os.R_OK):
+        message = f"jitwatch: cannot read the journal {db}: permission denied"
+    elif isinstance(exc, sqlite3.Error):
+        message = f"jitwatch: cannot read the journal in {journal_dir}: {exc}"
+    message += f" ({origin})" if origin is not None else ""
     if isinstance(exc, FileNotFoundError) and not (journal_dir / "journal.db").exists():
         try:  # newest first: the demo just run
             found = sorted(((p.stat().st_mtime, p.parent) for p in journal_dir.glob("demo-*/journal.db")), reverse=True)
@@ -56,6 +68,59 @@ def _journal_error(exc: Exception, journal_dir: Path, origin: str | None = None)
             message += f" (a `jitwatch demo` journal is in {newest}{of}: pass --journal-dir {newest})"
     typer.echo(message, err=True)
     return typer.Exit(1)
+
+
+JOURNAL_READ_ERRORS = (FileNotFoundError, PermissionError, JournalCorruptError, JournalVersionError, sqlite3.Error)
+"""What opening or reading a journal read-only raises that :func:`_journal_error` reports in one
+line (``PermissionError`` includes :class:`~jitwatch.errors.JournalUnsafeError`)."""
+
+
+def _check_journal_dir(journal_dir: Path, origin: str | None, option: str = "--journal-dir") -> None:
+    """Refuse, with one ``jitwatch: ...`` line on stderr, a journal directory that cannot be one,
+    before anything is opened: a file (``--journal-dir /tmp/x/journal.db``: for a file named
+    ``journal.db``, the journal itself, its directory is suggested) or a path through a file
+    (exit 2: the value is wrong), or a directory this process may not list (exit 1, like an
+    unreadable journal: the value is right, access is missing). A missing directory passes:
+    opening it says "no journal at ..." (:func:`_journal_error`).
+
+    Args:
+        journal_dir: the directory to read.
+        origin: ``None`` when ``option`` named it, else where it came from (:func:`_journal_dir`):
+            the line then names ``JITWATCH_DIR`` or the default instead of ``option``.
+        option: the command-line option that names such a directory (``--expect-journal``).
+
+    Raises:
+        typer.Exit: code 2 or 1, after the line.
+    """
+    if origin is None:
+        what, fix = f"{option} {journal_dir}", f"pass {option} {{}}"
+    elif origin == f"from {config.JITWATCH_DIR}":
+        what, fix = f"{config.JITWATCH_DIR}={journal_dir}", f"set {config.JITWATCH_DIR}={{}}"
+    else:
+        what, fix = f"journal directory {journal_dir} (the default)", "pass --journal-dir {}"
+    try:
+        st = journal_dir.stat()
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:  # a file on the way: name it
+        blocker = next((p for p in journal_dir.parents if p.exists() and not p.is_dir()), None)
+        raise _fail(f"{what} is not a directory" + (f": {blocker} is a file" if blocker else "")) from None
+    except PermissionError:
+        raise _fail(
+            f"cannot read journal directory {journal_dir}: permission denied on a directory above it", 1
+        ) from None
+    if not stat.S_ISDIR(st.st_mode):
+        if journal_dir.name == JOURNAL_FILE:
+            raise _fail(
+                f"{what} is not a directory: it is the journal file itself; "
+                + fix.format(journal_dir.parent)
+                + " (its directory)"
+            )
+        raise _fail(f"{what} is not a directory; " + fix.format(f"<the directory that holds {JOURNAL_FILE}>"))
+    if not os.access(journal_dir, os.R_OK | os.X_OK):
+        raise _fail(
+            f"cannot read journal directory {journal_dir}: permission denied (mode {stat.S_IMODE(st.st_mode):04o})", 1
+        )
 
 
 def _journal_dir(journal_dir: Path | None, settings: Settings) -> tuple[Path, str | None]:
@@ -103,6 +168,11 @@ SIDECAR_VARIABLES = (
 
 DEFAULT_DIR_HELP = "$JITWATCH_DIR, else $XDG_STATE_HOME/jitwatch or ~/.local/state/jitwatch"
 JournalDirOpt = Annotated[Path | None, typer.Option(show_default=DEFAULT_DIR_HELP, help="Journal directory.")]
+# The journal-reading commands check the directory themselves (_check_journal_dir: one line), not
+# click's "path ... is not readable" usage box.
+ReadJournalDirOpt = Annotated[
+    Path | None, typer.Option(readable=False, show_default=DEFAULT_DIR_HELP, help="Journal directory.")
+]
 # Boolean flags: no "<bool>" value column in --help.
 FLAG = {"metavar": ""}
 
@@ -360,7 +430,7 @@ LocationHelp = (
 @manifest_app.command("export")
 def manifest_export(
     output: Annotated[str, typer.Option("-o", "--output", help=f"Where to write the manifest: {LocationHelp}.")],
-    journal_dir: JournalDirOpt = None,
+    journal_dir: ReadJournalDirOpt = None,
     all_phases: Annotated[
         bool, typer.Option("--all-phases", help="Record every compile, not only serving-phase ones.", **FLAG)
     ] = False,
@@ -374,11 +444,12 @@ def manifest_export(
     """Write the journal's serving-phase compiles (or all) as a warmup manifest (file, directory or Redis)."""
     import socket
 
-    from jitwatch.errors import JournalCorruptError, JournalVersionError, StoreError
+    from jitwatch.errors import StoreError
     from jitwatch.fleet.stores import write_manifest
     from jitwatch.warmup.manifest import build
 
     jdir, origin = _journal_dir(journal_dir, _settings(config.JITWATCH_DIR))
+    _check_journal_dir(jdir, origin)
     try:
         manifest, problems = build(jdir, all_phases=all_phases, allow=_allow(allow), rank=rank)
         where = write_manifest(
@@ -387,7 +458,7 @@ def manifest_export(
             name=name or socket.gethostname().split(".")[0],
             key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key,
         )
-    except (FileNotFoundError, JournalCorruptError, JournalVersionError, StoreError) as exc:
+    except (*JOURNAL_READ_ERRORS, StoreError) as exc:
         raise _journal_error(exc, jdir, origin) from None
     _say_journal(jdir, origin)
     typer.echo(
@@ -547,7 +618,7 @@ def warmup_replay(
 
 @app.command()
 def why(
-    journal_dir: JournalDirOpt = None,
+    journal_dir: ReadJournalDirOpt = None,
     kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel (Triton: fn.name).")] = None,
     backend: Annotated[str | None, typer.Option(help="Only this JIT backend (e.g. triton).")] = None,
     rank: Annotated[int | None, typer.Option(help="Only this rank's compiles.")] = None,
@@ -557,15 +628,15 @@ def why(
     """Why each serving compile happened (which argument, option or combination) and the fix."""
     import time as _time
 
-    from jitwatch.errors import JournalCorruptError, JournalVersionError
     from jitwatch.store.journal import Journal
     from jitwatch.views.diagnosis import serving_reasons
 
     jdir, origin = _journal_dir(journal_dir, _settings(config.JITWATCH_DIR))
+    _check_journal_dir(jdir, origin)
     try:
         with Journal(jdir, readonly=True) as journal:
             reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
-    except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
+    except JOURNAL_READ_ERRORS as exc:
         raise _journal_error(exc, jdir, origin) from None
     _say_journal(jdir, origin)
     if as_json:
@@ -586,7 +657,7 @@ def why(
 
 @app.command()
 def coverage(
-    journal_dir: JournalDirOpt = None,
+    journal_dir: ReadJournalDirOpt = None,
     allow: AllowOpt = None,
     manifest: Annotated[
         list[str] | None,
@@ -598,7 +669,9 @@ def coverage(
     expect_journal: Annotated[
         list[Path] | None,
         typer.Option(
-            "--expect-journal", help="A previous run's journal: its serving compiles are expected (repeatable)."
+            "--expect-journal",
+            readable=False,
+            help="A previous run's journal directory: its serving compiles are expected (repeatable).",
         ),
     ] = None,
     module: Annotated[
@@ -629,7 +702,7 @@ def coverage(
 
     from jitwatch.backends.triton.resolve import module_allowed
     from jitwatch.cli.render import render_coverage
-    from jitwatch.errors import JournalCorruptError, JournalVersionError, ManifestError, StoreError
+    from jitwatch.errors import ManifestError, StoreError
     from jitwatch.fleet.stores import read_one
     from jitwatch.store.journal import Journal
     from jitwatch.views.coverage import (
@@ -642,6 +715,9 @@ def coverage(
 
     settings = _settings(config.JITWATCH_DIR, config.JITWATCH_MANIFEST_KEY)
     jdir, origin = _journal_dir(journal_dir, settings)
+    _check_journal_dir(jdir, origin)
+    for prev in expect_journal or []:
+        _check_journal_dir(prev, None, "--expect-journal")
     expected: list[Expected] = []
     try:
         for source in manifest or []:
@@ -673,7 +749,7 @@ def coverage(
                 report = coverage_for_journal(
                     journal, kernels=kernels_for_report(report, _allow(allow)), expected=expected, known=known
                 )
-    except (FileNotFoundError, JournalCorruptError, JournalVersionError) as exc:
+    except JOURNAL_READ_ERRORS as exc:
         if reading is not None:
             raise _fail(f"--expect-journal {reading}: {exc}", 1) from None
         raise _journal_error(exc, jdir, origin) from None
