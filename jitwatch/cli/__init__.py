@@ -622,10 +622,17 @@ def why(
     kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel (Triton: fn.name).")] = None,
     backend: Annotated[str | None, typer.Option(help="Only this JIT backend (e.g. triton).")] = None,
     rank: Annotated[int | None, typer.Option(help="Only this rank's compiles.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Newest N serving compiles.")] = 20,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the reasons as JSON.", **FLAG)] = False,
+    limit: Annotated[
+        int, typer.Option(min=1, max=10_000, help="The newest N serving compiles (shown oldest first).")
+    ] = 20,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the reasons as JSON (a list, oldest first).", **FLAG)
+    ] = False,
 ) -> None:
-    """Why each serving compile happened (which argument, option or combination) and the fix."""
+    """Why each serving compile happened (which argument, option or combination) and the fix.
+
+    The newest --limit serving compiles, oldest first, as text or --json.
+    """
     import time as _time
 
     from jitwatch.store.journal import Journal
@@ -639,13 +646,14 @@ def why(
     except JOURNAL_READ_ERRORS as exc:
         raise _journal_error(exc, jdir, origin) from None
     _say_journal(jdir, origin)
+    reasons.reverse()  # the newest `limit`, shown oldest first, like a log: text and --json alike
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in reasons], indent=2))
         return
     if not reasons:
         typer.echo("no serving-phase compiles" + (f" of {kernel}" if kernel else "") + " in the journal")
         return
-    for r in reversed(reasons):  # oldest first, like a log
+    for r in reasons:
         when = _time.strftime("%H:%M:%S", _time.localtime(r.ts))
         took = f"{r.duration_s:.3f} s" if r.duration_s is not None else "?"
         req = f", request {r.request_id}" if r.request_id is not None else ""

@@ -102,6 +102,21 @@ def test_cli_why(journal: Path) -> None:
     assert [r["reason"] for r in json.loads(as_json.output)] == EXPECTED[:1]
 
 
+@pytest.mark.parametrize("limit", [[], ["--limit", "2"]])
+def test_cli_why_json_is_in_the_text_order(journal: Path, limit: list[str]) -> None:
+    """--json lists the same compiles in the same order as the text, oldest first (it was newest
+    first); --limit N keeps the newest N."""
+    args = ["why", "--journal-dir", str(journal), *limit]
+    text = CliRunner().invoke(app, args)
+    as_json = CliRunner().invoke(app, [*args, "--json"])
+    assert text.exit_code == as_json.exit_code == 0, (text.output, as_json.output)
+    newest = EXPECTED[: int(limit[1])] if limit else EXPECTED
+    assert [r["reason"] for r in json.loads(as_json.output)] == newest[::-1]
+    assert [ln[len("  why: ") :] for ln in text.output.splitlines() if ln.startswith("  why: ")] == newest[::-1]
+    ts = [r["ts"] for r in json.loads(as_json.output)]
+    assert ts == sorted(ts)
+
+
 def test_cli_why_empty_and_missing(tmp_path: Path) -> None:
     with monitored(journal_dir=tmp_path / "j") as h:
         h.monitor.flush()
