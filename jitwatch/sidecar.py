@@ -53,6 +53,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from jitwatch._version import __version__
+from jitwatch.backends.base import BACKEND_NAME_MAX_LENGTH, BACKEND_NAME_PATTERN
 from jitwatch.config import Settings
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.errors import ConfigError, JournalCorruptError, JournalVersionError, PortUnavailableError
@@ -86,8 +87,8 @@ MAX_RANK = 2**31 - 1
 """Upper bound of the ``rank`` filter: larger integers do not fit SQLite's INTEGER (would be a 500)."""
 
 BackendQuery = Query(
-    max_length=64,
-    pattern=r"^[a-z][a-z0-9_]*$",
+    max_length=BACKEND_NAME_MAX_LENGTH,
+    pattern=BACKEND_NAME_PATTERN,
     description="Only this JIT backend (e.g. triton, torch_compile).",
 )
 

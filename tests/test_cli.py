@@ -422,3 +422,50 @@ def test_unreadable_journal_is_one_line(tmp_path: Path, blocked: str) -> None:
     assert res.returncode == 1, res.stderr
     assert len(lines) == 1 and lines[0].startswith("jitwatch: cannot read") and "permission denied" in lines[0], lines
     assert str(target if blocked == "file" else jdir) in lines[0]
+
+
+# ------------------------------------------------------------------------------ why filters
+def _two_backends(directory: Path) -> None:
+    with Journal(directory) as j:
+        j.write(
+            [
+                ev(EventKind.WORKER_START, T0, attrs={"mode": "warn"}),
+                ev(EventKind.WARMUP_COMPLETE, T0 + 1, phase=Phase.SERVING, duration_s=1.0),
+                ev(EventKind.COMPILE, T0 + 2, phase=Phase.SERVING, backend="triton", kernel="late_mul", key="k32"),
+                ev(EventKind.COMPILE, T0 + 3, phase=Phase.SERVING, backend="torch_compile", kernel="f", key="0/1"),
+                ev(EventKind.COMPILE, T0 + 4, phase=Phase.SERVING, backend="triton", kernel="late_add", key="k8"),
+            ]
+        )
+
+
+@pytest.mark.parametrize("value", ["Triton", "tri-ton", "triton\n", "", "x" * 65])
+def test_why_backend_is_validated_as_the_sidecar_does(server: str, tmp_path: Path, value: str) -> None:
+    """``why --backend`` takes what the sidecar's ``?backend=`` takes (the same pattern; the
+    sidecar answers 422 otherwise): anything else is one line, exit 2, before the journal is read
+    (it answered "no serving-phase compiles", exit 0, on a journal that has some)."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    assert httpx.get(f"{server}/jit/events", params={"backend": value}, headers=headers).status_code == 422
+    assert httpx.get(f"{server}/jit/events", params={"backend": "triton"}, headers=headers).status_code == 200
+    res = runner.invoke(app, ["why", "--journal-dir", str(tmp_path), "--backend", value])  # the server's journal
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"jitwatch: --backend {value!r}"), lines
+    assert "is not a backend name" in lines[0] and res.stdout == ""
+    if value == "Triton":
+        assert lines[0].endswith("did you mean --backend triton?")
+
+
+def test_why_nothing_found_names_every_filter(tmp_path: Path) -> None:
+    _two_backends(tmp_path)
+    res = runner.invoke(app, ["why", "--journal-dir", str(tmp_path), "--backend", "nonsense"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == (
+        "no serving-phase compiles matching --backend nonsense in the journal"
+        " (without those filters: 1 of torch_compile, 2 of triton)"
+    )
+    res = runner.invoke(app, ["why", "--journal-dir", str(tmp_path), "-k", "f", "--backend", "triton", "--rank", "0"])
+    assert res.stdout.strip().startswith(
+        "no serving-phase compiles matching --kernel f --backend triton --rank 0 in the journal ("
+    )
+    res = runner.invoke(app, ["why", "--journal-dir", str(tmp_path), "--backend", "torch_compile", "--rank", "0"])
+    assert " torch_compile f compiled in serving " in res.stdout and "triton" not in res.stdout

@@ -37,6 +37,12 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from jitwatch.importhook import when_imported
 
+BACKEND_NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+"""What a backend's :attr:`Backend.name` looks like (a metric label value). The filters by backend,
+the sidecar's ``?backend=`` and ``jitwatch why --backend``, refuse anything else (422, exit 2)."""
+BACKEND_NAME_MAX_LENGTH = 64
+"""Longest backend name those filters accept."""
+
 
 class CompileKind(str, Enum):
     """What one :class:`Capture` records.
@@ -292,7 +298,7 @@ class Backend(Protocol):
     """One JIT compiler adapted to jitwatch. Instances are created with no arguments.
 
     Attributes:
-        name: short identifier, a metric label value (``[a-z][a-z0-9_]*``).
+        name: short identifier, a metric label value (:data:`BACKEND_NAME_PATTERN`).
         label: words for log lines, e.g. ``"Triton kernel"`` or ``"torch.compile graph"``.
         library: the distribution/module the backend watches (``"triton"``).
     """
@@ -426,6 +432,8 @@ class LibraryBackend:
 
 
 __all__ = [
+    "BACKEND_NAME_MAX_LENGTH",
+    "BACKEND_NAME_PATTERN",
     "Backend",
     "BackendState",
     "BackendStatus",

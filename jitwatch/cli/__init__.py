@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import stat
 from pathlib import Path
@@ -121,6 +122,31 @@ def _check_journal_dir(journal_dir: Path, origin: str | None, option: str = "--j
         raise _fail(
             f"cannot read journal directory {journal_dir}: permission denied (mode {stat.S_IMODE(st.st_mode):04o})", 1
         )
+
+
+def _check_backend(backend: str | None) -> None:
+    """Refuse a ``--backend`` value that cannot be a backend's name, by the rule the sidecar's
+    ``?backend=`` applies (:data:`~jitwatch.backends.base.BACKEND_NAME_PATTERN`, at most
+    :data:`~jitwatch.backends.base.BACKEND_NAME_MAX_LENGTH` characters; it answers 422): one line,
+    exit 2, suggesting the lower-case name (``Triton`` → ``triton``).
+
+    Raises:
+        typer.Exit: code 2, after the line.
+    """
+    from jitwatch.backends.base import BACKEND_NAME_MAX_LENGTH, BACKEND_NAME_PATTERN
+
+    def valid(name: str) -> bool:
+        return len(name) <= BACKEND_NAME_MAX_LENGTH and re.fullmatch(BACKEND_NAME_PATTERN, name) is not None
+
+    if backend is None or valid(backend):
+        return
+    hint = f"; did you mean --backend {backend.strip().lower()}?" if valid(backend.strip().lower()) else ""
+    raise _fail(
+        plain(
+            f"--backend {backend!r} is not a backend name: lower-case letters, digits and _, starting with a"
+            f" letter, at most {BACKEND_NAME_MAX_LENGTH} characters (e.g. triton, torch_compile){hint}"
+        )
+    )
 
 
 def _journal_dir(journal_dir: Path | None, settings: Settings) -> tuple[Path, str | None]:
@@ -635,14 +661,21 @@ def why(
     """
     import time as _time
 
+    from jitwatch.core.events import EventKind, Phase
     from jitwatch.store.journal import Journal
     from jitwatch.views.diagnosis import serving_reasons
 
+    _check_backend(backend)
     jdir, origin = _journal_dir(journal_dir, _settings(config.JITWATCH_DIR))
     _check_journal_dir(jdir, origin)
+    unfiltered: dict[str, int] = {}  # backend → serving compiles, when the filters found none
     try:
         with Journal(jdir, readonly=True) as journal:
             reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
+            if not reasons and (kernel is not None or backend is not None or rank is not None):
+                for row in journal.stats():
+                    if row.kind == EventKind.COMPILE.value and row.phase == Phase.SERVING:
+                        unfiltered[row.backend] = unfiltered.get(row.backend, 0) + row.count
     except JOURNAL_READ_ERRORS as exc:
         raise _journal_error(exc, jdir, origin) from None
     _say_journal(jdir, origin)
@@ -651,7 +684,15 @@ def why(
         typer.echo(json.dumps([r.model_dump(mode="json") for r in reasons], indent=2))
         return
     if not reasons:
-        typer.echo("no serving-phase compiles" + (f" of {kernel}" if kernel else "") + " in the journal")
+        given = (("--kernel", kernel), ("--backend", backend), ("--rank", rank))
+        filters = [f"{option} {value}" for option, value in given if value is not None]
+        message = (
+            "no serving-phase compiles" + (f" matching {' '.join(filters)}" if filters else "") + " in the journal"
+        )
+        if filters and unfiltered:
+            by_backend = ", ".join(f"{n} of {name or '(no backend)'}" for name, n in sorted(unfiltered.items()))
+            message += f" (without those filters: {by_backend})"
+        typer.echo(plain(message))
         return
     for r in reasons:
         when = _time.strftime("%H:%M:%S", _time.localtime(r.ts))
