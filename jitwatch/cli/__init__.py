@@ -470,6 +470,7 @@ def manifest_export(
     """Write the journal's serving-phase compiles (or all) as a warmup manifest (file, directory or Redis)."""
     import socket
 
+    from jitwatch.core.text import plural
     from jitwatch.errors import StoreError
     from jitwatch.fleet.stores import write_manifest
     from jitwatch.warmup.manifest import build
@@ -488,8 +489,8 @@ def manifest_export(
         raise _journal_error(exc, jdir, origin) from None
     _say_journal(jdir, origin)
     typer.echo(
-        f"wrote {where}: {len(manifest.entries)} specializations of {len(manifest.kernels())} kernels "
-        f"({', '.join(manifest.phases)})"
+        f"wrote {where}: {plural(len(manifest.entries), 'specialization')} of"
+        f" {plural(len(manifest.kernels()), 'kernel')} ({', '.join(manifest.phases)})"
     )
     for kernel, why in problems.items():
         typer.echo(plain(f"  {kernel}: {why}"), err=True)

@@ -52,6 +52,7 @@ from jitwatch.backends.triton.resolve import DOTTED_NAME, resolve_kernel
 from jitwatch.backends.triton.specialization import check_options, split_key
 from jitwatch.config import JITWATCH_MANIFEST_KEY
 from jitwatch.core.events import BYTES_LIKE, EventKind, Phase, as_member
+from jitwatch.core.text import plural
 from jitwatch.errors import KernelNotResolved, ManifestEntryRefused, ManifestError, ManifestVersionError
 from jitwatch.store.journal import Journal
 
@@ -554,11 +555,6 @@ def export(
     return manifest, problems
 
 
-def _count(n: int, noun: str) -> str:
-    """``"1 compile"``, ``"3 compiles"``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def build(
     journal_dir: str | os.PathLike[str],
     *,
@@ -587,15 +583,14 @@ def build(
         )
     for kernel, keys in sorted(left.listener_only.items()):
         problems[f"{kernel} (listener-only)"] = (
-            f"left out ({_count(sum(keys.values()), 'compile')}, {_count(len(keys), 'key')}): Triton reported it "
-            "only through its "
-            "compilation listener (a direct triton.compile, as Inductor compiles its kernels), without a "
-            "specialization a manifest can replay; warm it by running that code path in warmup "
+            f"left out ({plural(sum(keys.values()), 'compile')}, {plural(len(keys), 'key')}): Triton reported "
+            "it only through its compilation listener (a direct triton.compile, as Inductor compiles its "
+            "kernels), without a specialization a manifest can replay; warm it by running that code path in warmup "
             "(the torch.compile'd model, the triton.compile call)"
         )
     for kernel, n in sorted(left.unreplayable.items()):
         problems[f"{kernel} (no specialization data)"] = (
-            f"left out ({_count(n, 'compile')}): the journaled events carry no replayable specialization_data"
+            f"left out ({plural(n, 'compile')}): the journaled events carry no replayable specialization_data"
         )
     for kernel, why in (resolve_sources(manifest, allow) if allow else {}).items():
         problems[kernel] = f"no source hash: {why}"

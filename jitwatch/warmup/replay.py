@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from jitwatch.backends.triton.resolve import resolve_kernel
 from jitwatch.backends.triton.specialization import verified_preload_data
 from jitwatch.config import JITWATCH_MANIFEST, Settings
+from jitwatch.core.text import plural
 from jitwatch.errors import ConfigError, KernelNotResolved, ManifestEntryRefused, ManifestError
 from jitwatch.warmup.manifest import Manifest, ManifestEntry, load
 
@@ -106,11 +107,11 @@ class ReplayReport:
 
     def summary(self) -> str:
         return (
-            f"{len(self.results)} entries: {self.compiled} compiled, {self.cached} already cached, "
+            f"{plural(len(self.results), 'entry', 'entries')}: {self.compiled} compiled, {self.cached} already cached, "
             f"{self.skipped} skipped, {self.refused} refused, {self.failed} failed "
             f"in {self.wall_s:.2f} s "
             # a serial replay uses no pool: "(serial, 2 workers)" read as if two compiled at once
-            + (f"({self.mode})" if self.mode == "serial" else f"({self.mode}, {self.workers} workers)")
+            + (f"({self.mode})" if self.mode == "serial" else f"({self.mode}, {plural(self.workers, 'worker')})")
         )
 
     def as_dict(self) -> dict[str, Any]:

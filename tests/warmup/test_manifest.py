@@ -172,7 +172,7 @@ def test_cli_export(recorded: MonitorHarness, tmp_path: Path) -> None:
         ],
     )
     assert res.exit_code == 0, res.output
-    assert "2 specializations of 1 kernels" in res.output
+    assert "2 specializations of 1 kernel (" in res.output
     m = load(out)
     assert all(e.source_hash == kf.scale_copy.cache_key for e in m.entries)
     res = CliRunner().invoke(app, ["manifest", "export", "--journal-dir", str(tmp_path / "none"), "-o", str(out)])
@@ -237,7 +237,7 @@ def test_export_reports_the_listener_only_compiles_it_leaves_out(harness: Monito
     out = tmp_path / "m.json"
     res = CliRunner().invoke(app, ["manifest", "export", "--journal-dir", str(harness.journal_dir), "-o", str(out)])
     assert res.exit_code == 0, res.output
-    assert "1 specializations of 1 kernels" in res.output
+    assert "1 specialization of 1 kernel (serving)" in res.output
     assert f"  scale_copy (listener-only): {why}" in res.output
     assert len(load(out).entries) == 1
 
@@ -297,6 +297,6 @@ def test_export_counts_listener_only_compiles_per_kernel_across_ranks_and_phases
         app, ["manifest", "export", "--journal-dir", str(jdir), "-o", str(out), "--rank", "0", "--all-phases"]
     )
     assert res.exit_code == 0, res.output
-    assert "1 specializations of 1 kernels (startup, warmup, serving)" in res.stdout
+    assert "1 specialization of 1 kernel (startup, warmup, serving)" in res.stdout
     assert f"  {sc}: left out (2 compiles, 2 keys): " in res.stderr
     assert f"  {zk}: left out (1 compile, 1 key): " in res.stderr

@@ -61,8 +61,10 @@ def test_replay_then_zero_serving_compiles_in_process(tmp_path: Path, triton_cac
             report = replay(m, allow=ALLOW, parallel=parallel)  # type: ignore[arg-type]
         assert (report.compiled, report.skipped, report.failed) == (1, 0, 0), report.results
         assert report.mode == parallel
-        # a serial replay names no pool size; a threaded one does
-        assert report.summary().endswith("(serial)" if parallel == "serial" else f"(threads, {report.workers} workers)")
+        # a serial replay names no pool size; a threaded one does (one entry, one worker: singular)
+        pool = "(threads, 1 worker)" if report.workers == 1 else f"(threads, {report.workers} workers)"
+        assert report.summary().endswith("(serial)" if parallel == "serial" else pool)
+        assert report.summary().startswith("1 entry: 1 compiled, ")
         for call in kf.CASES["offset_view"]["serving"]:
             call()
         assert _serving_compiles(h2) == 0
