@@ -466,28 +466,58 @@ def manifest_export(
         str | None,
         typer.Option(show_default="this host's name", help="Manifest name in a directory or Redis store."),
     ] = None,
+    allow_empty: Annotated[
+        bool,
+        typer.Option(
+            "--allow-empty",
+            help="Write the manifest even when it has no entry (else: exit 1, nothing written).",
+            **FLAG,
+        ),
+    ] = False,
 ) -> None:
-    """Write the journal's serving-phase compiles (or all) as a warmup manifest (file, directory or Redis)."""
+    """Write the journal's serving-phase compiles (or all) as a warmup manifest (file, directory or Redis).
+
+    Exit 1, writing nothing, when no compile could be recorded (none in the journal, or every one
+    left out: the lines on stderr say why), unless --allow-empty.
+    """
     import socket
 
     from jitwatch.core.text import plural
     from jitwatch.errors import StoreError
-    from jitwatch.fleet.stores import write_manifest
+    from jitwatch.fleet.stores import safe_location, write_manifest
     from jitwatch.warmup.manifest import build
 
     jdir, origin = _journal_dir(journal_dir, _settings(config.JITWATCH_DIR))
     _check_journal_dir(jdir, origin)
     try:
         manifest, problems = build(jdir, all_phases=all_phases, allow=_allow(allow), rank=rank)
+    except JOURNAL_READ_ERRORS as exc:
+        raise _journal_error(exc, jdir, origin) from None
+    _say_journal(jdir, origin)
+    if not manifest.entries and not allow_empty:
+        for kernel, why in problems.items():
+            typer.echo(plain(f"  {kernel}: {why}"), err=True)
+        which = "compiles" if all_phases else "serving-phase compiles"
+        which += f" of rank {rank}" if rank is not None else ""
+        found = (
+            f"every one of the journal's {which} was left out (why: above)"
+            if problems
+            else f"no {which} in the journal"
+        )
+        raise _fail(
+            plain(f"nothing to write to {safe_location(output)}: {found}; wrote nothing")
+            + " (--allow-empty writes an empty manifest)",
+            1,
+        )
+    try:
         where = write_manifest(
             output,
             manifest,
             name=name or socket.gethostname().split(".")[0],
             key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key,
         )
-    except (*JOURNAL_READ_ERRORS, StoreError) as exc:
-        raise _journal_error(exc, jdir, origin) from None
-    _say_journal(jdir, origin)
+    except StoreError as exc:
+        raise _journal_error(exc, jdir) from None
     typer.echo(
         f"wrote {where}: {plural(len(manifest.entries), 'specialization')} of"
         f" {plural(len(manifest.kernels()), 'kernel')} ({', '.join(manifest.phases)})"

@@ -300,3 +300,55 @@ def test_export_counts_listener_only_compiles_per_kernel_across_ranks_and_phases
     assert "1 specialization of 1 kernel (startup, warmup, serving)" in res.stdout
     assert f"  {sc}: left out (2 compiles, 2 keys): " in res.stderr
     assert f"  {zk}: left out (1 compile, 1 key): " in res.stderr
+
+
+def test_export_with_nothing_to_write_fails_unless_allow_empty(harness: MonitorHarness, tmp_path: Path) -> None:
+    """Every serving compile listener-only (real direct ``triton.compile`` calls): the export
+    writes nothing, says why per kernel and then in one last line, and exits 1 (it wrote an empty
+    manifest, "0 specializations of 0 kernels", exit 0, which replay then ran as "0 entries").
+    ``--allow-empty`` writes the empty manifest."""
+    from jitwatch.cli import app
+
+    fresh_kernel_cache(kf.scale_copy)
+    harness.monitor.activate()
+    _direct_scale_copy(128)
+    harness.monitor.flush()
+    out = tmp_path / "m.json"
+    args = ["manifest", "export", "--journal-dir", str(harness.journal_dir), "-o", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1, res.output
+    assert not out.exists() and res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith("  scale_copy (listener-only): left out (1 compile, 1 key): "), lines
+    assert lines[-1] == (
+        f"jitwatch: nothing to write to {out}: every one of the journal's serving-phase compiles was left out"
+        " (why: above); wrote nothing (--allow-empty writes an empty manifest)"
+    )
+    res = CliRunner().invoke(app, [*args, "--allow-empty"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == f"wrote {out}: 0 specializations of 0 kernels (serving)"
+    assert load(out).entries == []
+
+
+def test_export_of_a_journal_without_serving_compiles_writes_nothing(tmp_path: Path) -> None:
+    """Only torch.compile serving compiles (left out: manifests hold Triton kernels), or none at
+    all for the rank asked: exit 1, one last line saying which, nothing written."""
+    from jitwatch.cli import app
+    from jitwatch.core.events import EventKind, Phase
+    from jitwatch.testing import JournalBuilder
+
+    jb = JournalBuilder(tmp_path / "j")
+    tc = {"backend": "torch_compile", "kernel": "f", "duration_s": 0.2}
+    jb.write(jb.event(EventKind.COMPILE, jb.t0, key="0/1", phase=Phase.SERVING, **tc))
+    out = tmp_path / "m.json"
+    args = ["manifest", "export", "--journal-dir", str(tmp_path / "j"), "-o", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1 and not out.exists(), res.output
+    assert res.stderr.splitlines()[0].startswith("  torch_compile compiles: left out (1): ")
+    assert "every one of the journal's serving-phase compiles was left out" in res.stderr.splitlines()[-1]
+    res = CliRunner().invoke(app, [*args, "--rank", "3"])
+    assert res.exit_code == 1 and not out.exists(), res.output
+    assert res.stderr.strip() == (
+        f"jitwatch: nothing to write to {out}: no serving-phase compiles of rank 3 in the journal; wrote nothing"
+        " (--allow-empty writes an empty manifest)"
+    )

@@ -210,9 +210,12 @@ def test_export_warns_about_and_leaves_out_main_kernels(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     with Journal(tmp_path / "j", readonly=True) as j:
         assert any(e.attrs.get("module") == "__main__" for e in j.events())
-    res = CliRunner().invoke(
-        app, ["manifest", "export", "--journal-dir", str(tmp_path / "j"), "-o", str(tmp_path / "m.json")]
-    )
+    args = ["manifest", "export", "--journal-dir", str(tmp_path / "j"), "-o", str(tmp_path / "m.json")]
+    res = CliRunner().invoke(app, args)  # nothing left to write: exit 1, nothing written
+    assert res.exit_code == 1, res.output
+    assert not (tmp_path / "m.json").exists() and "__main__.main_kernel" in res.stderr
+    assert res.stderr.splitlines()[-1].startswith(f"jitwatch: nothing to write to {tmp_path / 'm.json'}: every one")
+    res = CliRunner().invoke(app, [*args, "--allow-empty"])
     assert res.exit_code == 0, res.output
     assert "wrote" in res.output and "0 specializations" in res.output
     assert "__main__.main_kernel" in res.output and "__main__" in res.output.split("__main__.main_kernel", 1)[1]
