@@ -27,6 +27,7 @@ from jitwatch.demo.runner import (
 )
 from jitwatch.store.journal import JOURNAL_FILE
 from jitwatch.testing import free_port
+from tests._paths import ROOT
 
 
 def demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -219,12 +220,17 @@ def test_demo_error_mode_stops_with_one_clear_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_demo_sigterm_prints_stopped(tmp_path: Path) -> None:
-    """Serving until interrupted: SIGTERM stops worker and sidecar and prints a 'stopped' line."""
+    """Serving until interrupted: SIGTERM stops worker and sidecar and prints a 'stopped' line.
+    Before that, the serving hint's `jitwatch status --url …` is run as printed, through a shell
+    with the demo's PATH (with no jitwatch on it: .venv/bin is not on PATH after `make demo`)."""
     import signal
 
-    cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--port", str(free_port())]
+    port = free_port()
+    cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--port", str(port)]
     cmd += ["--journal-dir", str(tmp_path / "journal")]
-    proc = subprocess.Popen(cmd, env=demo_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    (tmp_path / "bin").mkdir()
+    env = demo_env(tmp_path, PATH=os.pathsep.join([str(tmp_path / "bin"), "/usr/bin", "/bin"]))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     seen = []
     try:
@@ -232,6 +238,11 @@ def test_demo_sigterm_prints_stopped(tmp_path: Path) -> None:
             seen.append(line)
             if "Ctrl-C to stop" in line:
                 break
+        hint = next(ln for ln in seen if "Try:" in ln).rstrip("\n")
+        status = hint.split(f"curl http://127.0.0.1:{port}/metrics", 1)[1].strip()
+        assert status.endswith(f" status --url http://127.0.0.1:{port}") and status.startswith("/"), hint
+        res = subprocess.run(["/bin/sh", "-c", status], env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0 and "zero_kv_blocks_kernel" in res.stdout, (status, res.stdout, res.stderr)
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=60)
     finally:
@@ -274,3 +285,51 @@ def test_summary_names_the_demo_journal_for_jitwatch_why(tmp_path: Path) -> None
     console = Console(record=True, width=400)
     print_summary(report, console)
     assert "--journal-dir" not in console.export_text()
+
+
+@pytest.mark.parametrize("on_path", [False, True])
+def test_the_fixes_hint_runs_as_printed(tmp_path: Path, on_path: bool) -> None:
+    """After `make demo`, `jitwatch` is .venv/bin/jitwatch, not on PATH: the summary's hint named a
+    bare `jitwatch why ...`, which the shell could not find. Now it names this interpreter's
+    script unless that one is on PATH; the printed command is run through a shell, as a user
+    pasting it would, with and without the environment's bin directory on PATH."""
+    import re
+
+    from rich.console import Console
+
+    from jitwatch.core.events import EventKind, Phase
+    from jitwatch.demo.runner import DemoReport, jitwatch_command, print_summary
+    from jitwatch.testing import JournalBuilder
+
+    bin_dir = os.path.dirname(sys.executable)
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    path = os.pathsep.join([bin_dir, "/usr/bin", "/bin"]) if on_path else str(empty)
+    journal_dir = tmp_path / "demo 9400"  # a space: the printed path must be quoted
+    jb = JournalBuilder(journal_dir)
+    jb.write(jb.event(EventKind.COMPILE, jb.t0, backend="triton", kernel="zero_kv_blocks_kernel", phase=Phase.SERVING))
+    jit = {
+        "ranks": [{"rank": 0, "ready": True, "warmup_compiles": 0, "serving_compiles": 1}],
+        "kernels": [],
+        "recent_serving_compiles": [
+            {"backend": "triton", "kernel": "zero_kv_blocks_kernel", "request_id": 3, "duration_s": 0.06,
+             "reason": "never warmed (no compile of this kernel before serving)"}
+        ],
+    }  # fmt: skip
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = path
+    try:
+        console = Console(record=True, width=60)  # narrower than the line: it must not be cut
+        print_summary(DemoReport(journal_dir=journal_dir, url="http://127.0.0.1:9400", jit=jit), console)
+        assert (jitwatch_command() == "jitwatch") is on_path
+    finally:
+        os.environ["PATH"] = old_path
+    match = re.search(r"^the fixes: (.+) \(also `", console.export_text(), flags=re.M)
+    assert match is not None, console.export_text()
+    command = match.group(1)
+    assert command.startswith("jitwatch why" if on_path else f"{bin_dir}/jitwatch why"), command
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update(PATH=path, PYTHONPATH=str(ROOT), COLUMNS="200")
+    res = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, (command, res.stderr)
+    assert "triton zero_kv_blocks_kernel compiled in serving" in res.stdout

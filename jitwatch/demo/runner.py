@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -68,6 +69,24 @@ class DemoReport:
     readyz: list[tuple[float, int]] = field(default_factory=list)
     jit: dict[str, Any] = field(default_factory=dict)
     metrics: str = ""
+
+
+def jitwatch_command() -> str:
+    """The ``jitwatch`` command as the demo prints it in its hints, runnable in another terminal as
+    printed: ``jitwatch`` when the ``jitwatch`` found on ``PATH`` is this interpreter's; else the
+    path of this interpreter's ``jitwatch`` script (``make demo`` installs it into ``.venv/bin``,
+    which is not on ``PATH`` unless the environment is activated); else ``<python> -m jitwatch``.
+    Shell-quoted; only ``shutil.which`` and ``os.path.samefile``, nothing is run."""
+    ours = shutil.which("jitwatch", path=os.path.dirname(sys.executable))
+    found = shutil.which("jitwatch")
+    if ours is None:
+        return f"{shlex.quote(sys.executable)} -m jitwatch"
+    try:
+        if found is not None and os.path.samefile(found, ours):
+            return "jitwatch"
+    except OSError:
+        pass
+    return shlex.quote(os.path.abspath(ours))
 
 
 def default_journal_dir(port: int = DEFAULT_PORT, settings: Settings | None = None) -> Path:
@@ -338,7 +357,9 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
                     serving = True  # from here on, Ctrl-C / SIGTERM is the normal way to stop
                     console.print(
                         f"\nServing (one step a second). Try:  curl {url}/jit   curl {url}/metrics   "
-                        f"jitwatch status --url {url}\nCtrl-C to stop."
+                        f"{jitwatch_command()} status --url {url}\nCtrl-C to stop.",
+                        markup=False,
+                        soft_wrap=True,
                     )
                     while proc.poll() is None:
                         time.sleep(0.5)
@@ -416,8 +437,11 @@ def _short_key(key: str | None, width: int = 70) -> str:
 
 
 def print_summary(report: DemoReport, console: Any) -> None:
-    """A short rich summary built from ``/jit`` plus the worker's own report."""
+    """A short rich summary built from ``/jit`` plus the worker's own report. The line with the
+    ``jitwatch why`` command is printed literally (no markup) and unwrapped by rich (the terminal
+    wraps it), so it can be copied and run as printed."""
     from rich.table import Table
+    from rich.text import Text
 
     jit = report.jit
     steps = report.scenario.get("steps", [])
@@ -442,7 +466,7 @@ def print_summary(report: DemoReport, console: Any) -> None:
     sizes = sorted({s["num_tokens"] for s in steps})
     first = rank.get("first_request_latency_s")
     warm = rank.get("warmup_duration_s")
-    lines = [
+    lines: list[str | Text] = [
         f"warmup: {'complete' if rank.get('ready') else 'NOT complete'} in "
         f"{'-' if warm is None else f'{warm:.3f}s'}, {rank.get('warmup_compiles')} compile(s)"
         + ("" if report.warmup.get("ran") else " (--no-warmup: slot-mapping warmup skipped)"),
@@ -465,9 +489,13 @@ def print_summary(report: DemoReport, console: Any) -> None:
     if serving:
         # The demo's journal is <JITWATCH_DIR>/demo-<port>, not the default that `jitwatch why`,
         # `coverage` and `manifest export` read: a bare `jitwatch why` says "no journal at ...".
+        # And after `make demo` the command is .venv/bin/jitwatch, not on PATH: printed runnable.
+        jw = jitwatch_command()
         lines.append(
-            f"the fixes: jitwatch why --journal-dir {report.journal_dir} "
-            "(also `jitwatch coverage` / `jitwatch manifest export` with the same --journal-dir)"
+            Text(
+                f"the fixes: {jw} why --journal-dir {shlex.quote(str(report.journal_dir))} "
+                "(also `coverage` / `manifest export` with the same --journal-dir)"
+            )
         )
     if source == "reference":
         lines.append(
@@ -477,4 +505,4 @@ def print_summary(report: DemoReport, console: Any) -> None:
     elif source == "kernel":
         lines.append(f"kernels launched on {report.worker.get('device')} (checked against the torch reference)")
     for line in lines:
-        console.print(line)
+        console.print(line, soft_wrap=isinstance(line, Text))
