@@ -145,12 +145,13 @@ def compiled_again(name: str) -> Reason:
 
 def warm_fix(name: str, backend: str | None = None, *, listener_only: bool = False) -> str:
     """The fix for a serving compile of ``name`` that warmup missed: warm it, or (Triton, and a
-    ``backend`` of ``None``) record a manifest and replay it; other backends' compiles are not in
+    ``backend`` of ``None`` or ``""``: a jitwatch 0.1 journal's compiles, all Triton) record a
+    manifest and replay it; other backends' compiles are not in
     manifests, so the fix does not offer one, nor does a listener-only Triton compile's
     (:func:`listener_only_fix`)."""
     if listener_only:
         return listener_only_fix(name)
-    if backend is None or backend in MANIFEST_BACKENDS:
+    if not backend or backend in MANIFEST_BACKENDS:
         return (
             f"call {name} in warmup with serving's arguments, or record a manifest "
             "(`jitwatch manifest export`) and replay it at startup (`jitwatch warmup replay`)"
@@ -163,9 +164,9 @@ def warm_fix(name: str, backend: str | None = None, *, listener_only: bool = Fal
 
 def new_key_fix(name: str, backend: str | None, *, listener_only: bool = False) -> str:
     """The fix for a serving compile of a new key of ``name`` whose other keys were warmed:
-    replay a manifest of serving's keys (:data:`MANIFEST_BACKENDS`, not a listener-only compile),
-    else :func:`warm_fix`."""
-    if backend in MANIFEST_BACKENDS and not listener_only:
+    replay a manifest of serving's keys (:data:`MANIFEST_BACKENDS`, or ``""``: a jitwatch 0.1
+    journal's compiles, all Triton; not a listener-only compile), else :func:`warm_fix`."""
+    if (backend == "" or backend in MANIFEST_BACKENDS) and not listener_only:
         return "record a manifest of serving's keys and replay it in warmup"
     return warm_fix(name, backend, listener_only=listener_only)
 

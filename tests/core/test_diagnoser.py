@@ -57,3 +57,19 @@ def test_an_unexplained_new_key_names_its_kernel() -> None:
     reason = d.observe(ev)
     assert reason is not None and reason.kind == "unknown"
     assert ev.attrs["reason"] == "new key; 2 other key(s) of kernel fused_rmsnorm were warmed"
+
+
+def test_a_compile_without_backend_gets_the_triton_fixes() -> None:
+    """A compile event with an empty ``backend`` (what a jitwatch 0.1 journal holds: all Triton)
+    gets Triton's fixes, never "… not 's" with the empty name in it."""
+    from jitwatch.backends.explain import new_key_fix, warm_fix
+
+    d = Diagnoser()
+    never = _compile(Phase.SERVING, "old_kernel", "a", backend="")
+    d.observe(never)
+    assert never.attrs["fixes"] == [warm_fix("old_kernel", "triton")]
+    d.observe(_compile(Phase.WARMUP, "warmed_kernel", "a", backend=""))
+    new = _compile(Phase.SERVING, "warmed_kernel", "b", backend="")
+    d.observe(new)
+    assert new.attrs["fixes"] == [new_key_fix("warmed_kernel", "triton")]
+    assert all("not 's" not in f for f in never.attrs["fixes"] + new.attrs["fixes"])
