@@ -416,6 +416,9 @@ class Settings:
     """``JITWATCH_EVENTS_EXPORTER``: ``none`` or ``otlp``."""
     errors: tuple[tuple[str, str], ...] = ()
     """``(variable, message)`` for each unusable variable, only with ``from_env(strict=False)``."""
+    journal_dir_source: str = "unset"
+    """How ``JITWATCH_DIR`` gave :attr:`journal_dir`: ``set`` (its value), ``empty`` (set to ``""``:
+    the default, as when ``unset``) or ``unset``; the CLI says which journal it read from this."""
     collective_deadline_s: float = DEFAULT_COLLECTIVE_DEADLINE_S
     collective_deadline_source: str = "default"
     """Where :attr:`collective_deadline_s` came from: a variable's name or ``default``."""
@@ -454,6 +457,11 @@ class Settings:
         )
         return cls(
             journal_dir=default_journal_dir(env),
+            journal_dir_source="set"
+            if env.get(JITWATCH_DIR)
+            else "unset"
+            if env.get(JITWATCH_DIR) is None
+            else "empty",
             mode=get(JITWATCH_MODE, lambda: parse_mode(env.get(JITWATCH_MODE)), Mode.WARN),
             host=env.get(JITWATCH_HOST) or DEFAULT_HOST,
             port=get(

@@ -64,6 +64,7 @@ def test_every_variable_is_read() -> None:
     s = Settings.from_env(env)
     assert s == Settings(
         journal_dir=Path("/tmp/jw-x"),
+        journal_dir_source="set",
         mode=Mode.ERROR,
         host="0.0.0.0",
         port=0,
@@ -221,3 +222,14 @@ def test_for_worker_ignores_a_bad_sidecar_only_variable(name: str) -> None:
 def test_sidecar_only_variables_are_not_worker_variables() -> None:
     assert not set(config.SIDECAR_ONLY_VARIABLES) & set(config.WORKER_VARIABLES)
     assert set(config.SIDECAR_ONLY_VARIABLES) <= set(ALL_VARIABLES)
+
+
+@pytest.mark.parametrize(
+    ("env", "source"), [({"JITWATCH_DIR": "/tmp/jw-y"}, "set"), ({"JITWATCH_DIR": ""}, "empty"), ({}, "unset")]
+)
+def test_the_journal_dir_says_where_it_came_from(env: dict[str, str], source: str) -> None:
+    """``journal_dir_source``: what the CLI's "journal: <dir> (...)" line says, read here once
+    (nothing else reads ``JITWATCH_DIR``); an empty value gives the default directory, as unset."""
+    settings = Settings.from_env({"HOME": "/tmp/jw-home", **env})
+    assert settings.journal_dir_source == source
+    assert (settings.journal_dir == Path("/tmp/jw-y")) is (source == "set")

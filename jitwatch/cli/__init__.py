@@ -155,10 +155,9 @@ def _journal_dir(journal_dir: Path | None, settings: Settings) -> tuple[Path, st
     from (for :func:`_say_journal`)."""
     if journal_dir is not None:
         return journal_dir, None
-    raw = os.environ.get(config.JITWATCH_DIR)
-    if raw:
+    if settings.journal_dir_source == "set":
         return settings.journal_dir, f"from {config.JITWATCH_DIR}"
-    state = "unset" if raw is None else "empty"  # JITWATCH_DIR= counts as unset, but is not
+    state = settings.journal_dir_source  # "unset", or "empty": JITWATCH_DIR= counts as unset, but is not
     return settings.journal_dir, f"the default: {config.JITWATCH_DIR} is {state}; --journal-dir reads another"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 import sys
 from types import ModuleType
@@ -11,10 +12,14 @@ import pytest
 
 from tests._paths import ROOT
 
+_OTEL_SDK_DISABLED = os.environ.get("OTEL_SDK_DISABLED")
+"""As it was before the benchmark module was loaded."""
+
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
     sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmark imports its sibling _common
+    saved = os.environ.copy()  # _common sets OTEL_SDK_DISABLED for benchmark runs: not for the tests after this one
     try:
         spec = importlib.util.spec_from_file_location("bench_cost_floor", ROOT / "benchmarks" / "bench_cost_floor.py")
         assert spec is not None and spec.loader is not None
@@ -23,6 +28,8 @@ def bench() -> ModuleType:
         return module
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _rounds(n: int, added: float, floor: float, spread: float, seed: int) -> tuple[list[float], list[float]]:
@@ -61,3 +68,9 @@ def test_no_interval_for_too_few_rounds_or_a_floor_at_zero(bench: ModuleType) ->
     assert bench._ratio_ci90([1.0] * 9, [1.0] * 9) is None
     assert bench._ratio_ci90([1.0] * 20, [1.0] * 19) is None
     assert bench._ratio_ci90(*_rounds(50, 100.0, 0.0, 50.0, seed=2)) is None
+
+
+def test_loading_the_benchmark_leaves_the_environment_as_it_was(bench: ModuleType) -> None:
+    """The benchmarks' ``_common`` disables the OpenTelemetry SDK for their runs; loading them here
+    must not disable it for the tests that run after this module (the warmup-span tests did fail)."""
+    assert bench.os.environ is os.environ and os.environ.get("OTEL_SDK_DISABLED") == _OTEL_SDK_DISABLED
