@@ -182,14 +182,9 @@ def crafted() -> list[Event]:
     ]
 
 
-def test_crafted_events_store_identical_tables_and_drop_only_the_unstorable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each crafted event alone, then all of them in one batch with other kinds between them, then
-    again (everything known to the connection): identical tables; the lean loop took the common
-    shape itself (the general path saw only the others)."""
-    evs = crafted()
-    assert len(evs) == 39
+def general_path_events(monkeypatch: pytest.MonkeyPatch) -> list[Event]:
+    """The events a lean journal hands to the general path (``Journal._stat_row``, not careful),
+    appended to the returned list as they are written."""
     general: list[Event] = []
     real = Journal._stat_row
 
@@ -199,6 +194,18 @@ def test_crafted_events_store_identical_tables_and_drop_only_the_unstorable(
         return real(self, conn, ev, *args, **kwargs)
 
     monkeypatch.setattr(Journal, "_stat_row", counting)
+    return general
+
+
+def test_crafted_events_store_identical_tables_and_drop_only_the_unstorable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each crafted event alone, then all of them in one batch with other kinds between them, then
+    again (everything known to the connection): identical tables; the lean loop took the common
+    shape itself (the general path saw only the others)."""
+    evs = crafted()
+    assert len(evs) == 39
+    general = general_path_events(monkeypatch)
     others = [
         make_event(EventKind.WORKER_START, T0, attrs={"mode": "warn"}),
         make_event(EventKind.REQUEST_STALL, T0 + 0.5, duration_s=0.01, attrs={"compile_seconds_by_backend": {}}),
@@ -234,15 +241,7 @@ def test_subclassed_and_incomplete_events_store_identical_tables(
     subclass (read by attribute) is stored as the general path stores it, by the lean loop itself;
     one whose ``__dict__`` lacks a field (a foreign caller's doing) goes to the general path, which
     drops and counts it, as without the lean loop."""
-    general: list[Event] = []
-    real = Journal._stat_row
-
-    def counting(self: Journal, conn: Any, ev: Event, *args: Any, **kwargs: Any) -> Any:
-        if self._lean and not kwargs.get("careful"):
-            general.append(ev)
-        return real(self, conn, ev, *args, **kwargs)
-
-    monkeypatch.setattr(Journal, "_stat_row", counting)
+    general = general_path_events(monkeypatch)
     subs = [
         SubEvent(**{k: getattr(ev, k) for k in Event.model_fields})
         for ev in (compile_event(1, 32), compile_event(2, 64))
