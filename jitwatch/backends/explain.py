@@ -171,6 +171,17 @@ def new_key_fix(name: str, backend: str | None, *, listener_only: bool = False) 
     return warm_fix(name, backend, listener_only=listener_only)
 
 
+def new_key(name: str, warmed: int, backend: str | None, *, listener_only: bool = False) -> Reason:
+    """The ``unknown`` reason of a serving compile of a new key of ``name`` whose ``warmed`` other
+    keys compiled before serving and whose difference nothing explains (no explainer, or a
+    listener-only key: Triton's cache hash); its fix is :func:`new_key_fix`."""
+    return Reason(
+        "unknown",
+        f"new key; {warmed} other key(s) of kernel {name} were warmed",
+        fixes=(new_key_fix(name, backend, listener_only=listener_only),),
+    )
+
+
 def never_warmed(
     name: str, label: str = "kernel", backend: str | None = None, *, listener_only: bool = False
 ) -> Reason:
@@ -226,6 +237,7 @@ __all__ = [
     "is_listener_only",
     "listener_only_fix",
     "never_warmed",
+    "new_key",
     "new_key_fix",
     "warm_fix",
 ]

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jitwatch.backends.explain import Reason, Seen, compiled_again, is_listener_only, never_warmed, new_key_fix
+from jitwatch.backends.explain import Reason, Seen, compiled_again, is_listener_only, never_warmed, new_key
 from jitwatch.core.events import Event, EventKind, Phase
 
 log = logging.getLogger(__name__)
@@ -112,11 +112,7 @@ class Diagnoser:
             reason = fn(Seen(event.key, event.attrs), list(base.values()))
             if reason is not None:
                 return reason
-        return Reason(
-            "unknown",
-            f"new key; {len(base)} other key(s) of kernel {event.kernel} were warmed",
-            fixes=(new_key_fix(event.kernel or "this kernel", event.backend, listener_only=listener_only),),
-        )
+        return new_key(event.kernel or "this kernel", len(base), event.backend, listener_only=listener_only)
 
 
 __all__ = ["MAX_BASELINE_KEYS", "MAX_KERNELS", "Diagnoser", "ExplainFn", "explainers_of"]

@@ -65,7 +65,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from jitwatch.backends.explain import Reason, Seen, is_listener_only, never_warmed, new_key_fix
+from jitwatch.backends.explain import Reason, Seen, is_listener_only, never_warmed, new_key
 from jitwatch.backends.triton.explain import explain as explain_key
 from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import resolve_kernel
@@ -418,11 +418,7 @@ def _key_reason(name: str, o: _Obs, key: str) -> Reason:
     listener_only = o.keyed.get(key, (False, False))[0]
     if not o.warm_keys:
         return never_warmed(name, backend="triton", listener_only=listener_only)
-    return Reason(
-        "unknown",
-        f"new key; {len(o.warm_keys)} other key(s) of kernel {name} were warmed",
-        fixes=(new_key_fix(name, "triton", listener_only=listener_only),),
-    )
+    return new_key(name, len(o.warm_keys), "triton", listener_only=listener_only)
 
 
 def _missing(name: str, o: _Obs) -> list[MissingKey]:
