@@ -9,9 +9,11 @@ argument class was warmed, never together). The core computes it on the journal 
 
 A backend that can read its own keys offers ``explain(new, baseline)`` (see :class:`Explainer`):
 ``new`` is the serving compile, ``baseline`` the compiles of the same kernel before serving, each
-as a :class:`Seen` (key + the event's ``attrs``). A backend whose compiler states the reason itself
-(torch.compile: Dynamo's guard failure) puts it in the event's ``attrs["reason"]`` and jitwatch keeps
-it as it is (kind ``compiler``).
+as a :class:`Seen` (key + the event's ``attrs``). A backend some of whose keys have no argument
+classes (Triton's listener-only compiles: the key is Triton's cache hash) also offers
+``by_exact_key(attrs)``: such a key is compared by exact key, never diffed. A backend whose
+compiler states the reason itself (torch.compile: Dynamo's guard failure) puts it in the event's
+``attrs["reason"]`` and jitwatch keeps it as it is (kind ``compiler``).
 
 Event fields (``attrs``) written for every serving compile: ``reason`` (one line),
 ``reason_kind`` (one of :data:`REASON_KINDS`), ``reason_changes`` (a list of
@@ -20,7 +22,7 @@ Event fields (``attrs``) written for every serving compile: ``reason`` (one line
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -102,22 +104,11 @@ class Reason:
 MANIFEST_BACKENDS = frozenset({"triton"})
 """Backends whose compiles a warmup manifest can record and replay (``jitwatch.warmup.replay``)."""
 
-LISTENER_ONLY_SOURCE = "compilation_listener"
-"""``attrs["source"]`` of a *listener-only* Triton compile: one Triton reported only through
-``knobs.compilation.listener`` (a direct ``triton.compile``, as Inductor compiles its kernels; any
-compile on a Triton without the JIT hooks). Its key is Triton's cache hash and it carries no
-``specialization_data``: a warmup manifest cannot record or replay it."""
-
-
-def is_listener_only(attrs: Mapping[str, Any]) -> bool:
-    """Whether a compile event's ``attrs`` are those of a listener-only compile
-    (:data:`LISTENER_ONLY_SOURCE`)."""
-    return attrs.get("source") == LISTENER_ONLY_SOURCE
-
 
 def listener_only_fix(name: str) -> str:
     """The fix for a serving compile of ``name`` that Triton reported only through its compilation
-    listener (:data:`LISTENER_ONLY_SOURCE`): run, in warmup, the code path that compiles it. No
+    listener (:data:`jitwatch.backends.triton.explain.LISTENER_ONLY_SOURCE`; its explainer's
+    :meth:`Explainer.by_exact_key` is true): run, in warmup, the code path that compiles it. No
     manifest: export leaves these compiles out (``jitwatch.warmup.manifest.build``)."""
     return (
         f"run the code path that compiles {name} in warmup, with serving's shapes and dtypes: the "
@@ -127,11 +118,12 @@ def listener_only_fix(name: str) -> str:
 
 
 def compiled_again(name: str) -> Reason:
-    """The reason of a serving compile of a listener-only key (:data:`LISTENER_ONLY_SOURCE`: Triton's
-    cache hash) that already compiled before serving: the key is not new, the code path compiled
-    it again instead of reusing the kernel. A direct ``triton.compile`` keeps no in-memory cache
-    (every call compiles, a disk-cache hit at best); Inductor compiles a graph's kernels again when
-    the graph is compiled again (a Dynamo recompile)."""
+    """The reason of a serving compile of a key compared by exact key (:meth:`Explainer.by_exact_key`;
+    Triton: a listener-only key, Triton's cache hash) that already compiled before serving: the key
+    is not new, the code path compiled it again instead of reusing the kernel. A direct
+    ``triton.compile`` keeps no in-memory cache (every call compiles, a disk-cache hit at best);
+    Inductor compiles a graph's kernels again when the graph is compiled again (a Dynamo
+    recompile)."""
     return Reason(
         "unknown",
         "the same key compiled before serving: this code path compiled it again instead of reusing the kernel",
@@ -213,28 +205,73 @@ def from_changes(changes: Sequence[Change], *, combination_fix: str) -> Reason:
     return Reason(kind, body, tuple(changes), fixes)
 
 
-class Explainer(Protocol):
-    """What a backend offers (as a method ``explain``) to say why a serving compile happened.
+ExplainFn = Callable[[Seen, Sequence[Seen]], Reason | None]
+"""A backend's ``explain(new, baseline)``: see :meth:`Explainer.explain`."""
+ExactKeyFn = Callable[[Mapping[str, Any]], bool]
+"""A backend's ``by_exact_key(attrs)``: see :meth:`Explainer.by_exact_key`."""
 
-    Runs on the journal writer's thread (or in a reader), never on a compiling thread. Must not
-    raise for any key/attrs shape (return ``None`` when it cannot read them).
+
+class Explainer(Protocol):
+    """What a backend offers (as methods ``explain`` and, optionally, ``by_exact_key``) to say why a
+    serving compile happened.
+
+    Runs on the journal writer's thread (or in a reader), never on a compiling thread. Neither
+    method may raise for any key/attrs shape.
     """
 
-    def __call__(self, new: Seen, baseline: Sequence[Seen]) -> Reason | None: ...
+    def explain(self, new: Seen, baseline: Sequence[Seen]) -> Reason | None:
+        """Why ``new`` compiled, given the same kernel's compiles before serving (``baseline``, at
+        least one); ``None`` when the backend cannot read the keys."""
+        ...
+
+    def by_exact_key(self, attrs: Mapping[str, Any]) -> bool:
+        """Whether the compile whose event has these ``attrs`` has a key without argument classes,
+        to be compared by exact key: only the same key compiled before serving covers it, nothing
+        is diffed (:meth:`explain` is not asked), and its fixes are those of a compile no manifest
+        can hold (:func:`listener_only_fix`; :func:`compiled_again` when the same key compiled
+        before serving). Triton: a listener-only compile, its key Triton's cache hash
+        (:func:`jitwatch.backends.triton.explain.by_exact_key`). A backend without this method:
+        never."""
+        ...
+
+
+def _never(attrs: Mapping[str, Any]) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class KeyExplainer:
+    """An :class:`Explainer` made of a backend's functions: ``explain`` and ``by_exact_key``
+    (default: never by exact key, for a backend that offers only ``explain``)."""
+
+    explain: ExplainFn
+    by_exact_key: ExactKeyFn = _never
+
+
+def explainer_of(backend: Any) -> Explainer | None:
+    """The :class:`Explainer` of a backend object (its ``explain`` and optional ``by_exact_key``
+    methods), or of a bare ``explain`` function; ``None`` when it offers no ``explain``."""
+    fn = getattr(backend, "explain", None)
+    if not callable(fn):
+        return KeyExplainer(backend) if callable(backend) else None
+    exact = getattr(backend, "by_exact_key", None)
+    return KeyExplainer(fn, exact if callable(exact) else _never)
 
 
 __all__ = [
-    "LISTENER_ONLY_SOURCE",
     "MANIFEST_BACKENDS",
     "REASON_KINDS",
     "Change",
+    "ExactKeyFn",
+    "ExplainFn",
     "Explainer",
+    "KeyExplainer",
     "Reason",
     "ReasonKind",
     "Seen",
     "compiled_again",
+    "explainer_of",
     "from_changes",
-    "is_listener_only",
     "listener_only_fix",
     "never_warmed",
     "new_key",

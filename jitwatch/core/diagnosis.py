@@ -9,7 +9,12 @@ written into its ``attrs`` (``reason``, ``reason_kind``, ``reason_changes``, ``f
   kept verbatim, kind ``compiler``;
 * nothing of that kernel compiled before serving: ``never warmed``;
 * else the backend's ``explain`` (Triton: :func:`jitwatch.backends.triton.explain.explain`) diffs
-  the key against the nearest baseline key; a backend without one gets kind ``unknown``.
+  the key against the nearest baseline key; a backend without one gets kind ``unknown``;
+* unless the backend's ``by_exact_key`` says the key has no argument classes (Triton: a
+  listener-only compile, its key Triton's cache hash): nothing is diffed, the same key before
+  serving means it compiled again (:func:`~jitwatch.backends.explain.compiled_again`), another key
+  is ``unknown``, and the fixes are those no manifest can replay. The core knows no backend's
+  specifics: each backend's :class:`~jitwatch.backends.explain.Explainer` answers for its keys.
 
 In a worker it runs on the journal writer's thread (the monitor's deferred events call it while
 being built), never on the compiling thread. Readers use the same class over a journal's events
@@ -20,10 +25,19 @@ being built), never on the compiling thread. Readers use the same class over a j
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jitwatch.backends.explain import Reason, Seen, compiled_again, is_listener_only, never_warmed, new_key
+from jitwatch.backends.explain import (
+    Explainer,
+    ExplainFn,
+    Reason,
+    Seen,
+    compiled_again,
+    explainer_of,
+    never_warmed,
+    new_key,
+)
 from jitwatch.core.events import Event, EventKind, Phase
 
 log = logging.getLogger(__name__)
@@ -36,16 +50,15 @@ _KEEP = ("signature", "options", "constexprs")
 _COMPILE = EventKind.COMPILE
 _SERVING = Phase.SERVING
 
-ExplainFn = Callable[[Seen, Sequence[Seen]], Reason | None]
 
-
-def explainers_of(backends: Sequence[Any]) -> dict[str, ExplainFn]:
-    """``{backend name: explain}`` for the backends that have an ``explain`` method."""
-    out: dict[str, ExplainFn] = {}
+def explainers_of(backends: Sequence[Any]) -> dict[str, Explainer]:
+    """``{backend name: Explainer}`` for the backends that have an ``explain`` method (and, if they
+    have one, their ``by_exact_key``: :func:`~jitwatch.backends.explain.explainer_of`)."""
+    out: dict[str, Explainer] = {}
     for b in backends:
-        fn = getattr(b, "explain", None)
-        if callable(fn):
-            out[str(b.name)] = fn
+        ex = explainer_of(b)
+        if ex is not None:
+            out[str(b.name)] = ex
     return out
 
 
@@ -53,11 +66,17 @@ class Diagnoser:
     """Writes a reason into every serving-phase ``compile`` event it is shown (not thread-safe:
     one thread, the journal writer's, calls :meth:`observe`)."""
 
-    def __init__(self, explainers: Mapping[str, ExplainFn] | None = None) -> None:
-        self.explainers = dict(explainers or {})
+    def __init__(self, explainers: Mapping[str, Explainer | ExplainFn] | None = None) -> None:
+        """``explainers``: ``{backend name: Explainer}`` (:func:`explainers_of`); a bare
+        ``explain`` function is taken as an explainer that compares no key by exact key."""
+        self.explainers: dict[str, Explainer] = {}
+        for name, given in (explainers or {}).items():
+            ex = explainer_of(given)
+            if ex is not None:
+                self.explainers[name] = ex
         self._baseline: dict[tuple[str, str], dict[str, Seen]] = {}
         self._never: dict[tuple[str, str, bool], Reason] = {}
-        """``never_warmed`` reasons made so far, by ``(backend, kernel, listener-only)`` (a frozen ``Reason``,
+        """``never_warmed`` reasons made so far, by ``(backend, kernel, by exact key)`` (a frozen ``Reason``,
         shared: a kernel that was never warmed compiles several keys in serving). Read only while
         that kernel has no baseline, so a baseline added later needs no invalidation."""
         self.errors = 0
@@ -95,24 +114,24 @@ class Diagnoser:
             fixes = event.attrs.get("fixes")
             return Reason("compiler", given, fixes=tuple(str(f) for f in fixes) if isinstance(fixes, list) else ())
         ident = (event.backend, event.kernel or "")
-        listener_only = is_listener_only(event.attrs)
+        ex = self.explainers.get(event.backend)
+        exact = ex is not None and ex.by_exact_key(event.attrs) is True
         base = self._baseline.get(ident)
         if not base:
-            memo = (*ident, listener_only)
+            memo = (*ident, exact)
             reason = self._never.get(memo)
             if reason is None:
-                reason = never_warmed(event.kernel or "this kernel", backend=event.backend, listener_only=listener_only)
+                reason = never_warmed(event.kernel or "this kernel", backend=event.backend, listener_only=exact)
                 if len(self._never) < MAX_KERNELS:
                     self._never[memo] = reason
             return reason
-        if listener_only and (event.key or "") in base:  # Triton's cache hash, compiled before serving
+        if exact and (event.key or "") in base:  # e.g. Triton's cache hash, compiled before serving
             return compiled_again(event.kernel or "this kernel")
-        fn = self.explainers.get(event.backend)
-        if fn is not None and not listener_only:  # a listener-only key is Triton's cache hash: nothing to diff
-            reason = fn(Seen(event.key, event.attrs), list(base.values()))
+        if ex is not None and not exact:  # a key compared by exact key has nothing to diff
+            reason = ex.explain(Seen(event.key, event.attrs), list(base.values()))
             if reason is not None:
                 return reason
-        return new_key(event.kernel or "this kernel", len(base), event.backend, listener_only=listener_only)
+        return new_key(event.kernel or "this kernel", len(base), event.backend, listener_only=exact)
 
 
 __all__ = ["MAX_BASELINE_KEYS", "MAX_KERNELS", "Diagnoser", "ExplainFn", "explainers_of"]

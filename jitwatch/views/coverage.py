@@ -65,7 +65,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from jitwatch.backends.explain import Reason, Seen, is_listener_only, never_warmed, new_key
+from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key
+from jitwatch.backends.triton.explain import by_exact_key
 from jitwatch.backends.triton.explain import explain as explain_key
 from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import resolve_kernel
@@ -402,12 +403,13 @@ def _observe(o: _Obs, key: str, attrs: Mapping[str, Any], warm: bool) -> bool:
 
 
 def _by_key(o: _Obs, key: str, attrs: Mapping[str, Any], warm: bool) -> None:
-    """Count a compile without argument classes by its exact key: a listener-only Triton compile
-    (its key is Triton's cache hash, :func:`~jitwatch.backends.explain.is_listener_only`) or an
+    """Count a compile without argument classes by its exact key: one Triton's explainer compares
+    by exact key (a listener-only compile, its key Triton's cache hash:
+    :func:`~jitwatch.backends.triton.explain.by_exact_key`) or an
     event whose key does not parse or that has no ``signature`` (a failed capture, an older
     journal). Only the same key compiled before serving covers it."""
     listener_only, served = o.keyed.get(key, (False, False))
-    o.keyed[key] = (listener_only or is_listener_only(attrs), served or not warm)
+    o.keyed[key] = (listener_only or by_exact_key(attrs), served or not warm)
 
 
 def _key_reason(name: str, o: _Obs, key: str) -> Reason:

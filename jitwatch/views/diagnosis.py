@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from jitwatch.backends.explain import Explainer, ExplainFn
 from jitwatch.config import DEFAULT_STALE_SECONDS
-from jitwatch.core.diagnosis import Diagnoser, ExplainFn, explainers_of
+from jitwatch.core.diagnosis import Diagnoser, explainers_of
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import Journal
 
@@ -98,8 +99,9 @@ def inflight_of(
     return sorted(out, key=lambda c: c.start_ts)
 
 
-def registry_explainers() -> dict[str, ExplainFn]:
-    """``explain`` of every known backend that has one (built-in and entry points)."""
+def registry_explainers() -> dict[str, Explainer]:
+    """The :class:`~jitwatch.backends.explain.Explainer` (``explain``, ``by_exact_key``) of every
+    known backend that has one (built-in and entry points)."""
     from jitwatch.backends import create
 
     try:
@@ -108,7 +110,7 @@ def registry_explainers() -> dict[str, ExplainFn]:
         return {}
 
 
-def _reasoned(events: list[Event], explainers: Mapping[str, ExplainFn]) -> dict[int, Event]:
+def _reasoned(events: list[Event], explainers: Mapping[str, Explainer | ExplainFn]) -> dict[int, Event]:
     """Serving compiles of ``events`` with reasons computed per worker process, by id."""
     out: dict[int, Event] = {}
     by_worker: dict[tuple[str, int], list[Event]] = {}
@@ -155,7 +157,7 @@ def serving_reasons(
     backend: str | None = None,
     rank: int | None = None,
     limit: int = 50,
-    explainers: Mapping[str, ExplainFn] | None = None,
+    explainers: Mapping[str, Explainer | ExplainFn] | None = None,
 ) -> list[CompileReason]:
     """The newest ``limit`` serving compiles (newest first) with their reasons. Read-only; raises
     ``sqlite3.Error`` only."""

@@ -45,8 +45,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from jitwatch._version import __version__
-from jitwatch.backends.explain import is_listener_only
 from jitwatch.backends.triton.backend import jsonable
+from jitwatch.backends.triton.explain import is_listener_only
 from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import DOTTED_NAME, resolve_kernel
 from jitwatch.backends.triton.specialization import check_options, split_key

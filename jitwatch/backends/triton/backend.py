@@ -43,12 +43,12 @@ import inspect
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, CompileKind, CompileSink, LibraryBackend
-from jitwatch.backends.explain import LISTENER_ONLY_SOURCE, Reason, Seen
+from jitwatch.backends.explain import Reason, Seen
 from jitwatch.backends.triton import explain as _explain
 from jitwatch.backends.triton.hooks import HookLink, HookSet, TritonSupport
 from jitwatch.config import Mode
@@ -437,7 +437,7 @@ def listener_seconds(times: Any) -> float:
         return sum(stage_seconds(times).values())
 
 
-_LISTENER_SOURCE = LISTENER_ONLY_SOURCE
+_LISTENER_SOURCE = _explain.LISTENER_ONLY_SOURCE
 
 
 def _listener_capture(arg: tuple[Any, Any, Any, Any]) -> Capture:
@@ -527,6 +527,11 @@ class TritonBackend(LibraryBackend):
     def explain(self, new: Seen, baseline: Sequence[Seen]) -> Reason | None:
         """Why a serving compile happened: :func:`jitwatch.backends.triton.explain.explain`."""
         return _explain.explain(new, baseline)
+
+    def by_exact_key(self, attrs: Mapping[str, Any]) -> bool:
+        """Whether a compile is compared by exact key (a listener-only compile, its key Triton's
+        cache hash): :func:`jitwatch.backends.triton.explain.by_exact_key`."""
+        return _explain.by_exact_key(attrs)
 
     def hook_in(self, module: ModuleType) -> BackendStatus:
         self._lost_reason = None

@@ -20,6 +20,10 @@ launch option         ``num_warps: 4 → 8``          warm that option (autotune
 An argument that is an int in one key and ``('constexpr', 1)`` in another is an int folded to 1,
 not a constexpr. Pure functions of the key text and the event's ``attrs`` (``signature``,
 ``options``); nothing is imported, nothing evaluated (``ast.literal_eval`` only).
+
+A *listener-only* compile (``attrs.source`` is :data:`LISTENER_ONLY_SOURCE`) has no such key: its
+key is Triton's cache hash. :func:`by_exact_key` says so to the Diagnoser and to coverage (the
+:class:`~jitwatch.backends.explain.Explainer` protocol): it is compared by exact key, never diffed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,25 @@ INT_TYPES = frozenset(("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 """Options that callers and autotune configs set per launch; listed first in a reason."""
 _IGNORED_OPTIONS = frozenset(("debug", "instrumentation_mode", "fpsan_homomorphic_casts", "sanitize_overflow"))
+
+LISTENER_ONLY_SOURCE = "compilation_listener"
+"""``attrs["source"]`` of a *listener-only* Triton compile: one Triton reported only through
+``knobs.compilation.listener`` (a direct ``triton.compile``, as Inductor compiles its kernels; any
+compile on a Triton without the JIT hooks). Its key is Triton's cache hash and it carries no
+``specialization_data``: a warmup manifest cannot record or replay it."""
+
+
+def is_listener_only(attrs: Mapping[str, Any]) -> bool:
+    """Whether a compile event's ``attrs`` are those of a listener-only compile
+    (:data:`LISTENER_ONLY_SOURCE`)."""
+    return attrs.get("source") == LISTENER_ONLY_SOURCE
+
+
+def by_exact_key(attrs: Mapping[str, Any]) -> bool:
+    """Triton's answer to :meth:`jitwatch.backends.explain.Explainer.by_exact_key`: a listener-only
+    compile (:func:`is_listener_only`) is compared by exact key, its key being Triton's cache hash
+    (no argument classes to diff). Never raises."""
+    return is_listener_only(attrs)
 
 
 class _Facts:
@@ -182,4 +205,4 @@ def explain(new: Seen, baseline: Sequence[Seen]) -> Reason | None:
     )
 
 
-__all__ = ["LAUNCH_OPTIONS", "explain"]
+__all__ = ["LAUNCH_OPTIONS", "LISTENER_ONLY_SOURCE", "by_exact_key", "explain", "is_listener_only"]
