@@ -16,6 +16,7 @@ import re
 import sqlite3
 import stat
 from pathlib import Path
+from types import TracebackType
 from typing import Annotated
 
 import typer
@@ -43,7 +44,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def _journal_error(exc: Exception, journal_dir: Path, origin: str | None = None) -> typer.Exit:
     """Print why the journal in ``journal_dir`` cannot be read (``jitwatch: <exc>``, stderr) and
-    return the exit-1 :class:`typer.Exit` to raise. ``origin`` (:func:`_journal_dir`: the directory
+    return the exit-1 :class:`typer.Exit` to raise. ``origin`` (:func:`_read_journal`: the directory
     was not named by ``--journal-dir``) follows in parentheses, so ``no journal at`` says whether
     the path came from ``JITWATCH_DIR`` or the default. A missing journal next to ``jitwatch demo``
     journals (``<dir>/demo-<port>/journal.db``, the demo's default place) names them: a bare
@@ -86,7 +87,7 @@ def _check_journal_dir(journal_dir: Path, origin: str | None, option: str = "--j
 
     Args:
         journal_dir: the directory to read.
-        origin: ``None`` when ``option`` named it, else where it came from (:func:`_journal_dir`):
+        origin: ``None`` when ``option`` named it, else where it came from (:func:`_read_journal`):
             the line then names ``JITWATCH_DIR`` or the default instead of ``option``.
         option: the command-line option that names such a directory (``--expect-journal``).
 
@@ -149,23 +150,53 @@ def _check_backend(backend: str | None) -> None:
     )
 
 
-def _journal_dir(journal_dir: Path | None, settings: Settings) -> tuple[Path, str | None]:
+class _JournalRead:
+    """The journal directory a journal-reading command reads (:func:`_read_journal`), checked; used
+    as a context manager around the reads: a journal that cannot be read is one line on stderr and
+    exit 1 (:func:`_journal_error`), and after reads that succeeded, when the directory was not named
+    on the command line, which journal was read is said on stderr (stdout stays machine-readable):
+    ``journal: <dir> (from JITWATCH_DIR)`` or ``(the default: ...)``."""
+
+    __slots__ = ("origin", "path")
+
+    def __init__(self, path: Path, origin: str | None) -> None:
+        self.path = path
+        self.origin = origin
+        """``None`` when ``--journal-dir`` named it, else where it came from."""
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            if self.origin is not None:
+                typer.echo(plain(f"journal: {self.path} ({self.origin})"), err=True)
+        elif isinstance(exc, JOURNAL_READ_ERRORS):
+            raise _journal_error(exc, self.path, self.origin) from None
+
+
+def _read_journal(journal_dir: Path | None, settings: Settings) -> _JournalRead:
     """The journal directory a journal-reading command reads: ``--journal-dir``, else
-    ``$JITWATCH_DIR``, else the default; and, when not given on the command line, where it came
-    from (for :func:`_say_journal`)."""
+    ``$JITWATCH_DIR``, else the default; checked now (:func:`_check_journal_dir`), read inside
+    ``with`` the returned :class:`_JournalRead`.
+
+    Raises:
+        typer.Exit: code 2 or 1, after one line (:func:`_check_journal_dir`).
+    """
     if journal_dir is not None:
-        return journal_dir, None
-    if settings.journal_dir_source == "set":
-        return settings.journal_dir, f"from {config.JITWATCH_DIR}"
-    state = settings.journal_dir_source  # "unset", or "empty": JITWATCH_DIR= counts as unset, but is not
-    return settings.journal_dir, f"the default: {config.JITWATCH_DIR} is {state}; --journal-dir reads another"
-
-
-def _say_journal(journal_dir: Path, origin: str | None) -> None:
-    """Say, on stderr (stdout stays machine-readable), which journal was read when it was not named
-    on the command line: ``journal: <dir> (from JITWATCH_DIR)`` or ``(the default: ...)``."""
-    if origin is not None:
-        typer.echo(plain(f"journal: {journal_dir} ({origin})"), err=True)
+        path, origin = journal_dir, None
+    elif settings.journal_dir_source == "set":
+        path, origin = settings.journal_dir, f"from {config.JITWATCH_DIR}"
+    else:  # "unset", or "empty": JITWATCH_DIR= counts as unset, but is not
+        state = settings.journal_dir_source
+        path, origin = (
+            settings.journal_dir,
+            f"the default: {config.JITWATCH_DIR} is {state}; --journal-dir reads another",
+        )
+    _check_journal_dir(path, origin)
+    return _JournalRead(path, origin)
 
 
 def _settings(*uses: str) -> Settings:
@@ -486,13 +517,8 @@ def manifest_export(
     from jitwatch.fleet.stores import safe_location, write_manifest
     from jitwatch.warmup.manifest import build
 
-    jdir, origin = _journal_dir(journal_dir, _settings(config.JITWATCH_DIR))
-    _check_journal_dir(jdir, origin)
-    try:
+    with _read_journal(journal_dir, _settings(config.JITWATCH_DIR)) as jdir:
         manifest, problems = build(jdir, all_phases=all_phases, allow=_allow(allow), rank=rank)
-    except JOURNAL_READ_ERRORS as exc:
-        raise _journal_error(exc, jdir, origin) from None
-    _say_journal(jdir, origin)
     if not manifest.entries and not allow_empty:
         for kernel, why in problems.items():
             typer.echo(plain(f"  {kernel}: {why}"), err=True)
@@ -696,19 +722,13 @@ def why(
     from jitwatch.views.diagnosis import serving_reasons
 
     _check_backend(backend)
-    jdir, origin = _journal_dir(journal_dir, _settings(config.JITWATCH_DIR))
-    _check_journal_dir(jdir, origin)
     unfiltered: dict[str, int] = {}  # backend → serving compiles, when the filters found none
-    try:
-        with Journal(jdir, readonly=True) as journal:
-            reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
-            if not reasons and (kernel is not None or backend is not None or rank is not None):
-                for row in journal.stats():
-                    if row.kind == EventKind.COMPILE.value and row.phase == Phase.SERVING:
-                        unfiltered[row.backend] = unfiltered.get(row.backend, 0) + row.count
-    except JOURNAL_READ_ERRORS as exc:
-        raise _journal_error(exc, jdir, origin) from None
-    _say_journal(jdir, origin)
+    with _read_journal(journal_dir, _settings(config.JITWATCH_DIR)) as jdir, Journal(jdir, readonly=True) as journal:
+        reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
+        if not reasons and (kernel is not None or backend is not None or rank is not None):
+            for row in journal.stats():
+                if row.kind == EventKind.COMPILE.value and row.phase == Phase.SERVING:
+                    unfiltered[row.backend] = unfiltered.get(row.backend, 0) + row.count
     reasons.reverse()  # the newest `limit`, shown oldest first, like a log: text and --json alike
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in reasons], indent=2))
@@ -793,8 +813,7 @@ def coverage(
     )
 
     settings = _settings(config.JITWATCH_DIR, config.JITWATCH_MANIFEST_KEY)
-    jdir, origin = _journal_dir(journal_dir, settings)
-    _check_journal_dir(jdir, origin)
+    journal_read = _read_journal(journal_dir, settings)
     for prev in expect_journal or []:
         _check_journal_dir(prev, None, "--expect-journal")
     expected: list[Expected] = []
@@ -814,13 +833,13 @@ def coverage(
             modules.append(sys.modules.get(name) or importlib.import_module(name))
         except Exception as exc:  # noqa: BLE001 - the user's module failed to import
             raise _fail(f"--module {name}: import failed: {type(exc).__name__}: {exc}") from None
-    reading: Path | None = None  # the --expect-journal being read: its error is not the journal's
-    try:
+    with journal_read as jdir:
         for prev in expect_journal or []:
-            reading = Path(prev)
-            with Journal(prev, readonly=True) as old:
-                expected += expected_from_journal(old, source="journal")
-        reading = None
+            try:  # an --expect-journal's error is not the journal's
+                with Journal(prev, readonly=True) as old:
+                    expected += expected_from_journal(old, source="journal")
+            except JOURNAL_READ_ERRORS as exc:
+                raise _fail(f"--expect-journal {Path(prev)}: {exc}", 1) from None
         with Journal(jdir, readonly=True) as journal:
             known = known_kernels(modules)
             report = coverage_for_journal(journal, expected=expected, known=known)
@@ -828,11 +847,6 @@ def coverage(
                 report = coverage_for_journal(
                     journal, kernels=kernels_for_report(report, _allow(allow)), expected=expected, known=known
                 )
-    except JOURNAL_READ_ERRORS as exc:
-        if reading is not None:
-            raise _fail(f"--expect-journal {reading}: {exc}", 1) from None
-        raise _journal_error(exc, jdir, origin) from None
-    _say_journal(jdir, origin)
     if as_json:
         typer.echo(json.dumps({**report.model_dump(mode="json"), "complete": report.complete}, indent=2))
     else:
