@@ -469,3 +469,27 @@ def test_why_nothing_found_names_every_filter(tmp_path: Path) -> None:
     )
     res = runner.invoke(app, ["why", "--journal-dir", str(tmp_path), "--backend", "torch_compile", "--rank", "0"])
     assert " torch_compile f compiled in serving " in res.stdout and "triton" not in res.stdout
+
+
+@pytest.mark.parametrize("value", ["Triton", "tri-ton", "triton\n", "", "x" * 65])
+def test_status_backend_is_validated_before_the_request(server: str, tmp_path: Path, value: str) -> None:
+    """``status --backend`` takes what the sidecar's ``/jit?backend=`` takes, checked in the CLI as
+    ``why --backend`` is: one line, exit 2, the lower-case name suggested (it was the sidecar's
+    422 turned into a line, exit 1; ``""`` was no filter at all)."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    assert httpx.get(f"{server}/jit", params={"backend": value}, headers=headers).status_code == 422
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
+    for url in (server, closed):  # the sidecar is never asked: the same line, reachable or not
+        res = runner.invoke(app, ["status", "--url", url, "--token", TOKEN, "--backend", value])
+        assert res.exit_code == 2, res.output
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"jitwatch: --backend {value!r}"), lines
+        assert "is not a backend name" in lines[0] and res.stdout == ""
+        if value == "Triton":
+            assert lines[0].endswith("did you mean --backend triton?")
+    _two_backends(tmp_path)  # the server's journal: a valid name still reaches the sidecar's filter
+    res = runner.invoke(app, ["status", "--url", server, "--token", TOKEN, "--backend", "torch_compile", "--json"])
+    assert res.exit_code == 0, res.output
+    assert [(k["backend"], k["name"]) for k in json.loads(res.stdout)["kernels"]] == [("torch_compile", "f")]

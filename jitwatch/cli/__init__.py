@@ -326,8 +326,9 @@ def status(
     """Fetch /jit from a running sidecar and print ranks, kernels and serving-phase compiles.
 
     The sidecar is --url, else http://$JITWATCH_HOST:--port (127.0.0.1 for an unset host or
-    0.0.0.0, [::1] for ::; the port from --port, else $JITWATCH_PORT, else 9400). --url with --port
-    is refused (exit 2). A bad JITWATCH_HOST/PORT/TOKEN that --url/--port/--token replaces is not read.
+    0.0.0.0, [::1] for ::; the port from --port, else $JITWATCH_PORT, else 9400). --url with --port,
+    or a --backend that is not a backend name (as `why --backend`), is refused (exit 2). A bad
+    JITWATCH_HOST/PORT/TOKEN that --url/--port/--token replaces is not read.
     """
     import httpx
     from rich.console import Console
@@ -338,6 +339,7 @@ def status(
 
     if url is not None and port is not None:
         raise _fail(f"--url and --port are mutually exclusive: pass --url {url} alone, or --port {port} alone")
+    _check_backend(backend)  # before the request: the sidecar's 422 would be exit 1
     uses = [config.JITWATCH_HOST] if url is None else []  # a bad variable that --url/--port/--token
     uses += [config.JITWATCH_PORT] if url is None and port is None else []  # replaces is no error
     uses += [config.JITWATCH_TOKEN] if token is None else []
@@ -348,7 +350,7 @@ def status(
     # UTF-8 bytes: httpx encodes str header values as ASCII; the sidecar compares the raw bytes.
     headers = {b"Authorization": b"Bearer " + token.encode("utf-8")} if token else {}
     try:
-        params = {"backend": backend} if backend else {}
+        params = {"backend": backend} if backend is not None else {}
         resp = httpx.get(url.rstrip("/") + "/jit", headers=headers, params=params, timeout=timeout)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         raise _fail(f"invalid --url {url!r}: {exc}") from None
