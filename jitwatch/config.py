@@ -245,8 +245,15 @@ def _float(env: dict[str, str] | os._Environ[str], name: str, default: float, mi
     return value
 
 
+def _given(env: dict[str, str] | os._Environ[str], name: str) -> bool:
+    """Whether ``name`` is set to something other than blank: an empty value or only whitespace
+    counts as unset, as for every other variable (the numbers, the choices, ``JITWATCH_MANIFEST``)."""
+    return bool((env.get(name) or "").strip())
+
+
 def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
-    """``$JITWATCH_DIR``, else ``$XDG_STATE_HOME/jitwatch``, else ``~/.local/state/jitwatch``.
+    """``$JITWATCH_DIR``, else ``$XDG_STATE_HOME/jitwatch``, else ``~/.local/state/jitwatch``
+    (``JITWATCH_DIR`` empty or only spaces counts as unset).
 
     With no home directory (some containers): ``$XDG_RUNTIME_DIR/jitwatch`` (a per-user 0700
     directory by the XDG spec), else ``<tempdir>/jitwatch-<uid>``. That last name is predictable,
@@ -255,7 +262,7 @@ def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) ->
     (:func:`jitwatch.store.safety.prepare_writer_dir`): another user can at worst stop jitwatch
     writing there (it says so), never read or redirect the journal."""
     env = os.environ if env is None else env
-    if env.get(JITWATCH_DIR):
+    if _given(env, JITWATCH_DIR):
         return Path(env[JITWATCH_DIR]).expanduser()
     state = env.get("XDG_STATE_HOME")
     if not state:
@@ -417,8 +424,9 @@ class Settings:
     errors: tuple[tuple[str, str], ...] = ()
     """``(variable, message)`` for each unusable variable, only with ``from_env(strict=False)``."""
     journal_dir_source: str = "unset"
-    """How ``JITWATCH_DIR`` gave :attr:`journal_dir`: ``set`` (its value), ``empty`` (set to ``""``:
-    the default, as when ``unset``) or ``unset``; the CLI says which journal it read from this."""
+    """How ``JITWATCH_DIR`` gave :attr:`journal_dir`: ``set`` (its value), ``empty`` (set to ``""``
+    or only whitespace: the default, as when ``unset``) or ``unset``; the CLI says which journal it
+    read from this."""
     collective_deadline_s: float = DEFAULT_COLLECTIVE_DEADLINE_S
     collective_deadline_source: str = "default"
     """Where :attr:`collective_deadline_s` came from: a variable's name or ``default``."""
@@ -458,7 +466,7 @@ class Settings:
         return cls(
             journal_dir=default_journal_dir(env),
             journal_dir_source="set"
-            if env.get(JITWATCH_DIR)
+            if _given(env, JITWATCH_DIR)
             else "unset"
             if env.get(JITWATCH_DIR) is None
             else "empty",

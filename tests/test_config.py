@@ -225,7 +225,14 @@ def test_sidecar_only_variables_are_not_worker_variables() -> None:
 
 
 @pytest.mark.parametrize(
-    ("env", "source"), [({"JITWATCH_DIR": "/tmp/jw-y"}, "set"), ({"JITWATCH_DIR": ""}, "empty"), ({}, "unset")]
+    ("env", "source"),
+    [
+        ({"JITWATCH_DIR": "/tmp/jw-y"}, "set"),
+        ({"JITWATCH_DIR": ""}, "empty"),
+        ({"JITWATCH_DIR": "  "}, "empty"),
+        ({"JITWATCH_DIR": " \t\n"}, "empty"),
+        ({}, "unset"),
+    ],
 )
 def test_the_journal_dir_says_where_it_came_from(env: dict[str, str], source: str) -> None:
     """``journal_dir_source``: what the CLI's "journal: <dir> (...)" line says, read here once
@@ -233,3 +240,6 @@ def test_the_journal_dir_says_where_it_came_from(env: dict[str, str], source: st
     settings = Settings.from_env({"HOME": "/tmp/jw-home", **env})
     assert settings.journal_dir_source == source
     assert (settings.journal_dir == Path("/tmp/jw-y")) is (source == "set")
+    if source != "set":  # a blank value (only spaces) is empty, as the numbers' blanks are: not a directory "  "
+        assert settings.journal_dir == Settings.from_env({"HOME": "/tmp/jw-home"}).journal_dir
+        assert settings.journal_dir == default_journal_dir({"HOME": "/tmp/jw-home", **env})

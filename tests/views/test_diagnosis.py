@@ -190,15 +190,21 @@ def test_journal_commands_say_which_journal_they_read(
     assert from_env.stderr.splitlines()[0] == f"journal: {journal} (from JITWATCH_DIR)"
 
 
-def test_journal_line_says_an_empty_jitwatch_dir_is_empty(journal: Path, tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_journal_line_says_an_empty_jitwatch_dir_is_empty(
+    journal: Path, tmp_path: Path, monkeypatch, blank: str
+) -> None:
     """``JITWATCH_DIR=`` (set, empty) reads the default journal like an unset one, but the line said
-    ``JITWATCH_DIR is unset``: someone who set it (to an empty expansion) was told it was not set."""
+    ``JITWATCH_DIR is unset``: someone who set it (to an empty expansion) was told it was not set.
+    Only spaces is empty too (it was read as a directory named by those spaces, relative to the
+    working directory)."""
     import shutil
 
     state = tmp_path / "state"
     shutil.copytree(journal, state / "jitwatch")
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    monkeypatch.setenv("JITWATCH_DIR", "")
+    monkeypatch.setenv("JITWATCH_DIR", blank)
+    monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(app, ["why", "--json"])
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines() == [
