@@ -6,8 +6,9 @@
 #
 #   bash scripts/gpu-tier.sh            # with `carry: [".whl"]`, see benchmarks/README.md
 #
-# Missing pure-Python deps travel as wheels in .whl/ (pydantic, pydantic-core, annotated-types,
-# typing-inspection, typing-extensions; python 3.12 manylinux) and are installed into /tmp/site.
+# Missing deps travel as wheels in .whl/ (pydantic, pydantic-core, annotated-types,
+# typing-inspection, typing-extensions, orjson; python 3.12 manylinux) and are installed into
+# /tmp/site. Without the orjson wheel jitwatch still runs (the journal's stdlib JSON encoder, slower).
 # Writes at most 8 files under $OUT (default ./gpu-tier-out): env.txt, pytest-gpu.log, bench.log,
 # recompiles.json, hot_path.json, compile_cost.json, first_request.json, summary.txt.
 # Every step has its own time limit; the whole run stays under ~7 minutes on an H200.
@@ -38,7 +39,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
   "$PY" - <<'EOF'
 import platform, sys
 print("python", platform.python_version())
-for m in ("torch", "triton", "pydantic", "prometheus_client", "jitwatch"):
+for m in ("torch", "triton", "pydantic", "orjson", "prometheus_client", "jitwatch"):
     try:
         mod = __import__(m)
         print(m, getattr(mod, "__version__", "?"))

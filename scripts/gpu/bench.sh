@@ -4,7 +4,7 @@
 # jitwatch / the jitwatch of --before), journal µs and bytes per event. Results in $OUT.
 #
 # From the session's checkout (/work/main), with this worktree and the wheels the GPU image lacks
-# (pydantic & co, see benchmarks/README.md) carried:
+# (pydantic & co and orjson, see benchmarks/README.md) carried:
 #   run(carry=[".wt/perf", ".whl"], command="cd .wt/perf && WHL=../../.whl bash scripts/gpu/bench.sh", timeout_s=240)
 # BEFORE (default .bench-before, a `git archive <commit> jitwatch` tree, git-ignored) is measured side by side.
 set -u

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import sqlite3
 from pathlib import Path
@@ -265,7 +266,7 @@ _ODD_TEXT = st.sampled_from(
 _NUMBER = st.one_of(
     st.integers(min_value=-(2**80), max_value=2**80),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([0, 1, 2**63 - 1, 2**63, -(2**63) - 1]),
+    st.sampled_from([0, 1, 2**63 - 1, 2**63, -(2**63) - 1, 1e-05, 1e16, 5e-324, -0.0, None]),
 )
 
 
@@ -426,13 +427,64 @@ def test_compress_matches_a_fresh_compressor() -> None:
             assert specs.decode(want) == json.loads(text)
 
 
-def test_lean_loop_without_the_c_encoder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the C encoder is not used (``_compact_chunks`` is ``None``) the lean loop encodes the
-    attrs with the fallback encoder: the same tables."""
-    monkeypatch.setattr(journal_mod, "_compact_chunks", None)
-    evs = crafted()
+@pytest.mark.parametrize("encoder", ["stdlib", "stdlib_public"])
+def test_lean_loop_without_orjson_or_the_c_encoder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoder: str
+) -> None:
+    """Where orjson is not installed (``_compact_json`` is the stdlib encoder) and where the stdlib's
+    C encoder is not used either (its public ``JSONEncoder``), both paths encode the attrs with that
+    encoder: the same tables."""
+    stdlib = journal_mod._stdlib_json
+    if encoder == "stdlib_public":
+        stdlib = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+    monkeypatch.setattr(journal_mod, "_compact_json", stdlib)
+    evs = crafted() + float_events()
     lean_ids, general_ids = write_both(tmp_path, [evs, evs], writers=2)
     assert lean_ids == general_ids
+    con = sqlite3.connect(tmp_path / "lean" / JOURNAL_FILE)
+    try:
+        texts = [r[0] for r in con.execute("SELECT attrs FROM events")]
+    finally:
+        con.close()
+    assert any('"tiny":1e-05' in t for t in texts)  # the stdlib's float text: this encoder wrote them
+
+
+def float_events() -> list[Event]:
+    """Compile events whose attrs hold floats whose shortest text differs between encoders
+    (``1e-05`` / ``0.00001``), the extremes, a negative zero, non-ASCII text, a ``None`` beside a
+    float (orjson's ``null`` guard), and NaN nested deep."""
+    floats = {"tiny": 1e-05, "big": 1e16, "sub": 5e-324, "neg0": -0.0, "max": 1.7976931348623157e308, "third": 1 / 3}
+    return [
+        compile_event(40, 16, stages={"ttir": 1e-05, "cubin": 0.0001234}, **floats),  # known specialization
+        compile_event(41, 77, stages={"ttir": 1e-07}, note="ключ é 漢字 \u2028", **floats),  # a new one, non-ASCII
+        compile_event(42, 16, stages={"ttir": 1e-05}, gone=None, **floats),  # None: null in orjson's text
+        compile_event(43, 78, stages={"ttir": 2.5e-06, "nested": [{"x": float("nan")}]}),  # NaN deep: careful
+        compile_event(44, 16, stages={"ttir": 1e-05}, count=2**64 - 1, low=-(2**63), text="null"),
+    ]
+
+
+def test_float_texts_and_non_ascii_store_identical_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Floats written differently by orjson and the stdlib (``1e-05``), 5e-324, -0.0, non-ASCII text:
+    the lean loop and the general path store identical tables (the lean loop took the plain ones
+    itself), and every float reads back as the same ``float``, sign of zero included."""
+    general = general_path_events(monkeypatch)
+    evs = float_events()
+    lean_ids, general_ids = write_both(tmp_path, [evs, evs[::-1], evs], writers=2)
+    assert lean_ids == general_ids
+    assert evs[0] not in general and evs[1] not in general  # the lean loop's own
+    with Journal(tmp_path / "lean", readonly=True) as r:
+        back = r.events(kind=EventKind.COMPILE, limit=100, newest_first=False)
+    assert len(back) == 3 * len(evs)
+    for ev in back[: len(evs)]:
+        want = next(e for e in evs if e.ts == ev.ts).attrs
+        for name, value in want.items():
+            if name == "stages" and "nested" in value:
+                assert ev.attrs[name]["nested"] == [{"x": "nan"}]  # the careful path's text, as before
+                continue
+            got = ev.attrs[name]
+            assert got == value and type(got) is type(value), name
+            if isinstance(value, float):
+                assert math.copysign(1.0, got) == math.copysign(1.0, value), name
 
 
 @pytest.mark.parametrize("home", [HOME, "relative/home", "/home/al%ce/x"])
