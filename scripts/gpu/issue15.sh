@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Issue 15's H200 figures from ONE device call, on one host (ratios from one run):
+#   1. compile: disk-cache-hit compiles with Triton's CUDA backend and no launch (--no-launch),
+#      jitwatch's hook layouts alternated inside one process (added CPU vs the three- and
+#      two-slot no-op floors, with a 90 % bootstrap interval; the compiling thread net of a timed
+#      no-op; the tight loop), the tree in $BEFORE side by side;
+#   2. journal: µs and bytes per event, every layout, $JOURNAL_ROUNDS processes per tree;
+#   3. journal, paired: this journal.py against $PAIRED_BEFORE's, batch by batch in one process,
+#      and the A/A check.
+# From the session's checkout, with the wheels the GPU image lacks (benchmarks/README.md):
+#   run(carry=[".whl", ".bench-before", ".bench-before-j"], command="WHL=.whl OUT=$OUT/i15 bash scripts/gpu/issue15.sh")
+# ~6-8 minutes on an H200 host; each step has its own limit. Results in $OUT.
+set -u
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/gpu-issue15-out}"
+WHL="${WHL:-.whl/base}"
+BEFORE="${BEFORE:-$PWD/.bench-before}"
+PAIRED_BEFORE="${PAIRED_BEFORE:-$PWD/.bench-before-j/jitwatch/store/journal.py}"
+INPROC_ROUNDS="${INPROC_ROUNDS:-300}"
+JOURNAL_ROUNDS="${JOURNAL_ROUNDS:-7}"
+mkdir -p "$OUT"
+status=0
+t0=$SECONDS
+WHL="$WHL" BEFORE="$BEFORE" OUT="$OUT/compile" LIMIT_S="${COMPILE_LIMIT_S:-260}" bash scripts/gpu/bench.sh \
+  --sections compile --no-launch --two-slot-floor --reps 4 --rounds 2 --inproc-rounds "$INPROC_ROUNDS" || status=1
+echo "compile: $((SECONDS - t0)) s"
+t1=$SECONDS
+WHL="$WHL" BEFORE="$BEFORE" OUT="$OUT/journal" LIMIT_S="${JOURNAL_LIMIT_S:-150}" bash scripts/gpu/bench.sh \
+  --sections journal --journal-rounds "$JOURNAL_ROUNDS" || status=1
+echo "journal: $((SECONDS - t1)) s"
+t2=$SECONDS
+export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1 OTEL_SDK_DISABLED=true
+if [ -f "$PAIRED_BEFORE" ]; then
+  timeout "${PAIRED_LIMIT_S:-90}" python3 benchmarks/bench_journal_paired.py --before "$PAIRED_BEFORE" \
+    --cases fleet_per_rank,fleet --reps 4 --out "$OUT/journal/paired.json" 2>&1 | tail -4 || status=1
+  timeout "${PAIRED_LIMIT_S:-90}" python3 benchmarks/bench_journal_paired.py --before jitwatch/store/journal.py \
+    --cases fleet_per_rank --reps 2 --out "$OUT/journal/paired_aa.json" 2>&1 | tail -3 || status=1
+else
+  echo "no $PAIRED_BEFORE: paired journal skipped"
+fi
+echo "paired: $((SECONDS - t2)) s; total $((SECONDS - t0)) s"
+exit $status
