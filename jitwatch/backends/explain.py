@@ -11,7 +11,9 @@ A backend that can read its own keys offers ``explain(new, baseline)`` (see :cla
 ``new`` is the serving compile, ``baseline`` the compiles of the same kernel before serving, each
 as a :class:`Seen` (key + the event's ``attrs``). A backend some of whose keys have no argument
 classes (Triton's listener-only compiles: the key is Triton's cache hash) also offers
-``by_exact_key(attrs)``: such a key is compared by exact key, never diffed. A backend whose
+``by_exact_key(attrs)``: such a key is compared by exact key, never diffed; and
+``exact_key_fixes(name)`` says, in its own words, what removes such a compile (else a neutral text:
+:func:`neutral_exact_key_fixes`). A backend whose
 compiler states the reason itself (torch.compile: Dynamo's guard failure) puts it in the event's
 ``attrs["reason"]`` and jitwatch keeps it as it is (kind ``compiler``).
 
@@ -105,44 +107,59 @@ MANIFEST_BACKENDS = frozenset({"triton"})
 """Backends whose compiles a warmup manifest can record and replay (``jitwatch.warmup.replay``)."""
 
 
-def listener_only_fix(name: str) -> str:
-    """The fix for a serving compile of ``name`` that Triton reported only through its compilation
-    listener (:data:`jitwatch.backends.triton.explain.LISTENER_ONLY_SOURCE`; its explainer's
-    :meth:`Explainer.by_exact_key` is true): run, in warmup, the code path that compiles it. No
-    manifest: export leaves these compiles out (``jitwatch.warmup.manifest.build``)."""
-    return (
-        f"run the code path that compiles {name} in warmup, with serving's shapes and dtypes: the "
-        "torch.compile'd model (Inductor's kernels) or the direct triton.compile call "
-        "(Triton reported this compile only through its compilation listener: a warmup manifest cannot replay it)"
-    )
+@dataclass(frozen=True, slots=True)
+class ExactKeyFixes:
+    """What removes a serving compile of one kernel whose key is compared by exact key
+    (:meth:`Explainer.by_exact_key`), in the backend's words (:meth:`Explainer.exact_key_fixes`;
+    :func:`neutral_exact_key_fixes` for a backend that gives none).
+
+    Attributes:
+        warm: the fix when the key did not compile before serving (never warmed, or a new key):
+            run the code path that compiles the kernel in warmup.
+        again: the fix when the same key compiled before serving and compiled again in serving
+            (:func:`compiled_again`): reuse what warmup compiled.
+    """
+
+    warm: str
+    again: str
 
 
-def compiled_again(name: str) -> Reason:
-    """The reason of a serving compile of a key compared by exact key (:meth:`Explainer.by_exact_key`;
-    Triton: a listener-only key, Triton's cache hash) that already compiled before serving: the key
-    is not new, the code path compiled it again instead of reusing the kernel. A direct
-    ``triton.compile`` keeps no in-memory cache (every call compiles, a disk-cache hit at best);
-    Inductor compiles a graph's kernels again when the graph is compiled again (a Dynamo
-    recompile)."""
-    return Reason(
-        "unknown",
-        "the same key compiled before serving: this code path compiled it again instead of reusing the kernel",
-        fixes=(
-            f"keep the kernel compiled in warmup and reuse it: triton.compile keeps no in-memory cache, so each "
-            f"call compiles {name} again; for torch.compile, see why its graph compiled again "
-            "(its recompile in jitwatch why)",
+def neutral_exact_key_fixes(name: str) -> ExactKeyFixes:
+    """The fixes of a key of ``name`` compared by exact key, for a backend whose explainer gives
+    none of its own (no :meth:`Explainer.exact_key_fixes`): no manifest, no backend's names.
+    Never raises."""
+    return ExactKeyFixes(
+        warm=f"run the code path that compiles {name} in warmup, with serving's shapes and dtypes",
+        again=(
+            f"keep the kernel compiled in warmup and reuse it: the code path that compiles {name} "
+            "compiled it again in serving"
         ),
     )
 
 
-def warm_fix(name: str, backend: str | None = None, *, listener_only: bool = False) -> str:
+def compiled_again(name: str, exact_key: ExactKeyFixes | None = None) -> Reason:
+    """The reason of a serving compile of a key compared by exact key (:meth:`Explainer.by_exact_key`;
+    Triton: a listener-only key, Triton's cache hash) that already compiled before serving: the key
+    is not new, the code path compiled it again instead of reusing the kernel. Its fix is
+    ``exact_key.again``: the backend's words (:meth:`Explainer.exact_key_fixes`), by default
+    :func:`neutral_exact_key_fixes`."""
+    fixes = exact_key if exact_key is not None else neutral_exact_key_fixes(name)
+    return Reason(
+        "unknown",
+        "the same key compiled before serving: this code path compiled it again instead of reusing the kernel",
+        fixes=(fixes.again,),
+    )
+
+
+def warm_fix(name: str, backend: str | None = None, *, exact_key: ExactKeyFixes | None = None) -> str:
     """The fix for a serving compile of ``name`` that warmup missed: warm it, or (Triton, and a
     ``backend`` of ``None`` or ``""``: a jitwatch 0.1 journal's compiles, all Triton) record a
-    manifest and replay it; other backends' compiles are not in
-    manifests, so the fix does not offer one, nor does a listener-only Triton compile's
-    (:func:`listener_only_fix`)."""
-    if listener_only:
-        return listener_only_fix(name)
+    manifest and replay it; other backends' compiles are not in manifests, so the fix does not
+    offer one. A key compared by exact key (``exact_key``: the backend's
+    :meth:`Explainer.exact_key_fixes` for ``name``) cannot be in a manifest either: its fix is
+    ``exact_key.warm``."""
+    if exact_key is not None:
+        return exact_key.warm
     if not backend or backend in MANIFEST_BACKENDS:
         return (
             f"call {name} in warmup with serving's arguments, or record a manifest "
@@ -154,35 +171,37 @@ def warm_fix(name: str, backend: str | None = None, *, listener_only: bool = Fal
     )
 
 
-def new_key_fix(name: str, backend: str | None, *, listener_only: bool = False) -> str:
+def new_key_fix(name: str, backend: str | None, *, exact_key: ExactKeyFixes | None = None) -> str:
     """The fix for a serving compile of a new key of ``name`` whose other keys were warmed:
     replay a manifest of serving's keys (:data:`MANIFEST_BACKENDS`, or ``""``: a jitwatch 0.1
-    journal's compiles, all Triton; not a listener-only compile), else :func:`warm_fix`."""
-    if (backend == "" or backend in MANIFEST_BACKENDS) and not listener_only:
+    journal's compiles, all Triton; not a key compared by exact key), else :func:`warm_fix`."""
+    if (backend == "" or backend in MANIFEST_BACKENDS) and exact_key is None:
         return "record a manifest of serving's keys and replay it in warmup"
-    return warm_fix(name, backend, listener_only=listener_only)
+    return warm_fix(name, backend, exact_key=exact_key)
 
 
-def new_key(name: str, warmed: int, backend: str | None, *, listener_only: bool = False) -> Reason:
+def new_key(name: str, warmed: int, backend: str | None, *, exact_key: ExactKeyFixes | None = None) -> Reason:
     """The ``unknown`` reason of a serving compile of a new key of ``name`` whose ``warmed`` other
-    keys compiled before serving and whose difference nothing explains (no explainer, or a
-    listener-only key: Triton's cache hash); its fix is :func:`new_key_fix`."""
+    keys compiled before serving and whose difference nothing explains (no explainer, or a key
+    compared by exact key, ``exact_key`` its backend's fixes: Triton's cache hash); its fix is
+    :func:`new_key_fix`."""
     return Reason(
         "unknown",
         f"new key; {warmed} other key(s) of kernel {name} were warmed",
-        fixes=(new_key_fix(name, backend, listener_only=listener_only),),
+        fixes=(new_key_fix(name, backend, exact_key=exact_key),),
     )
 
 
 def never_warmed(
-    name: str, label: str = "kernel", backend: str | None = None, *, listener_only: bool = False
+    name: str, label: str = "kernel", backend: str | None = None, *, exact_key: ExactKeyFixes | None = None
 ) -> Reason:
     """The reason of a serving compile of something that never compiled before serving;
-    ``backend`` and ``listener_only`` pick the fix (:func:`warm_fix`)."""
+    ``backend`` and ``exact_key`` (the backend's fixes of a key compared by exact key, or ``None``)
+    pick the fix (:func:`warm_fix`)."""
     return Reason(
         "never_warmed",
         f"never warmed (no compile of this {label} before serving)",
-        fixes=(warm_fix(name, backend, listener_only=listener_only),),
+        fixes=(warm_fix(name, backend, exact_key=exact_key),),
     )
 
 
@@ -209,14 +228,16 @@ ExplainFn = Callable[[Seen, Sequence[Seen]], Reason | None]
 """A backend's ``explain(new, baseline)``: see :meth:`Explainer.explain`."""
 ExactKeyFn = Callable[[Mapping[str, Any]], bool]
 """A backend's ``by_exact_key(attrs)``: see :meth:`Explainer.by_exact_key`."""
+ExactKeyFixesFn = Callable[[str], ExactKeyFixes]
+"""A backend's ``exact_key_fixes(name)``: see :meth:`Explainer.exact_key_fixes`."""
 
 
 class Explainer(Protocol):
-    """What a backend offers (as methods ``explain`` and, optionally, ``by_exact_key``) to say why a
-    serving compile happened.
+    """What a backend offers (as methods ``explain`` and, optionally, ``by_exact_key`` and
+    ``exact_key_fixes``) to say why a serving compile happened.
 
-    Runs on the journal writer's thread (or in a reader), never on a compiling thread. Neither
-    method may raise for any key/attrs shape.
+    Runs on the journal writer's thread (or in a reader), never on a compiling thread. No method
+    may raise for any key/attrs shape or kernel name.
     """
 
     def explain(self, new: Seen, baseline: Sequence[Seen]) -> Reason | None:
@@ -228,10 +249,18 @@ class Explainer(Protocol):
         """Whether the compile whose event has these ``attrs`` has a key without argument classes,
         to be compared by exact key: only the same key compiled before serving covers it, nothing
         is diffed (:meth:`explain` is not asked), and its fixes are those of a compile no manifest
-        can hold (:func:`listener_only_fix`; :func:`compiled_again` when the same key compiled
+        can hold (:meth:`exact_key_fixes`; :func:`compiled_again` when the same key compiled
         before serving). Triton: a listener-only compile, its key Triton's cache hash
         (:func:`jitwatch.backends.triton.explain.by_exact_key`). A backend without this method:
         never."""
+        ...
+
+    def exact_key_fixes(self, name: str) -> ExactKeyFixes:
+        """The fixes, in the backend's words, of a serving compile of kernel ``name`` whose key
+        :meth:`by_exact_key` compares by exact key: how to warm the code path that compiles it, and
+        how to reuse what warmup compiled (Triton: :func:`jitwatch.backends.triton.explain.exact_key_fixes`,
+        naming ``triton.compile`` and Inductor). A backend without this method:
+        :func:`neutral_exact_key_fixes`."""
         ...
 
 
@@ -241,27 +270,33 @@ def _never(attrs: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class KeyExplainer:
-    """An :class:`Explainer` made of a backend's functions: ``explain`` and ``by_exact_key``
-    (default: never by exact key, for a backend that offers only ``explain``)."""
+    """An :class:`Explainer` made of a backend's functions: ``explain``, ``by_exact_key`` (default:
+    never by exact key, for a backend that offers only ``explain``) and ``exact_key_fixes``
+    (default: :func:`neutral_exact_key_fixes`)."""
 
     explain: ExplainFn
     by_exact_key: ExactKeyFn = _never
+    exact_key_fixes: ExactKeyFixesFn = neutral_exact_key_fixes
 
 
 def explainer_of(backend: Any) -> Explainer | None:
     """The :class:`Explainer` of a backend object (its ``explain`` and optional ``by_exact_key``
-    methods), or of a bare ``explain`` function; ``None`` when it offers no ``explain``."""
+    and ``exact_key_fixes`` methods), or of a bare ``explain`` function; ``None`` when it offers no
+    ``explain``."""
     fn = getattr(backend, "explain", None)
     if not callable(fn):
         return KeyExplainer(backend) if callable(backend) else None
     exact = getattr(backend, "by_exact_key", None)
-    return KeyExplainer(fn, exact if callable(exact) else _never)
+    fixes = getattr(backend, "exact_key_fixes", None)
+    return KeyExplainer(fn, exact if callable(exact) else _never, fixes if callable(fixes) else neutral_exact_key_fixes)
 
 
 __all__ = [
     "MANIFEST_BACKENDS",
     "REASON_KINDS",
     "Change",
+    "ExactKeyFixes",
+    "ExactKeyFixesFn",
     "ExactKeyFn",
     "ExplainFn",
     "Explainer",
@@ -272,7 +307,7 @@ __all__ = [
     "compiled_again",
     "explainer_of",
     "from_changes",
-    "listener_only_fix",
+    "neutral_exact_key_fixes",
     "never_warmed",
     "new_key",
     "new_key_fix",

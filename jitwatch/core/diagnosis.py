@@ -13,8 +13,9 @@ written into its ``attrs`` (``reason``, ``reason_kind``, ``reason_changes``, ``f
 * unless the backend's ``by_exact_key`` says the key has no argument classes (Triton: a
   listener-only compile, its key Triton's cache hash): nothing is diffed, the same key before
   serving means it compiled again (:func:`~jitwatch.backends.explain.compiled_again`), another key
-  is ``unknown``, and the fixes are those no manifest can replay. The core knows no backend's
-  specifics: each backend's :class:`~jitwatch.backends.explain.Explainer` answers for its keys.
+  is ``unknown``, and the fixes are those no manifest can replay, in the backend's words (its
+  ``exact_key_fixes``; a neutral text without one). The core knows no backend's specifics: each
+  backend's :class:`~jitwatch.backends.explain.Explainer` answers for its keys.
 
 In a worker it runs on the journal writer's thread (the monitor's deferred events call it while
 being built), never on the compiling thread. Readers use the same class over a journal's events
@@ -53,7 +54,8 @@ _SERVING = Phase.SERVING
 
 def explainers_of(backends: Sequence[Any]) -> dict[str, Explainer]:
     """``{backend name: Explainer}`` for the backends that have an ``explain`` method (and, if they
-    have one, their ``by_exact_key``: :func:`~jitwatch.backends.explain.explainer_of`)."""
+    have them, their ``by_exact_key`` and ``exact_key_fixes``:
+    :func:`~jitwatch.backends.explain.explainer_of`)."""
     out: dict[str, Explainer] = {}
     for b in backends:
         ex = explainer_of(b)
@@ -117,21 +119,28 @@ class Diagnoser:
         ex = self.explainers.get(event.backend)
         exact = ex is not None and ex.by_exact_key(event.attrs) is True
         base = self._baseline.get(ident)
+        name = event.kernel or "this kernel"
         if not base:
             memo = (*ident, exact)
             reason = self._never.get(memo)
             if reason is None:
-                reason = never_warmed(event.kernel or "this kernel", backend=event.backend, listener_only=exact)
+                fixes = ex.exact_key_fixes(name) if ex is not None and exact else None
+                reason = never_warmed(name, backend=event.backend, exact_key=fixes)
                 if len(self._never) < MAX_KERNELS:
                     self._never[memo] = reason
             return reason
-        if exact and (event.key or "") in base:  # e.g. Triton's cache hash, compiled before serving
-            return compiled_again(event.kernel or "this kernel")
-        if ex is not None and not exact:  # a key compared by exact key has nothing to diff
-            reason = ex.explain(Seen(event.key, event.attrs), list(base.values()))
-            if reason is not None:
-                return reason
-        return new_key(event.kernel or "this kernel", len(base), event.backend, listener_only=exact)
+        if ex is None or not exact:
+            if ex is not None:
+                reason = ex.explain(Seen(event.key, event.attrs), list(base.values()))
+                if reason is not None:
+                    return reason
+            return new_key(name, len(base), event.backend)
+        # A key compared by exact key (e.g. Triton's cache hash) has nothing to diff; its fixes
+        # are the backend's (its explainer's exact_key_fixes, else a neutral text).
+        fixes = ex.exact_key_fixes(name)
+        if (event.key or "") in base:  # the same key compiled before serving
+            return compiled_again(name, fixes)
+        return new_key(name, len(base), event.backend, exact_key=fixes)
 
 
 __all__ = ["MAX_BASELINE_KEYS", "MAX_KERNELS", "Diagnoser", "ExplainFn", "explainers_of"]

@@ -66,7 +66,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key
-from jitwatch.backends.triton.explain import by_exact_key
+from jitwatch.backends.triton.explain import by_exact_key, exact_key_fixes
 from jitwatch.backends.triton.explain import explain as explain_key
 from jitwatch.backends.triton.keys import parse_key
 from jitwatch.backends.triton.resolve import resolve_kernel
@@ -377,8 +377,8 @@ class _Obs:
     classed: set[str] = field(default_factory=set)
     """Keys read per argument (a parseable key with a signature)."""
     keyed: dict[str, tuple[bool, bool]] = field(default_factory=dict)
-    """Keys of compiles without argument classes, by exact key (:func:`_by_key`) → (listener-only,
-    met in serving or expected)."""
+    """Keys of compiles without argument classes, by exact key (:func:`_by_key`) → (compared by exact
+    key by Triton's explainer, i.e. listener-only; met in serving or expected)."""
 
     def key_only(self) -> list[str]:
         """The keys counted by exact key only (never also read per argument), in order seen."""
@@ -408,19 +408,20 @@ def _by_key(o: _Obs, key: str, attrs: Mapping[str, Any], warm: bool) -> None:
     :func:`~jitwatch.backends.triton.explain.by_exact_key`) or an
     event whose key does not parse or that has no ``signature`` (a failed capture, an older
     journal). Only the same key compiled before serving covers it."""
-    listener_only, served = o.keyed.get(key, (False, False))
-    o.keyed[key] = (listener_only or by_exact_key(attrs), served or not warm)
+    exact, served = o.keyed.get(key, (False, False))
+    o.keyed[key] = (exact or by_exact_key(attrs), served or not warm)
 
 
 def _key_reason(name: str, o: _Obs, key: str) -> Reason:
     """Why a key counted by exact key (:func:`_by_key`) would compile in serving: as the
     :class:`~jitwatch.core.diagnosis.Diagnoser` says it at compile time (nothing to diff in a cache
-    hash), ``never warmed`` or a new key beside the kernel's warmed ones, with the listener-only fix
-    (run that code path in warmup: no manifest can hold it) when it is one."""
-    listener_only = o.keyed.get(key, (False, False))[0]
+    hash), ``never warmed`` or a new key beside the kernel's warmed ones, with Triton's fix of a key
+    compared by exact key (:func:`~jitwatch.backends.triton.explain.exact_key_fixes`: run that code
+    path in warmup, no manifest can hold it) when it is one."""
+    fixes = exact_key_fixes(name) if o.keyed.get(key, (False, False))[0] else None
     if not o.warm_keys:
-        return never_warmed(name, backend="triton", listener_only=listener_only)
-    return new_key(name, len(o.warm_keys), "triton", listener_only=listener_only)
+        return never_warmed(name, backend="triton", exact_key=fixes)
+    return new_key(name, len(o.warm_keys), "triton", exact_key=fixes)
 
 
 def _missing(name: str, o: _Obs) -> list[MissingKey]:

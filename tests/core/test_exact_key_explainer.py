@@ -1,6 +1,8 @@
 """The Diagnoser asks each backend's explainer whether a compile's key is compared by exact key
 (``by_exact_key``): a new backend answers it from its own folder, the core knows no backend's
-specifics (it used to compare ``attrs.source`` with Triton's ``"compilation_listener"`` itself)."""
+specifics (it used to compare ``attrs.source`` with Triton's ``"compilation_listener"`` itself).
+The fixes of such a compile are the backend's words too (``exact_key_fixes``), else a neutral text:
+never Triton's (``triton.compile``, Inductor, a manifest)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import jitwatch.core
-from jitwatch.backends.explain import Reason, Seen, compiled_again, listener_only_fix, never_warmed, new_key
+from jitwatch import BackendStatus, Capture, CompileSink
+from jitwatch.backends.explain import (
+    ExactKeyFixes,
+    Reason,
+    Seen,
+    compiled_again,
+    neutral_exact_key_fixes,
+    never_warmed,
+    new_key,
+)
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
-from jitwatch.core.events import EventKind, Phase
-from jitwatch.testing import make_event
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.store.journal import Journal
+from jitwatch.testing import JournalBuilder, make_event, monitored
+from jitwatch.views.coverage import coverage_for_journal
+from jitwatch.views.diagnosis import serving_reasons
 
 
 class HashKeyedBackend:
@@ -42,17 +58,20 @@ def test_a_new_backends_explainer_decides_which_keys_are_compared_by_exact_key()
     backend = HashKeyedBackend()
     d = Diagnoser(explainers_of([backend]))
 
+    neutral = neutral_exact_key_fixes("gemm")
     never = _compile(Phase.SERVING, "gemm", "h0", via="cache_only")
-    assert d.observe(never) == never_warmed("gemm", backend="hashjit", listener_only=True)
-    assert never.attrs["fixes"] == [listener_only_fix("gemm")]
+    assert d.observe(never) == never_warmed("gemm", backend="hashjit", exact_key=neutral)
+    assert never.attrs["fixes"] == [neutral.warm]
 
     d.observe(_compile(Phase.WARMUP, "gemm", "h1", via="cache_only"))
     d.observe(_compile(Phase.WARMUP, "gemm", "shape=(8,)"))
 
     again = _compile(Phase.SERVING, "gemm", "h1", via="cache_only")
     assert d.observe(again) == compiled_again("gemm")
+    assert again.attrs["fixes"] == [neutral.again]
     other = _compile(Phase.SERVING, "gemm", "h2", via="cache_only")
-    assert d.observe(other) == new_key("gemm", 2, "hashjit", listener_only=True)
+    assert d.observe(other) == new_key("gemm", 2, "hashjit", exact_key=neutral)
+    assert other.attrs["fixes"] == [neutral.warm]
     assert backend.diffed == []  # a key compared by exact key is never diffed
 
     diffed = _compile(Phase.SERVING, "gemm", "shape=(16,)")
@@ -101,3 +120,134 @@ def test_the_core_names_no_backends_source() -> None:
     assert "diagnosis.py" in sources
     for notion in ("compilation_listener", "is_listener_only"):
         assert [name for name, text in sources.items() if notion in text] == [], notion
+
+
+# ---------------------------------------------------------------------------------------------
+# The fixes of a key compared by exact key: the backend's words, else a neutral text
+# ---------------------------------------------------------------------------------------------
+class HashJitBackend(HashKeyedBackend):
+    """A whole backend (installable in a real :class:`~jitwatch.core.monitor.Monitor`) whose
+    compiler reports cache-only compiles; ``compile()`` is what its hook would call. Its explainer
+    gives no fixes of its own (``exact_key_fixes``): the neutral text applies."""
+
+    label = "hashjit kernel"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sink: CompileSink | None = None
+
+    def available(self) -> bool:
+        return True
+
+    def version(self) -> str | None:
+        return "0.1"
+
+    def install(self, sink: CompileSink) -> BackendStatus:
+        self.sink = sink
+        return BackendStatus(self.name, "active", "0.1", ("hashjit.compile",))
+
+    def uninstall(self) -> None:
+        self.sink = None
+
+    def compile(self, kernel: str, key: str) -> None:
+        assert self.sink is not None
+        token = self.sink.begin(self.name, kernel)
+        self.sink.finish(token, Capture(self.name, kernel, key, detail={"via": "cache_only"}))
+
+
+class HashJitWithFixes(HashJitBackend):
+    """The same backend, whose explainer says in its own words what removes such a compile."""
+
+    def exact_key_fixes(self, name: str) -> ExactKeyFixes:
+        return ExactKeyFixes(
+            warm=f"call hashjit.precompile({name!r}) in warmup with serving's shapes",
+            again=f"pass hashjit.compile(..., reuse=True) so that {name} is looked up, not compiled",
+        )
+
+
+def _serve(backend: HashJitBackend, journal_dir: Path) -> None:
+    """A worker of ``backend`` in a real monitor, journaling into ``journal_dir``: ``gemm`` warms
+    ``h1``; serving compiles ``h1`` again and a new ``h2``; ``conv`` compiles only in serving."""
+    with monitored(journal_dir=journal_dir, backends=[backend], compile_only=False) as h:
+        with h.monitor.warmup():
+            backend.compile("gemm", "h1")
+        h.monitor.activate()
+        backend.compile("gemm", "h1")
+        backend.compile("gemm", "h2")
+        backend.compile("conv", "h9")
+        h.monitor.flush()
+
+
+def _fixes_by_key(journal_dir: Path, explainers: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Per serving key, what ``jitwatch why`` (serving_reasons) and ``jitwatch coverage`` (missing
+    keys; ``None`` for a key covered: compiled before serving) read from the journal: reason kind
+    and fixes."""
+    with Journal(journal_dir, readonly=True) as j:
+        reasons = serving_reasons(j, backend="hashjit", explainers=explainers)
+        report = coverage_for_journal(j)
+    missing = {m.key: m for k in report.kernels if k.backend == "hashjit" for m in k.missing}
+    return {
+        str(r.key): {
+            "kind": r.reason_kind,
+            "fixes": r.fixes,
+            "coverage_fixes": m.fixes if (m := missing.get(r.key)) else None,
+        }
+        for r in reasons
+    }
+
+
+@pytest.mark.parametrize("backend_class", [HashJitWithFixes, HashJitBackend])
+def test_a_backends_exact_key_fixes_are_journaled_and_read_by_why_and_coverage(
+    backend_class: type[HashJitBackend], tmp_path: Path
+) -> None:
+    """A real monitor journals each serving compile with the fixes of the compile's own backend:
+    those its explainer gives (``exact_key_fixes``), else the neutral ones; ``jitwatch why`` and
+    coverage read them back from the journal."""
+    backend = backend_class()
+    fixes_of = backend.exact_key_fixes if isinstance(backend, HashJitWithFixes) else neutral_exact_key_fixes
+    _serve(backend, tmp_path)
+    gemm, conv = fixes_of("gemm"), fixes_of("conv")
+    assert _fixes_by_key(tmp_path) == {
+        "h1": {"kind": "unknown", "fixes": [gemm.again], "coverage_fixes": None},
+        "h2": {"kind": "unknown", "fixes": [gemm.warm], "coverage_fixes": [gemm.warm]},
+        "h9": {"kind": "never_warmed", "fixes": [conv.warm], "coverage_fixes": [conv.warm]},
+    }
+    assert backend.diffed == []  # keys compared by exact key: never diffed
+
+
+def test_fixes_recomputed_at_read_time_are_the_backends_too(tmp_path: Path) -> None:
+    """Serving compiles journaled without a reason (an older jitwatch) get theirs at read time, from
+    the explainers given to the reader: with ``exact_key_fixes``, the backend's words; without it,
+    the neutral text."""
+    b = JournalBuilder(tmp_path)
+
+    def ev(phase: Phase, key: str, ts: float) -> Event:
+        return b.event(
+            EventKind.COMPILE,
+            b.t0 + ts,
+            phase=phase,
+            kernel="gemm",
+            key=key,
+            backend="hashjit",
+            attrs={"via": "cache_only"},
+        )
+
+    b.write(ev(Phase.WARMUP, "h1", 1), ev(Phase.SERVING, "h1", 2), ev(Phase.SERVING, "h2", 3))
+    with Journal(tmp_path, readonly=True) as j:
+        for backend, fixes in (
+            (HashJitWithFixes(), HashJitWithFixes().exact_key_fixes("gemm")),
+            (HashJitBackend(), neutral_exact_key_fixes("gemm")),
+        ):
+            reasons = serving_reasons(j, backend="hashjit", explainers=explainers_of([backend]))
+            assert [(r.key, r.fixes) for r in reasons] == [("h2", [fixes.warm]), ("h1", [fixes.again])]
+
+
+def test_the_neutral_fixes_name_no_backend_and_no_manifest() -> None:
+    """A backend without ``exact_key_fixes`` gets words that fit any backend: the kernel's name and
+    what to do, no manifest (none can hold a compile without argument classes), no Triton."""
+    fixes = neutral_exact_key_fixes("gemm_bf16")
+    assert fixes.warm == "run the code path that compiles gemm_bf16 in warmup, with serving's shapes and dtypes"
+    for text in (fixes.warm, fixes.again):
+        assert "gemm_bf16" in text
+        for word in ("manifest", "triton", "inductor", "torch.compile", "listener"):
+            assert word not in text.lower(), (word, text)

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from typer.testing import CliRunner
 
-from jitwatch.backends.explain import listener_only_fix
+from jitwatch.backends.triton.explain import listener_only_fix
 from jitwatch.cli import app
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.store.journal import Journal

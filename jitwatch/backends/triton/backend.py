@@ -48,7 +48,7 @@ from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, CompileKind, CompileSink, LibraryBackend
-from jitwatch.backends.explain import Reason, Seen
+from jitwatch.backends.explain import ExactKeyFixes, Reason, Seen
 from jitwatch.backends.triton import explain as _explain
 from jitwatch.backends.triton.hooks import HookLink, HookSet, TritonSupport
 from jitwatch.config import Mode
@@ -532,6 +532,11 @@ class TritonBackend(LibraryBackend):
         """Whether a compile is compared by exact key (a listener-only compile, its key Triton's
         cache hash): :func:`jitwatch.backends.triton.explain.by_exact_key`."""
         return _explain.by_exact_key(attrs)
+
+    def exact_key_fixes(self, name: str) -> ExactKeyFixes:
+        """The fixes of a listener-only serving compile of ``name``, in Triton's words:
+        :func:`jitwatch.backends.triton.explain.exact_key_fixes`."""
+        return _explain.exact_key_fixes(name)
 
     def hook_in(self, module: ModuleType) -> BackendStatus:
         self._lost_reason = None

@@ -23,7 +23,9 @@ not a constexpr. Pure functions of the key text and the event's ``attrs`` (``sig
 
 A *listener-only* compile (``attrs.source`` is :data:`LISTENER_ONLY_SOURCE`) has no such key: its
 key is Triton's cache hash. :func:`by_exact_key` says so to the Diagnoser and to coverage (the
-:class:`~jitwatch.backends.explain.Explainer` protocol): it is compared by exact key, never diffed.
+:class:`~jitwatch.backends.explain.Explainer` protocol): it is compared by exact key, never diffed,
+and :func:`exact_key_fixes` gives its fixes in Triton's words (``triton.compile``, Inductor; no
+manifest can replay it).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jitwatch.backends.explain import Change, Reason, Seen, from_changes, never_warmed
+from jitwatch.backends import explain as _neutral
+from jitwatch.backends.explain import Change, ExactKeyFixes, Reason, Seen, from_changes, never_warmed
 from jitwatch.backends.triton.keys import parse_key, parse_key_options
 
 INT_TYPES = frozenset(("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"))
@@ -57,6 +60,41 @@ def by_exact_key(attrs: Mapping[str, Any]) -> bool:
     compile (:func:`is_listener_only`) is compared by exact key, its key being Triton's cache hash
     (no argument classes to diff). Never raises."""
     return is_listener_only(attrs)
+
+
+def listener_only_fix(name: str) -> str:
+    """The fix for a serving compile of ``name`` that Triton reported only through its compilation
+    listener (:func:`is_listener_only`) and that did not compile before serving: run, in warmup,
+    the code path that compiles it. No manifest: export leaves these compiles out
+    (``jitwatch.warmup.manifest.build``). Never raises."""
+    return (
+        f"run the code path that compiles {name} in warmup, with serving's shapes and dtypes: the "
+        "torch.compile'd model (Inductor's kernels) or the direct triton.compile call "
+        "(Triton reported this compile only through its compilation listener: a warmup manifest cannot replay it)"
+    )
+
+
+def exact_key_fixes(name: str) -> ExactKeyFixes:
+    """Triton's answer to :meth:`jitwatch.backends.explain.Explainer.exact_key_fixes`: the fixes of
+    a listener-only serving compile of ``name`` — :func:`listener_only_fix`, and, when the same
+    cache hash compiled before serving, reuse the kernel: a direct ``triton.compile`` keeps no
+    in-memory cache (every call compiles, a disk-cache hit at best); Inductor compiles a graph's
+    kernels again when the graph is compiled again (a Dynamo recompile). Never raises."""
+    return ExactKeyFixes(
+        warm=listener_only_fix(name),
+        again=(
+            f"keep the kernel compiled in warmup and reuse it: triton.compile keeps no in-memory cache, so each "
+            f"call compiles {name} again; for torch.compile, see why its graph compiled again "
+            "(its recompile in jitwatch why)"
+        ),
+    )
+
+
+def compiled_again(name: str) -> Reason:
+    """The reason of a listener-only serving compile of ``name`` whose cache hash compiled before
+    serving: :func:`jitwatch.backends.explain.compiled_again` with Triton's fix
+    (:func:`exact_key_fixes`)."""
+    return _neutral.compiled_again(name, exact_key_fixes(name))
 
 
 class _Facts:
@@ -205,4 +243,13 @@ def explain(new: Seen, baseline: Sequence[Seen]) -> Reason | None:
     )
 
 
-__all__ = ["LAUNCH_OPTIONS", "LISTENER_ONLY_SOURCE", "by_exact_key", "explain", "is_listener_only"]
+__all__ = [
+    "LAUNCH_OPTIONS",
+    "LISTENER_ONLY_SOURCE",
+    "by_exact_key",
+    "compiled_again",
+    "exact_key_fixes",
+    "explain",
+    "is_listener_only",
+    "listener_only_fix",
+]

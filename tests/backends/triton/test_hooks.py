@@ -790,7 +790,7 @@ def test_listener_only_serving_compile_fix_warms_its_code_path_not_a_manifest(ha
     """A listener-only compile cannot be in a manifest (no specialization_data): its fix says to
     run the code path that compiles it in warmup, in the event and the warn line; a JIT compile of
     the same kernel, also never warmed, still gets the manifest fix."""
-    from jitwatch.backends.explain import listener_only_fix
+    from jitwatch.backends.triton.explain import listener_only_fix
 
     harness.monitor.activate()
     time.sleep(0.01)
@@ -815,7 +815,7 @@ def test_listener_only_serving_compile_fix_warms_its_code_path_not_a_manifest(ha
 def test_listener_only_new_key_fix_warms_its_code_path(tmp_path, triton_cache) -> None:
     """A listener-only compile of a new key of a kernel whose other key compiled in warmup: the
     reason names the kernel, the fix is the listener-only one (not "record a manifest")."""
-    from jitwatch.backends.explain import listener_only_fix
+    from jitwatch.backends.triton.explain import listener_only_fix
 
     with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
         with h.monitor.warmup():
@@ -831,7 +831,7 @@ def test_listener_only_key_compiled_again_in_serving_is_not_called_new(tmp_path,
     """The same direct ``triton.compile`` in warmup and again in serving (no in-memory cache: a
     disk-cache hit): the serving compile's key is the warmed one, so its reason says it compiled
     again and its fix is to reuse the warmed kernel, not "new key" nor "warm it"."""
-    from jitwatch.backends.explain import compiled_again
+    from jitwatch.backends.triton.explain import compiled_again
 
     with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
         with h.monitor.warmup():
