@@ -253,7 +253,8 @@ def _given(env: dict[str, str] | os._Environ[str], name: str) -> bool:
 
 def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
     """``$JITWATCH_DIR``, else ``$XDG_STATE_HOME/jitwatch``, else ``~/.local/state/jitwatch``
-    (``JITWATCH_DIR`` empty or only spaces counts as unset).
+    (``JITWATCH_DIR`` is read without the whitespace around it, as ``JITWATCH_MANIFEST`` is: empty or
+    only spaces counts as unset).
 
     With no home directory (some containers): ``$XDG_RUNTIME_DIR/jitwatch`` (a per-user 0700
     directory by the XDG spec), else ``<tempdir>/jitwatch-<uid>``. That last name is predictable,
@@ -263,7 +264,7 @@ def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) ->
     writing there (it says so), never read or redirect the journal."""
     env = os.environ if env is None else env
     if _given(env, JITWATCH_DIR):
-        return Path(env[JITWATCH_DIR]).expanduser()
+        return Path(env[JITWATCH_DIR].strip()).expanduser()
     state = env.get("XDG_STATE_HOME")
     if not state:
         try:

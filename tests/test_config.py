@@ -243,3 +243,14 @@ def test_the_journal_dir_says_where_it_came_from(env: dict[str, str], source: st
     if source != "set":  # a blank value (only spaces) is empty, as the numbers' blanks are: not a directory "  "
         assert settings.journal_dir == Settings.from_env({"HOME": "/tmp/jw-home"}).journal_dir
         assert settings.journal_dir == default_journal_dir({"HOME": "/tmp/jw-home", **env})
+
+
+@pytest.mark.parametrize("raw", [" /tmp/jw-y", "/tmp/jw-y ", "/tmp/jw-y\n", "\t/tmp/jw-y\r\n"])
+def test_the_journal_dir_is_read_without_the_whitespace_around_it(raw: str) -> None:
+    """``JITWATCH_DIR=" /srv/j"`` (an env file, a YAML value, a secret file's last newline) names
+    ``/srv/j``, as ``JITWATCH_MANIFEST``'s value is read stripped: not the relative directory
+    ``" /srv/j"`` under the worker's working directory, nor ``"j\\n"``."""
+    settings = Settings.from_env({"HOME": "/tmp/jw-home", "JITWATCH_DIR": raw})
+    assert settings.journal_dir_source == "set"
+    assert settings.journal_dir == Path("/tmp/jw-y")
+    assert default_journal_dir({"HOME": "/tmp/jw-home", "JITWATCH_DIR": raw}) == Path("/tmp/jw-y")
