@@ -484,9 +484,11 @@ def _make_compact_encoder() -> Callable[[Any], str]:
     * Strings are escaped exactly as the stdlib escapes them (every code point, checked by
       ``tests/store/test_journal_json.py``), so redaction's checks on the text see what they saw;
       floats are written in orjson's shortest form (``1e-05`` as ``0.00001``, ``1e-06`` as
-      ``1e-6``): the same ``float`` when parsed with ``json.loads``. A specialization record that is
-      not Triton's is found by its text, so a record holding such a float that an older jitwatch
-      stored is stored again, once, beside it (same values).
+      ``1e-6``): the same ``float`` when parsed with ``json.loads``. A specialization record found
+      by its text (one that is not Triton's, and a Triton one whose compile takes the careful path:
+      attrs to redact or not UTF-8, past :data:`_REST_BUDGET`/:data:`_SPEC_BUDGET`) that holds such
+      a float and that an older jitwatch stored is stored again, once, beside it (same values); a
+      Triton record on the fast path is found by its identity, as before.
     * Accepted, not refused (orjson has no option for them, and a walk over the value to find them
       cost ~6 % of the journal's CPU per event, over half of what orjson saves): an ``enum.Enum``
       member is written as its ``value`` — for a ``str``/``int``/``float`` mix-in (``IntEnum``,

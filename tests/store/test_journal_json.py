@@ -281,3 +281,59 @@ def test_every_code_point_is_escaped_as_the_stdlib_escapes_it() -> None:
         text = "".join(map(chr, points[start : start + 8192]))
         assert journal_mod._compact_json({text: [text]}) == journal_mod._stdlib_json({text: [text]})
     assert journal_mod._compact_json(["\udfff"]) == journal_mod._stdlib_json(["\udfff"])
+
+
+def test_a_triton_record_an_older_writer_stored_is_found_on_the_fast_path_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal written with the stdlib's text (what jitwatch stored before orjson), then the same
+    Triton compiles written with orjson's: a record holding a float the two write differently
+    (``EPS = 1e-06``) is found by its identity on the fast path (no new row), but a compile taken
+    on the careful path (its own attrs hold a home path to redact) has its record found by its
+    text, so that record is stored once more beside the older one: same values read back."""
+    monkeypatch.setenv("HOME", "/home/alice")
+    from jitwatch import redact as redact_mod
+    from jitwatch.core.events import Phase
+
+    def compile_event(i: int, block: int, cache_dir: str) -> Any:
+        data = json.dumps({"name": "ln", "constant_vals": [block, 1e-06], "key": f"[{block}, 1e-06]"})
+        attrs = {
+            "module": "pkg.kernels",
+            "cache_dir": cache_dir,
+            "signature": {"x_ptr": "*fp32", "BLOCK": "constexpr", "EPS": "constexpr"},
+            "constexprs": {"BLOCK": block, "EPS": 1e-06},
+            "options": {"num_warps": 4},
+            "specialization_data": data,
+            "source_hash": "ab" * 32,
+        }
+        return make_event(
+            EventKind.COMPILE, T0 + i, phase=Phase.WARMUP, kernel="ln", key=f"[{block}, 1e-06]", attrs=attrs
+        )
+
+    def spec_rows() -> int:
+        con = sqlite3.connect(tmp_path / JOURNAL_FILE)
+        try:
+            return int(con.execute("SELECT COUNT(*) FROM specializations").fetchone()[0])
+        finally:
+            con.close()
+
+    redact_mod._patterns.cache_clear()
+    try:
+        batch = [compile_event(0, 16, "/opt/cache"), compile_event(1, 32, "/home/alice/.triton/cache")]
+        with monkeypatch.context() as older:
+            older.setattr(journal_mod, "_compact_json", journal_mod._stdlib_json)
+            with Journal(tmp_path) as j:
+                j.write(batch)
+        assert spec_rows() == 2
+        with Journal(tmp_path) as j:
+            j.write([ev.model_copy(update={"ts": ev.ts + 10}) for ev in batch])
+            back = j.events(limit=10)
+        assert spec_rows() == 3  # BLOCK=16 found by its identity; BLOCK=32 (careful) stored again
+        by_block: dict[int, list[dict[str, Any]]] = {}
+        for ev in back:
+            by_block.setdefault(ev.attrs["constexprs"]["BLOCK"], []).append(ev.attrs)
+        assert {b: len(a) for b, a in by_block.items()} == {16: 2, 32: 2}
+        assert all(a[0] == a[1] and a[0]["constexprs"]["EPS"] == 1e-06 for a in by_block.values())
+        assert by_block[32][0]["cache_dir"] == "~/.triton/cache"
+    finally:
+        redact_mod._patterns.cache_clear()
