@@ -282,6 +282,8 @@ class KeyExplainer:
 def explainer_of(backend: Any) -> Explainer | None:
     """The :class:`Explainer` of a backend object (its ``explain`` and optional ``by_exact_key``
     and ``exact_key_fixes`` methods), or of a bare ``explain`` function; ``None`` when it offers no
+    ``explain``. A callable without a callable ``explain`` is taken as that bare function: backend
+    objects go through :func:`jitwatch.core.diagnosis.explainers_of`, which leaves out one without
     ``explain``."""
     fn = getattr(backend, "explain", None)
     if not callable(fn):

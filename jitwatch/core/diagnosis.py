@@ -55,9 +55,13 @@ _SERVING = Phase.SERVING
 def explainers_of(backends: Sequence[Any]) -> dict[str, Explainer]:
     """``{backend name: Explainer}`` for the backends that have an ``explain`` method (and, if they
     have them, their ``by_exact_key`` and ``exact_key_fixes``:
-    :func:`~jitwatch.backends.explain.explainer_of`)."""
+    :func:`~jitwatch.backends.explain.explainer_of`). A backend object is never taken as a bare
+    ``explain`` function: one that is callable for another purpose (a library callback) but has no
+    ``explain`` has no explainer."""
     out: dict[str, Explainer] = {}
     for b in backends:
+        if not callable(getattr(b, "explain", None)):
+            continue
         ex = explainer_of(b)
         if ex is not None:
             out[str(b.name)] = ex

@@ -251,3 +251,31 @@ def test_the_neutral_fixes_name_no_backend_and_no_manifest() -> None:
         assert "gemm_bf16" in text
         for word in ("manifest", "triton", "inductor", "torch.compile", "listener"):
             assert word not in text.lower(), (word, text)
+
+
+class _CallableBackend:
+    """A backend without ``explain`` whose object is callable for another purpose (used as its
+    library's listener callback): nothing to explain its keys with."""
+
+    name = "hashjit"
+    explain = None
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, *args: Any) -> None:  # the library's listener signature, not explain's
+        self.calls.append(args)
+        raise TypeError("listener called with the wrong arguments")
+
+
+def test_a_callable_backend_without_explain_has_no_explainer() -> None:
+    """Only a backend's ``explain`` method explains: a backend object that is callable (its
+    ``__call__`` a library callback) is not taken as a bare ``explain`` function, so its serving
+    compiles get the reason of a backend without an explainer, not "not explained (TypeError)"."""
+    backend = _CallableBackend()
+    assert explainers_of([backend]) == {}
+    d = Diagnoser(explainers_of([backend]))
+    d.observe(_compile(Phase.WARMUP, "gemm", "h1"))
+    ev = _compile(Phase.SERVING, "gemm", "h2")
+    assert d.observe(ev) == new_key("gemm", 1, "hashjit")
+    assert backend.calls == [] and d.errors == 0
