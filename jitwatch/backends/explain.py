@@ -284,13 +284,24 @@ def explainer_of(backend: Any) -> Explainer | None:
     and ``exact_key_fixes`` methods), or of a bare ``explain`` function; ``None`` when it offers no
     ``explain``. A callable without a callable ``explain`` is taken as that bare function: backend
     objects go through :func:`jitwatch.core.diagnosis.explainers_of`, which leaves out one without
-    ``explain``."""
+    ``explain``.
+
+    Looking up an optional method that raises (a backend whose ``__getattr__`` forwards to a
+    library that is not installed) counts as no such method: never by exact key, neutral fixes.
+    Raises what looking up ``explain`` raises."""
     fn = getattr(backend, "explain", None)
     if not callable(fn):
         return KeyExplainer(backend) if callable(backend) else None
-    exact = getattr(backend, "by_exact_key", None)
-    fixes = getattr(backend, "exact_key_fixes", None)
+    exact, fixes = _optional(backend, "by_exact_key"), _optional(backend, "exact_key_fixes")
     return KeyExplainer(fn, exact if callable(exact) else _never, fixes if callable(fixes) else neutral_exact_key_fixes)
+
+
+def _optional(backend: Any, name: str) -> Any:
+    """``getattr(backend, name, None)``, ``None`` also when the lookup raises."""
+    try:
+        return getattr(backend, name, None)
+    except Exception:  # noqa: BLE001 - an optional method: explain still works without it
+        return None
 
 
 __all__ = [

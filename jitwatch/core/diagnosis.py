@@ -57,14 +57,19 @@ def explainers_of(backends: Sequence[Any]) -> dict[str, Explainer]:
     have them, their ``by_exact_key`` and ``exact_key_fixes``:
     :func:`~jitwatch.backends.explain.explainer_of`). A backend object is never taken as a bare
     ``explain`` function: one that is callable for another purpose (a library callback) but has no
-    ``explain`` has no explainer."""
+    ``explain`` has no explainer. Never raises: a backend whose ``explain`` or name cannot be
+    looked up is left out (logged), the others keep theirs (the monitor builds these when it
+    starts, in the host)."""
     out: dict[str, Explainer] = {}
     for b in backends:
-        if not callable(getattr(b, "explain", None)):
-            continue
-        ex = explainer_of(b)
-        if ex is not None:
-            out[str(b.name)] = ex
+        try:
+            if not callable(getattr(b, "explain", None)):
+                continue
+            ex = explainer_of(b)
+            if ex is not None:
+                out[str(b.name)] = ex
+        except Exception as exc:  # noqa: BLE001 - a broken third-party backend costs its own reasons only
+            log.error("jitwatch: a backend (%s) offers no usable explain: %s", type(b).__name__, type(exc).__name__)
     return out
 
 

@@ -279,3 +279,46 @@ def test_a_callable_backend_without_explain_has_no_explainer() -> None:
     ev = _compile(Phase.SERVING, "gemm", "h2")
     assert d.observe(ev) == new_key("gemm", 1, "hashjit")
     assert backend.calls == [] and d.errors == 0
+
+
+class _LazyBackend:
+    """A backend that forwards unknown attributes to its library, loaded on first use: without the
+    library every such lookup raises ``ImportError`` (not ``AttributeError``)."""
+
+    name = "hashjit"
+
+    def __init__(self) -> None:
+        self.inner = HashKeyedBackend()
+
+    def explain(self, new: Seen, baseline: Sequence[Seen]) -> Reason | None:
+        return self.inner.explain(new, baseline)
+
+    def __getattr__(self, name: str) -> Any:
+        raise ImportError(f"hashjit's library is not installed (looking up {name})")
+
+
+class _BrokenBackend:
+    name = "broken"
+
+    @property
+    def explain(self) -> Any:
+        raise RuntimeError("broken third-party backend")
+
+
+def test_a_backend_whose_attribute_lookup_raises_costs_only_its_own_answer() -> None:
+    """``by_exact_key`` and ``exact_key_fixes`` are looked up on every backend with ``explain``: a
+    lookup that raises (a lazy backend's ``__getattr__``) means "never by exact key" and the
+    neutral fixes, and a backend whose ``explain``
+    cannot even be looked up is left out, without costing the others their explainer (the monitor
+    builds these at start: it must not raise into the host)."""
+    lazy, hashed = _LazyBackend(), HashKeyedBackend()
+    hashed.name = "other"  # type: ignore[misc]
+    out = explainers_of([_BrokenBackend(), lazy, hashed])
+    assert set(out) == {"hashjit", "other"}
+    assert out["hashjit"].by_exact_key({"via": "cache_only"}) is False
+    assert out["hashjit"].exact_key_fixes("gemm") == neutral_exact_key_fixes("gemm")
+    assert out["other"].by_exact_key({"via": "cache_only"}) is True
+    d = Diagnoser(out)
+    d.observe(_compile(Phase.WARMUP, "gemm", "h1"))
+    reason = d.observe(_compile(Phase.SERVING, "gemm", "h2", via="cache_only"))
+    assert reason is not None and reason.kind == "argument" and d.errors == 0
