@@ -254,7 +254,8 @@ def _given(env: dict[str, str] | os._Environ[str], name: str) -> bool:
 def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
     """``$JITWATCH_DIR``, else ``$XDG_STATE_HOME/jitwatch``, else ``~/.local/state/jitwatch``
     (``JITWATCH_DIR`` is read without the whitespace around it, as ``JITWATCH_MANIFEST`` is: empty or
-    only spaces counts as unset).
+    only spaces counts as unset; so is ``XDG_STATE_HOME``, and a relative one is ignored, as the XDG
+    spec says: never a journal relative to a worker's working directory).
 
     With no home directory (some containers): ``$XDG_RUNTIME_DIR/jitwatch`` (a per-user 0700
     directory by the XDG spec), else ``<tempdir>/jitwatch-<uid>``. That last name is predictable,
@@ -265,8 +266,8 @@ def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) ->
     env = os.environ if env is None else env
     if _given(env, JITWATCH_DIR):
         return Path(env[JITWATCH_DIR].strip()).expanduser()
-    state = env.get("XDG_STATE_HOME")
-    if not state:
+    state = (env.get("XDG_STATE_HOME") or "").strip()
+    if not Path(state).is_absolute():  # blank or relative: invalid by the XDG spec, ignored
         try:
             state = str(Path.home() / ".local" / "state")
         except RuntimeError:  # no home directory (some containers)

@@ -254,3 +254,17 @@ def test_the_journal_dir_is_read_without_the_whitespace_around_it(raw: str) -> N
     assert settings.journal_dir_source == "set"
     assert settings.journal_dir == Path("/tmp/jw-y")
     assert default_journal_dir({"HOME": "/tmp/jw-home", "JITWATCH_DIR": raw}) == Path("/tmp/jw-y")
+
+
+@pytest.mark.parametrize("state", ["  ", "relative/state", "\t"])
+def test_a_blank_or_relative_xdg_state_home_is_ignored(state: str) -> None:
+    """The XDG spec: a relative path in an ``XDG_*`` variable is invalid and ignored. With
+    ``JITWATCH_DIR`` unset or blank the journal is then under ``~/.local/state``, not a directory
+    relative to each worker's working directory (``"  /jitwatch"``, ``relative/state/jitwatch``)."""
+    home = Path("/tmp/jw-home")
+    for env in (
+        {"HOME": str(home), "XDG_STATE_HOME": state},
+        {"HOME": str(home), "XDG_STATE_HOME": state, "JITWATCH_DIR": " "},
+    ):
+        assert default_journal_dir(env) == Path.home() / ".local" / "state" / "jitwatch"
+    assert default_journal_dir({"XDG_STATE_HOME": " /s "}) == Path("/s/jitwatch")
