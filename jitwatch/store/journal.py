@@ -494,7 +494,9 @@ def _make_compact_encoder() -> Callable[[Any], str]:
       member is written as its ``value`` — for a ``str``/``int``/``float`` mix-in (``IntEnum``,
       ``StrEnum``) the stdlib's text, but a plain ``Enum``/``Flag`` member, which the stdlib refuses
       and :func:`_clean` stored as ``str(member)`` (``"Color.RED"``), is now stored as its value
-      (``1``) when nothing else sends the attrs to the careful path; an ``uuid.UUID`` as its ``str``,
+      (``1``) when nothing else sends the attrs to the careful path, and so is a mix-in member
+      whose ``_value_`` is not its data (``int.__new__(cls, 1)`` with ``_value_ = "fp16"``: was
+      ``1``, now ``"fp16"``); an ``uuid.UUID`` as its ``str``,
       the text :func:`_clean` stored; an ``orjson.Fragment`` as its bytes, unchecked (only code that
       uses orjson makes one).
 

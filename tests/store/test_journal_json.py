@@ -337,3 +337,24 @@ def test_a_triton_record_an_older_writer_stored_is_found_on_the_fast_path_only(
         assert by_block[32][0]["cache_dir"] == "~/.triton/cache"
     finally:
         redact_mod._patterns.cache_clear()
+
+
+class _Dtype(int, enum.Enum):
+    """An ``int`` mix-in whose ``value`` is not its ``int`` (``_value_`` set in ``__new__``)."""
+
+    def __new__(cls, code: int, label: str) -> _Dtype:
+        member = int.__new__(cls, code)
+        member._value_ = label
+        return member
+
+    FP16 = (1, "fp16")
+
+
+def test_accepted_difference_a_mix_in_enum_member_whose_value_is_not_its_data(tmp_path: Path) -> None:
+    """Documented, not guarded: orjson writes an ``Enum`` member's ``value``; for ``IntEnum`` and
+    ``StrEnum`` that is the stdlib's text (the mix-in's data), but a mix-in member whose ``_value_``
+    differs from its data is stored as its value (``"fp16"``) where the stdlib wrote its data
+    (``1``)."""
+    assert journal_mod._stdlib_json({"dtype": _Dtype.FP16}) == '{"dtype":1}'
+    _, back = stored(tmp_path, {"dtype": _Dtype.FP16})
+    assert back == {"dtype": "fp16"}
