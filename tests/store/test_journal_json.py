@@ -358,3 +358,18 @@ def test_accepted_difference_a_mix_in_enum_member_whose_value_is_not_its_data(tm
     assert journal_mod._stdlib_json({"dtype": _Dtype.FP16}) == '{"dtype":1}'
     _, back = stored(tmp_path, {"dtype": _Dtype.FP16})
     assert back == {"dtype": "fp16"}
+
+
+def test_what_exporters_send_is_what_the_journal_stores(tmp_path: Path) -> None:
+    """``sanitized`` (what the OTLP exporter sends) is the event "as the journal stores it": an
+    ``Enum`` member that orjson writes as its value is that value in the exported attrs too, not
+    the exporter's own ``str(member)`` (``"Color.RED"``) beside the journal's ``1``."""
+    from jitwatch.export.otlp import record_attributes
+    from jitwatch.store.journal import sanitized
+
+    attrs = {"color": Color.RED, "dtype": _Dtype.FP16, "id": uuid.UUID(int=7), "t": 1e-05, "n": [1, (2, 3)]}
+    _, back = stored(tmp_path, attrs)
+    ev = make_event(EventKind.COMPILE, T0, kernel="k", key="[16]", duration_s=0.01, attrs=attrs)
+    assert sanitized(ev).attrs == back
+    assert json.loads(record_attributes(sanitized(ev))["jitwatch.attrs"]) == back
+    assert ev.attrs["color"] is Color.RED  # the caller's event is left as it was
