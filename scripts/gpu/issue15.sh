@@ -16,16 +16,16 @@ OUT="${OUT:-$PWD/gpu-issue15-out}"
 WHL="${WHL:-.whl/base}"
 BEFORE="${BEFORE:-$PWD/.bench-before}"
 PAIRED_BEFORE="${PAIRED_BEFORE:-$PWD/.bench-before-j/jitwatch/store/journal.py}"
-INPROC_ROUNDS="${INPROC_ROUNDS:-300}"
+INPROC_ROUNDS="${INPROC_ROUNDS:-240}"
 JOURNAL_ROUNDS="${JOURNAL_ROUNDS:-7}"
 mkdir -p "$OUT"
 status=0
 t0=$SECONDS
-WHL="$WHL" BEFORE="$BEFORE" OUT="$OUT/compile" LIMIT_S="${COMPILE_LIMIT_S:-260}" bash scripts/gpu/bench.sh \
-  --sections compile --no-launch --two-slot-floor --reps 4 --rounds 2 --inproc-rounds "$INPROC_ROUNDS" || status=1
+WHL="$WHL" BEFORE="$BEFORE" OUT="$OUT/compile" LIMIT_S="${COMPILE_LIMIT_S:-440}" bash scripts/gpu/bench.sh \
+  --sections compile --no-launch --two-slot-floor --reps 4 --rounds 1 --inproc-rounds "$INPROC_ROUNDS" || status=1
 echo "compile: $((SECONDS - t0)) s"
 t1=$SECONDS
-WHL="$WHL" BEFORE="$BEFORE" OUT="$OUT/journal" LIMIT_S="${JOURNAL_LIMIT_S:-150}" bash scripts/gpu/bench.sh \
+WHL="$WHL" BEFORE="$BEFORE" OUT="$OUT/journal" LIMIT_S="${JOURNAL_LIMIT_S:-100}" bash scripts/gpu/bench.sh \
   --sections journal --journal-rounds "$JOURNAL_ROUNDS" || status=1
 echo "journal: $((SECONDS - t1)) s"
 t2=$SECONDS
