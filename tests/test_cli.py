@@ -438,6 +438,17 @@ def _two_backends(directory: Path) -> None:
         )
 
 
+def _assert_backend_refused(res: Any, value: str) -> None:
+    """A ``--backend`` refused before anything is read or asked: one line on stderr, exit 2, the
+    lower-case name suggested for ``Triton``."""
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"jitwatch: --backend {value!r}"), lines
+    assert "is not a backend name" in lines[0] and res.stdout == ""
+    if value == "Triton":
+        assert lines[0].endswith("did you mean --backend triton?")
+
+
 @pytest.mark.parametrize("value", ["Triton", "tri-ton", "triton\n", "", "x" * 65])
 def test_why_backend_is_validated_as_the_sidecar_does(server: str, tmp_path: Path, value: str) -> None:
     """``why --backend`` takes what the sidecar's ``?backend=`` takes (the same pattern; the
@@ -447,12 +458,7 @@ def test_why_backend_is_validated_as_the_sidecar_does(server: str, tmp_path: Pat
     assert httpx.get(f"{server}/jit/events", params={"backend": value}, headers=headers).status_code == 422
     assert httpx.get(f"{server}/jit/events", params={"backend": "triton"}, headers=headers).status_code == 200
     res = runner.invoke(app, ["why", "--journal-dir", str(tmp_path), "--backend", value])  # the server's journal
-    assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"jitwatch: --backend {value!r}"), lines
-    assert "is not a backend name" in lines[0] and res.stdout == ""
-    if value == "Triton":
-        assert lines[0].endswith("did you mean --backend triton?")
+    _assert_backend_refused(res, value)
 
 
 def test_why_nothing_found_names_every_filter(tmp_path: Path) -> None:
@@ -483,12 +489,7 @@ def test_status_backend_is_validated_before_the_request(server: str, tmp_path: P
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
     for url in (server, closed):  # the sidecar is never asked: the same line, reachable or not
         res = runner.invoke(app, ["status", "--url", url, "--token", TOKEN, "--backend", value])
-        assert res.exit_code == 2, res.output
-        lines = res.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"jitwatch: --backend {value!r}"), lines
-        assert "is not a backend name" in lines[0] and res.stdout == ""
-        if value == "Triton":
-            assert lines[0].endswith("did you mean --backend triton?")
+        _assert_backend_refused(res, value)
     _two_backends(tmp_path)  # the server's journal: a valid name still reaches the sidecar's filter
     res = runner.invoke(app, ["status", "--url", server, "--token", TOKEN, "--backend", "torch_compile", "--json"])
     assert res.exit_code == 0, res.output
