@@ -343,19 +343,49 @@ def _secret(env: dict[str, str] | os._Environ[str], name: str) -> bytes | None:
     return data
 
 
+BACKEND_NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+"""What a backend's name looks like (its ``Backend.name``, a metric label value): the one rule for
+``JITWATCH_BACKENDS`` and the filters by backend, the sidecar's ``?backend=`` and ``jitwatch why
+--backend``, which refuse anything else (422, exit 2). Case-sensitive: ``Triton`` is refused
+everywhere, with ``triton`` suggested. Re-exported by :mod:`jitwatch.backends.base`."""
+BACKEND_NAME_MAX_LENGTH = 64
+"""Longest backend name accepted."""
+
+
+def backend_name_ok(name: str) -> bool:
+    """Whether ``name`` follows :data:`BACKEND_NAME_PATTERN` and :data:`BACKEND_NAME_MAX_LENGTH`."""
+    import re
+
+    return len(name) <= BACKEND_NAME_MAX_LENGTH and re.fullmatch(BACKEND_NAME_PATTERN, name) is not None
+
+
 def parse_backends(raw: str | None) -> tuple[str, ...] | None:
     """``JITWATCH_BACKENDS`` → backend names, ``None`` for ``all`` (or unset), ``()`` for ``none``.
 
-    Raises :class:`ConfigError` for a name that is not a plain identifier."""
-    text = (raw or "").strip().lower()
-    if text in ("", "all"):
+    The words ``all`` and ``none`` are case-insensitive (like every choice variable's words);
+    backend names are not: they must be spelled as ``/jit`` and the filters spell them
+    (:data:`BACKEND_NAME_PATTERN`).
+
+    Raises:
+        ConfigError: a name that is not a backend name (``Triton``, ``my-dsl``); the message
+            suggests the lower-case value when that one would be accepted. Whether a well-formed
+            name is a *known* backend is the registry's to say (:func:`jitwatch.backends.check_names`).
+    """
+    text = (raw or "").strip()
+    if text.lower() in ("", "all"):
         return None
-    if text == "none":
+    if text.lower() == "none":
         return ()
     names = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
     for n in names:
-        if not n.replace("_", "a").replace("-", "a").isalnum():
-            raise ConfigError(f"{JITWATCH_BACKENDS}={raw!r}: {n!r} is not a backend name")
+        if not backend_name_ok(n):
+            lower = tuple(dict.fromkeys(m.lower() for m in names))
+            hint = f"; did you mean {JITWATCH_BACKENDS}={','.join(lower)}?" if all(map(backend_name_ok, lower)) else ""
+            raise ConfigError(
+                f"{JITWATCH_BACKENDS}={raw!r}: {n!r} is not a backend name: lower-case letters, digits and _,"
+                f" starting with a letter, at most {BACKEND_NAME_MAX_LENGTH} characters (e.g. triton,"
+                f" torch_compile){hint}"
+            )
     return names
 
 

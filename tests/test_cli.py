@@ -214,6 +214,27 @@ def test_demo_bad_environment_and_directories_are_one_line(tmp_path: Path, monke
     assert not (tmp_path / "j" / "journal.db").exists()  # the output dir was checked first
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("nosuch", "jitwatch: unknown backend(s) nosuch in JITWATCH_BACKENDS; known: cutedsl, deepgemm,"),
+        ("Triton", "jitwatch: JITWATCH_BACKENDS='Triton': 'Triton' is not a backend name"),
+    ],
+)
+def test_demo_bad_backends_is_one_line(tmp_path: Path, value: str, expected: str) -> None:
+    """A JITWATCH_BACKENDS the worker would refuse (an unknown name) was a worker traceback, and
+    `Triton` (which `?backend=` and `--backend` refuse) was lower-cased silently: now both are one
+    line and exit 2 before anything starts, as every other bad JITWATCH_* value."""
+    from jitwatch.testing import free_port
+
+    args = ["demo", "--exit", "--port", str(free_port()), "--journal-dir", str(tmp_path / "j")]
+    res = runner.invoke(app, args, env={"JITWATCH_BACKENDS": value, "JITWATCH_DIR": str(tmp_path)})
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), lines
+    assert "Traceback" not in res.output and not (tmp_path / "j").exists()
+
+
 def test_status_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

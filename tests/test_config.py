@@ -42,7 +42,7 @@ def test_every_variable_is_read() -> None:
         "JITWATCH_TARGET_ARCH": "80",
         "JITWATCH_HEARTBEAT_SECONDS": "2.5",
         "JITWATCH_STALE_SECONDS": "30",
-        "JITWATCH_BACKENDS": "Triton, my_dsl",
+        "JITWATCH_BACKENDS": "triton, my_dsl",
         "JITWATCH_RANK": "4",
         "JITWATCH_TP_RANK": "1",
         "JITWATCH_PP_RANK": "0",
@@ -183,6 +183,27 @@ def test_parse_backends() -> None:
     assert parse_backends(" ALL ") is None
     assert parse_backends("none") == ()
     assert parse_backends("triton, torch_compile ,triton") == ("triton", "torch_compile")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("Triton", "JITWATCH_BACKENDS='Triton': 'Triton' is not a backend name"),
+        ("triton,Torch_Compile", "did you mean JITWATCH_BACKENDS=triton,torch_compile?"),
+        ("my-dsl", "'my-dsl' is not a backend name: lower-case letters, digits and _"),
+        ("x" * 65, "at most 64 characters"),
+    ],
+)
+def test_backend_names_follow_the_filters_rule(value: str, expected: str) -> None:
+    """JITWATCH_BACKENDS names backends as /jit, `?backend=` and `--backend` spell them: lower
+    case, exactly (the filters refuse `Triton`); a capitalised name was lower-cased silently here.
+    Refused once, in Settings, with the lower-case value suggested when that one is valid."""
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"JITWATCH_BACKENDS": value})
+    assert expected in str(info.value)
+    assert ("did you mean" in str(info.value)) is (value.lower() != value and "-" not in value)
+    # the words all / none are choices, case-insensitive like every other choice variable's
+    assert parse_backends("None") == () and parse_backends("ALL") is None
 
 
 def test_nothing_else_reads_jitwatch_variables() -> None:

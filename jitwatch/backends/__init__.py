@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from jitwatch.backends.base import Backend
@@ -67,6 +67,22 @@ def registry() -> dict[str, Callable[[], type[Backend]]]:
     return out
 
 
+def check_names(names: Sequence[str], known: Mapping[str, object] | None = None) -> None:
+    """Raise :class:`BackendError` when a name in ``names`` is not a known backend (built-in or a
+    ``jitwatch.backends`` entry point; ``known``: :func:`registry`'s answer, when the caller has
+    it); reads entry-point metadata only, imports nothing.
+
+    Raises:
+        BackendError: ``unknown backend(s) ... in JITWATCH_BACKENDS; known: ...``.
+    """
+    known = registry() if known is None else known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise BackendError(
+            f"unknown backend(s) {', '.join(unknown)} in JITWATCH_BACKENDS; known: {', '.join(sorted(known))}"
+        )
+
+
 def create(names: Sequence[str] | None = None) -> list[Backend]:
     """Instantiate the backends named (``None``: every known one; the order of :func:`registry`).
 
@@ -78,11 +94,7 @@ def create(names: Sequence[str] | None = None) -> list[Backend]:
     """
     known = registry()
     wanted = list(known) if names is None else list(names)
-    unknown = [n for n in wanted if n not in known]
-    if unknown:
-        raise BackendError(
-            f"unknown backend(s) {', '.join(unknown)} in JITWATCH_BACKENDS; known: {', '.join(sorted(known))}"
-        )
+    check_names(wanted, known)
     out: list[Backend] = []
     for name in wanted:
         try:
@@ -98,4 +110,4 @@ def create(names: Sequence[str] | None = None) -> list[Backend]:
     return out
 
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "create", "registry"]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "check_names", "create", "registry"]

@@ -35,13 +35,12 @@ from enum import Enum
 from types import FrameType, ModuleType
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
+from jitwatch.config import BACKEND_NAME_MAX_LENGTH, BACKEND_NAME_PATTERN
 from jitwatch.importhook import when_imported
 
-BACKEND_NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
-"""What a backend's :attr:`Backend.name` looks like (a metric label value). The filters by backend,
-the sidecar's ``?backend=`` and ``jitwatch why --backend``, refuse anything else (422, exit 2)."""
-BACKEND_NAME_MAX_LENGTH = 64
-"""Longest backend name those filters accept."""
+# The rule for a backend's name (BACKEND_NAME_PATTERN, BACKEND_NAME_MAX_LENGTH) lives in
+# jitwatch.config, which parses JITWATCH_BACKENDS by it; the filters by backend (the sidecar's
+# ?backend=, `jitwatch why --backend`) import it from here.
 
 
 class CompileKind(str, Enum):

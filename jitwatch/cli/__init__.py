@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import stat
 from pathlib import Path
@@ -129,15 +128,14 @@ def _check_backend(backend: str | None) -> None:
     """Refuse a ``--backend`` value that cannot be a backend's name, by the rule the sidecar's
     ``?backend=`` applies (:data:`~jitwatch.backends.base.BACKEND_NAME_PATTERN`, at most
     :data:`~jitwatch.backends.base.BACKEND_NAME_MAX_LENGTH` characters; it answers 422): one line,
-    exit 2, suggesting the lower-case name (``Triton`` → ``triton``).
+    exit 2, suggesting the lower-case name (``Triton`` → ``triton``); ``JITWATCH_BACKENDS`` follows
+    the same rule (:func:`jitwatch.config.parse_backends`).
 
     Raises:
         typer.Exit: code 2, after the line.
     """
-    from jitwatch.backends.base import BACKEND_NAME_MAX_LENGTH, BACKEND_NAME_PATTERN
-
-    def valid(name: str) -> bool:
-        return len(name) <= BACKEND_NAME_MAX_LENGTH and re.fullmatch(BACKEND_NAME_PATTERN, name) is not None
+    from jitwatch.config import BACKEND_NAME_MAX_LENGTH
+    from jitwatch.config import backend_name_ok as valid
 
     if backend is None or valid(backend):
         return
@@ -421,6 +419,14 @@ def demo(
     from jitwatch.demo import DemoError, DemoOptions, default_journal_dir, run_demo
 
     settings = _settings()  # the worker reads the same JITWATCH_* variables: fail here, cleanly
+    if settings.backends:  # and would refuse an unknown backend (a traceback in the worker)
+        from jitwatch.backends import check_names
+        from jitwatch.errors import BackendError
+
+        try:
+            check_names(settings.backends)
+        except BackendError as exc:
+            raise _fail(str(exc)) from None
     host = host if host is not None else settings.host
     port = port if port is not None else settings.port
     if port == 0:

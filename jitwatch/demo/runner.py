@@ -278,14 +278,17 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     the journal directory's lock (:func:`journal_lock`) free. SIGTERM stops the demo like Ctrl-C.
 
     Raises:
-        DemoSetupError: one of those checks failed, or a bad ``JITWATCH_*`` value.
+        DemoSetupError: one of those checks failed, or a bad ``JITWATCH_*`` value (an unknown
+            backend in ``JITWATCH_BACKENDS`` too: the worker would refuse it).
         DemoError: the sidecar or the worker failed (including ``JITWATCH_MODE=error`` stopping
             the worker on a serving-phase compile).
         KeyboardInterrupt: Ctrl-C or SIGTERM before the scenario completed (cleaned up).
     """
     from rich.console import Console
 
+    from jitwatch.backends import check_names
     from jitwatch.config import ConfigError, Mode
+    from jitwatch.errors import BackendError
 
     console = console or Console()
     try:
@@ -293,9 +296,11 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
         # The worker reads these too: check them here, so a bad value is one line, not a worker traceback.
         settings = Settings.from_env()
         settings.rank()
+        if settings.backends:
+            check_names(settings.backends)
         if settings.mode is Mode.OFF:
             raise DemoSetupError("JITWATCH_MODE=off records nothing, so there is nothing to show; unset it or use warn")
-    except ConfigError as exc:
+    except (ConfigError, BackendError) as exc:
         raise DemoSetupError(str(exc)) from None
     _prepare_dir(journal_dir, "journal directory")
     if opts.output_dir is not None:
