@@ -515,3 +515,48 @@ def test_status_backend_is_validated_before_the_request(server: str, tmp_path: P
     res = runner.invoke(app, ["status", "--url", server, "--token", TOKEN, "--backend", "torch_compile", "--json"])
     assert res.exit_code == 0, res.output
     assert [(k["backend"], k["name"]) for k in json.loads(res.stdout)["kernels"]] == [("torch_compile", "f")]
+
+
+# ------------------------------------------------------------------------- empty journal, demo journal
+@pytest.mark.parametrize("state", ["empty", "unrelated"])
+def test_an_empty_journal_points_to_the_demo_journal(tmp_path: Path, state: str) -> None:
+    """After `jitwatch demo`, its journal is <JITWATCH_DIR>/demo-<port>; an empty journal.db left in
+    <JITWATCH_DIR> (by a sidecar, an earlier run) hid it: `why` and `coverage` read the empty one and
+    said nothing of the demo's (the pointer came only when journal.db was missing). Now it comes
+    whenever the journal read has no events; a journal with events (unrelated) gets none."""
+    home = tmp_path / "state"
+    demo = home / "demo-9400"
+    fill(demo)
+    if state == "empty":
+        Journal(home).close()
+    else:
+        fill(home)
+    pointer = f"a `jitwatch demo` journal is in {demo}: pass --journal-dir {demo}"
+    for command in (["why"], ["coverage"]):
+        res = runner.invoke(app, command, env={"JITWATCH_DIR": str(home)})
+        assert res.exit_code == 0, (command, res.output)
+        assert (pointer in res.stderr) is (state == "empty"), (command, res.stderr)
+        if state == "empty":
+            (line,) = [ln for ln in res.stderr.splitlines() if pointer in ln]
+            assert line.startswith(f"journal {home} has no events"), line
+
+
+def test_require_complete_on_a_journal_without_compiles_fails(tmp_path: Path) -> None:
+    """`coverage --require-complete` passed on a journal with no compile at all (nothing expected,
+    nothing missing): a CI gate pointed at the wrong journal passed. Now: one line, exit 1."""
+    Journal(tmp_path / "empty").close()
+    with Journal(tmp_path / "no-compiles") as j:
+        j.write([ev(EventKind.WORKER_START, T0, attrs={"mode": "warn"})])
+    for name in ("empty", "no-compiles"):
+        res = runner.invoke(app, ["coverage", "--require-complete", "--journal-dir", str(tmp_path / name)])
+        assert res.exit_code == 1, (name, res.output)
+        lines = res.stderr.strip().splitlines()
+        assert lines == [
+            f"jitwatch: coverage --require-complete: nothing to check: the journal in {tmp_path / name} has no"
+            " compile events (is it the journal the workers write? --journal-dir / JITWATCH_DIR)"
+        ], lines
+        # without --require-complete it is a report, not a gate: exit 0
+        assert runner.invoke(app, ["coverage", "--journal-dir", str(tmp_path / name)]).exit_code == 0
+    fill(tmp_path / "run")
+    res = runner.invoke(app, ["coverage", "--require-complete", "--journal-dir", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output

@@ -59,16 +59,40 @@ def _journal_error(exc: Exception, journal_dir: Path, origin: str | None = None)
         message = f"jitwatch: cannot read the journal in {journal_dir}: {exc}"
     message += f" ({origin})" if origin is not None else ""
     if isinstance(exc, FileNotFoundError) and not (journal_dir / "journal.db").exists():
-        try:  # newest first: the demo just run
-            found = sorted(((p.stat().st_mtime, p.parent) for p in journal_dir.glob("demo-*/journal.db")), reverse=True)
-        except OSError:
-            found = []
-        if found:
-            newest = found[0][1]
-            of = f", the newest of {len(found)}" if len(found) > 1 else ""
-            message += f" (a `jitwatch demo` journal is in {newest}{of}: pass --journal-dir {newest})"
+        pointer = _demo_journal_pointer(journal_dir)
+        message += f" ({pointer})" if pointer else ""
     typer.echo(message, err=True)
     return typer.Exit(1)
+
+
+def _demo_journal_pointer(journal_dir: Path) -> str | None:
+    """``a `jitwatch demo` journal is in <dir>/demo-<port>: pass --journal-dir <that>`` (the
+    newest, by ``journal.db``'s mtime, when there are several), or ``None`` when ``journal_dir``
+    holds no ``demo-*/journal.db``. Only ``Path.glob`` of that one pattern and ``stat``; nothing
+    is opened."""
+    import shlex
+
+    try:  # newest first: the demo just run
+        found = sorted(((p.stat().st_mtime, p.parent) for p in journal_dir.glob("demo-*/journal.db")), reverse=True)
+    except OSError:
+        return None
+    if not found:
+        return None
+    newest = found[0][1]
+    of = f", the newest of {len(found)}" if len(found) > 1 else ""
+    return f"a `jitwatch demo` journal is in {newest}{of}: pass --journal-dir {shlex.quote(str(newest))}"
+
+
+def _journal_has_no_events(journal_dir: Path) -> bool:
+    """Whether the journal in ``journal_dir`` never had an event (an empty ``journal.db``, e.g. one
+    a sidecar created); ``False`` when it cannot be read (its reader already said why)."""
+    from jitwatch.store.journal import Journal
+
+    try:
+        with Journal(journal_dir, readonly=True) as journal:
+            return journal.event_watermark() == 0
+    except (*JOURNAL_READ_ERRORS, OSError):
+        return False
 
 
 JOURNAL_READ_ERRORS = (FileNotFoundError, PermissionError, JournalCorruptError, JournalVersionError, sqlite3.Error)
@@ -153,7 +177,9 @@ class _JournalRead:
     as a context manager around the reads: a journal that cannot be read is one line on stderr and
     exit 1 (:func:`_journal_error`), and after reads that succeeded, when the directory was not named
     on the command line, which journal was read is said on stderr (stdout stays machine-readable):
-    ``journal: <dir> (from JITWATCH_DIR)`` or ``(the default: ...)``."""
+    ``journal: <dir> (from JITWATCH_DIR)`` or ``(the default: ...)``. A journal that has no events
+    while a ``jitwatch demo`` journal sits in ``<dir>/demo-<port>`` names that one
+    (:func:`_demo_journal_pointer`), however the directory was chosen."""
 
     __slots__ = ("origin", "path")
 
@@ -171,6 +197,9 @@ class _JournalRead:
         if exc is None:
             if self.origin is not None:
                 typer.echo(plain(f"journal: {self.path} ({self.origin})"), err=True)
+            pointer = _demo_journal_pointer(self.path)
+            if pointer is not None and _journal_has_no_events(self.path):
+                typer.echo(plain(f"journal {self.path} has no events; {pointer}"), err=True)
         elif isinstance(exc, JOURNAL_READ_ERRORS):
             raise _journal_error(exc, self.path, self.origin) from None
 
@@ -792,7 +821,8 @@ def coverage(
         bool,
         typer.Option(
             "--require-complete",
-            help="Exit 1, listing them, when expected keys or kernels were not compiled before serving (for CI).",
+            help="Exit 1, listing them, when expected keys or kernels were not compiled before serving, or when"
+            " the journal has no compile at all: nothing to check (for CI).",
             **FLAG,
         ),
     ] = False,
@@ -809,6 +839,7 @@ def coverage(
 
     from jitwatch.backends.triton.resolve import module_allowed
     from jitwatch.cli.render import render_coverage
+    from jitwatch.core.events import EventKind
     from jitwatch.errors import ManifestError, StoreError
     from jitwatch.fleet.stores import read_one
     from jitwatch.store.journal import Journal
@@ -849,6 +880,7 @@ def coverage(
             except JOURNAL_READ_ERRORS as exc:
                 raise _fail(f"--expect-journal {Path(prev)}: {exc}", 1) from None
         with Journal(jdir, readonly=True) as journal:
+            compiles = sum(row.count for row in journal.stats() if row.kind == EventKind.COMPILE.value)
             known = known_kernels(modules)
             report = coverage_for_journal(journal, expected=expected, known=known)
             if _allow(allow):
@@ -859,6 +891,13 @@ def coverage(
         typer.echo(json.dumps({**report.model_dump(mode="json"), "complete": report.complete}, indent=2))
     else:
         render_coverage(report, Console(), verbose=verbose)
+    if require_complete and report.complete and not compiles:
+        pointer = _demo_journal_pointer(jdir)
+        raise _fail(
+            f"coverage --require-complete: nothing to check: the journal in {jdir} has no compile events"
+            + (f" ({pointer})" if pointer else " (is it the journal the workers write? --journal-dir / JITWATCH_DIR)"),
+            1,
+        )
     if require_complete and not report.complete:
         missing = report.incomplete()
         typer.echo(
