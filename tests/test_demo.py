@@ -289,27 +289,41 @@ def test_summary_names_the_demo_journal_for_jitwatch_why(tmp_path: Path) -> None
     assert "--journal-dir" not in console.export_text()
 
 
-@pytest.mark.parametrize("on_path", [False, True])
-def test_the_fixes_hint_runs_as_printed(tmp_path: Path, on_path: bool) -> None:
-    """After `make demo`, `jitwatch` is .venv/bin/jitwatch, not on PATH: the summary's hint named a
-    bare `jitwatch why ...`, which the shell could not find. Now it names this interpreter's
-    script unless that one is on PATH; the printed command is run through a shell, as a user
-    pasting it would, with and without the environment's bin directory on PATH."""
-    import re
+@pytest.fixture(scope="module")
+def demo_like_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A journal like the demo's, from real compiles: warmup, then the zeroing kernel compiled in
+    serving (compile-only Triton, as the demo's worker on CPU). The directory name has a space:
+    the printed path must be quoted."""
+    import torch
 
+    from jitwatch.kernels.kv_blocks import zero_kv_blocks
+    from jitwatch.testing import monitored
+
+    journal_dir = tmp_path_factory.mktemp("hints") / "demo 9400"
+    with monitored(journal_dir=journal_dir) as h:
+        with h.monitor.warmup():
+            pass
+        zero_kv_blocks(torch.ones(8, 1024, dtype=torch.float16), torch.tensor([1, 2], dtype=torch.int32))
+        assert h.monitor.flush()
+    return journal_dir
+
+
+@pytest.mark.parametrize("on_path", [False, True])
+def test_every_hint_runs_as_printed(demo_like_journal: Path, tmp_path: Path, on_path: bool) -> None:
+    """Every command the summary prints runs as printed, through a shell, as a user pasting it
+    would: `why`, `coverage` and `manifest export` (which needs -o: the hint said only "also
+    `coverage` / `manifest export` with the same --journal-dir", and `manifest export --journal-dir
+    X` alone is a usage error). After `make demo`, `jitwatch` is .venv/bin/jitwatch, not on PATH:
+    the commands name this interpreter's script unless that one is on PATH; run with and without
+    the environment's bin directory on PATH."""
     from rich.console import Console
 
-    from jitwatch.core.events import EventKind, Phase
     from jitwatch.demo.runner import DemoReport, jitwatch_command, print_summary
-    from jitwatch.testing import JournalBuilder
 
     bin_dir = os.path.dirname(sys.executable)
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     path = os.pathsep.join([bin_dir, "/usr/bin", "/bin"]) if on_path else str(empty)
-    journal_dir = tmp_path / "demo 9400"  # a space: the printed path must be quoted
-    jb = JournalBuilder(journal_dir)
-    jb.write(jb.event(EventKind.COMPILE, jb.t0, backend="triton", kernel="zero_kv_blocks_kernel", phase=Phase.SERVING))
     jit = {
         "ranks": [{"rank": 0, "ready": True, "warmup_compiles": 0, "serving_compiles": 1}],
         "kernels": [],
@@ -321,17 +335,61 @@ def test_the_fixes_hint_runs_as_printed(tmp_path: Path, on_path: bool) -> None:
     old_path = os.environ["PATH"]
     os.environ["PATH"] = path
     try:
-        console = Console(record=True, width=60)  # narrower than the line: it must not be cut
-        print_summary(DemoReport(journal_dir=journal_dir, url="http://127.0.0.1:9400", jit=jit), console)
-        assert (jitwatch_command() == "jitwatch") is on_path
+        console = Console(record=True, width=60)  # narrower than the lines: they must not be cut
+        print_summary(DemoReport(journal_dir=demo_like_journal, url="http://127.0.0.1:9400", jit=jit), console)
+        jw = jitwatch_command()
+        assert (jw == "jitwatch") is on_path
     finally:
         os.environ["PATH"] = old_path
-    match = re.search(r"^the fixes: (.+) \(also `", console.export_text(), flags=re.M)
-    assert match is not None, console.export_text()
-    command = match.group(1)
-    assert command.startswith("jitwatch why" if on_path else f"{bin_dir}/jitwatch why"), command
+    text = console.export_text()
+    commands = [line.split(": ", 1)[1] for line in text.splitlines() if f": {jw} " in line]
+    assert [c.split(" --journal-dir")[0].removeprefix(jw + " ") for c in commands] == [
+        "why",
+        "coverage",
+        "manifest export",
+    ], text
+    assert all(c.startswith("jitwatch " if on_path else f"{bin_dir}/jitwatch ") for c in commands), commands
     env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
-    env.update(PATH=path, PYTHONPATH=str(ROOT), COLUMNS="200")
-    res = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, (command, res.stderr)
-    assert "triton zero_kv_blocks_kernel compiled in serving" in res.stdout
+    env.update(PATH=path, PYTHONPATH=str(ROOT), COLUMNS="200", JITWATCH_DIR=str(tmp_path / "unused"))
+    manifest = demo_like_journal / "manifest.json"
+    manifest.unlink(missing_ok=True)
+    outputs = []
+    for command in commands:
+        res = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, (command, res.stderr)
+        outputs.append(res.stdout)
+    assert "triton zero_kv_blocks_kernel compiled in serving" in outputs[0]
+    assert "zero_kv_blocks_kernel" in outputs[1]
+    assert outputs[2].startswith(f"wrote {manifest}: 1 specialization of 1 kernel (serving)"), outputs[2]
+
+
+def test_the_warn_lines_fix_commands_run_as_printed(demo_like_journal: Path, tmp_path: Path) -> None:
+    """The worker's warning (printed by the demo) and `jitwatch why` give the fix of a kernel warmup
+    never compiled as commands: `jitwatch manifest export` without -o is a usage error, so the
+    fix names `-o manifest.json` and replays that file. Run as printed, in order, in one working
+    directory, on the journal the commands read by default (JITWATCH_DIR). (The replay then needs
+    --allow for the kernels' module, which it says: jitwatch imports nothing it was not allowed to.)"""
+    import re
+
+    from jitwatch.backends.explain import warm_fix
+
+    fix = warm_fix("zero_kv_blocks_kernel", "triton")
+    commands = re.findall(r"`(jitwatch [^`]+)`", fix)
+    assert [c.split()[1] for c in commands] == ["manifest", "warmup"], fix
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update(PYTHONPATH=str(ROOT), COLUMNS="200", JITWATCH_DIR=str(demo_like_journal))
+    jw = f"{sys.executable} -m jitwatch.cli"
+    results = []
+    for command in commands:
+        shell = command.replace("jitwatch ", jw + " ", 1)
+        res = subprocess.run(
+            ["/bin/sh", "-c", shell], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        results.append(res)
+    export, replay = results
+    assert export.returncode == 0, (export.stdout, export.stderr)
+    assert export.stdout.startswith("wrote manifest.json: 1 specialization of 1 kernel (serving)"), export.stdout
+    # The replay reads that file; it imports no module it was not allowed to (--allow): it says so,
+    # exit 1, not a usage error (2).
+    assert replay.returncode == 1 and "1 entry: " in replay.stdout, (replay.stdout, replay.stderr)
+    assert "pass --allow MODULE_PREFIX" in replay.stderr, replay.stderr

@@ -163,7 +163,8 @@ def warm_fix(name: str, backend: str | None = None, *, exact_key: ExactKeyFixes 
     if not backend or backend in MANIFEST_BACKENDS:
         return (
             f"call {name} in warmup with serving's arguments, or record a manifest "
-            "(`jitwatch manifest export`) and replay it at startup (`jitwatch warmup replay`)"
+            "(`jitwatch manifest export -o manifest.json`) and replay it at startup"
+            " (`jitwatch warmup replay manifest.json`)"
         )
     return (
         f"run what compiles {name} in warmup with serving's arguments and shapes "

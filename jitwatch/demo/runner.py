@@ -442,9 +442,10 @@ def _short_key(key: str | None, width: int = 70) -> str:
 
 
 def print_summary(report: DemoReport, console: Any) -> None:
-    """A short rich summary built from ``/jit`` plus the worker's own report. The line with the
-    ``jitwatch why`` command is printed literally (no markup) and unwrapped by rich (the terminal
-    wraps it), so it can be copied and run as printed."""
+    """A short rich summary built from ``/jit`` plus the worker's own report. With serving
+    compiles, it ends with three commands on the demo's journal: ``jitwatch why``, ``coverage`` and
+    ``manifest export -o <journal dir>/manifest.json``, each printed literally (no markup) and
+    unwrapped by rich (the terminal wraps it), so it can be copied and run as printed."""
     from rich.table import Table
     from rich.text import Text
 
@@ -494,14 +495,16 @@ def print_summary(report: DemoReport, console: Any) -> None:
     if serving:
         # The demo's journal is <JITWATCH_DIR>/demo-<port>, not the default that `jitwatch why`,
         # `coverage` and `manifest export` read: a bare `jitwatch why` says "no journal at ...".
-        # And after `make demo` the command is .venv/bin/jitwatch, not on PATH: printed runnable.
+        # And after `make demo` the command is .venv/bin/jitwatch, not on PATH. Each line is a
+        # whole command, runnable as printed (manifest export needs its -o).
         jw = jitwatch_command()
-        lines.append(
-            Text(
-                f"the fixes: {jw} why --journal-dir {shlex.quote(str(report.journal_dir))} "
-                "(also `coverage` / `manifest export` with the same --journal-dir)"
-            )
-        )
+        jdir = shlex.quote(str(report.journal_dir))
+        manifest = shlex.quote(str(report.journal_dir / "manifest.json"))
+        lines += [
+            Text(f"the fixes: {jw} why --journal-dir {jdir}"),
+            Text(f"coverage: {jw} coverage --journal-dir {jdir}"),
+            Text(f"a warmup manifest of them: {jw} manifest export --journal-dir {jdir} -o {manifest}"),
+        ]
     if source == "reference":
         lines.append(
             "no GPU: kernels were compiled for real (compile-only driver, sm_90 cubins) but not launched; "
