@@ -251,6 +251,14 @@ def _given(env: dict[str, str] | os._Environ[str], name: str) -> bool:
     return bool((env.get(name) or "").strip())
 
 
+def journal_dir_value(raw: str | None) -> Path | None:
+    """A journal directory as written in ``JITWATCH_DIR`` or the CLI's ``--journal-dir``, read the
+    same way for both: without the whitespace around it, ``~`` expanded; ``None`` (unset: the next
+    source decides) for ``None``, empty or only whitespace. Never raises."""
+    text = (raw or "").strip()
+    return Path(text).expanduser() if text else None
+
+
 def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
     """``$JITWATCH_DIR``, else ``$XDG_STATE_HOME/jitwatch``, else ``~/.local/state/jitwatch``
     (``JITWATCH_DIR`` is read without the whitespace around it, as ``JITWATCH_MANIFEST`` is: empty or
@@ -264,8 +272,9 @@ def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) ->
     (:func:`jitwatch.store.safety.prepare_writer_dir`): another user can at worst stop jitwatch
     writing there (it says so), never read or redirect the journal."""
     env = os.environ if env is None else env
-    if _given(env, JITWATCH_DIR):
-        return Path(env[JITWATCH_DIR].strip()).expanduser()
+    given = journal_dir_value(env.get(JITWATCH_DIR))
+    if given is not None:
+        return given
     state = (env.get("XDG_STATE_HOME") or "").strip()
     if not Path(state).is_absolute():  # blank or relative: invalid by the XDG spec, ignored
         try:

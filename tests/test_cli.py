@@ -560,3 +560,32 @@ def test_require_complete_on_a_journal_without_compiles_fails(tmp_path: Path) ->
     fill(tmp_path / "run")
     res = runner.invoke(app, ["coverage", "--require-complete", "--journal-dir", str(tmp_path / "run")])
     assert res.exit_code == 0, res.output
+
+
+# ------------------------------------------------------------------ --journal-dir as JITWATCH_DIR
+@pytest.mark.parametrize("command", [["why"], ["coverage"], ["manifest", "export", "--allow-empty", "-o", "OUT"]])
+def test_journal_dir_option_is_read_as_jitwatch_dir_is(tmp_path: Path, command: list[str]) -> None:
+    """`--journal-dir '~/x'` was read literally (a directory named `~` under the working
+    directory: "no journal at ~/x/journal.db") while `JITWATCH_DIR='~/x'` is expanded; and `''`
+    read the working directory (Path('') is '.'), ' /x ' a path with spaces. Now the option is
+    read as the variable: without the whitespace around it, `~` expanded, blank counting as unset
+    (then JITWATCH_DIR, else the default, named on stderr)."""
+    home = tmp_path / "home"
+    fill(home / "x")
+    fill(tmp_path / "env")
+    args = [str(tmp_path / "m.json") if a == "OUT" else a for a in command]
+    for value, env, origin in [
+        ("~/x", {}, None),
+        (f"  {home / 'x'}\n", {}, None),
+        ("", {"JITWATCH_DIR": str(tmp_path / "env")}, f"journal: {tmp_path / 'env'} (from JITWATCH_DIR)"),
+        ("  ", {"JITWATCH_DIR": str(tmp_path / "env")}, f"journal: {tmp_path / 'env'} (from JITWATCH_DIR)"),
+    ]:
+        (tmp_path / "m.json").unlink(missing_ok=True)
+        res = runner.invoke(app, [*args, "--journal-dir", value], env={"HOME": str(home), **env})
+        assert res.exit_code == 0, (value, res.output)
+        assert ("journal: " in res.stderr) is (origin is not None), (value, res.stderr)
+        if origin is not None:
+            assert origin in res.stderr.splitlines(), (value, res.stderr)
+        if command[0] == "why":
+            assert "late_mul compiled in serving" in res.stdout, (value, res.stdout)
+    assert not (tmp_path / "~").exists()

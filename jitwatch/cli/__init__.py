@@ -204,14 +204,16 @@ class _JournalRead:
             raise _journal_error(exc, self.path, self.origin) from None
 
 
-def _read_journal(journal_dir: Path | None, settings: Settings) -> _JournalRead:
-    """The journal directory a journal-reading command reads: ``--journal-dir``, else
-    ``$JITWATCH_DIR``, else the default; checked now (:func:`_check_journal_dir`), read inside
-    ``with`` the returned :class:`_JournalRead`.
+def _read_journal(option: str | None, settings: Settings) -> _JournalRead:
+    """The journal directory a journal-reading command reads: ``--journal-dir`` (``option``, read
+    as ``JITWATCH_DIR`` is: :func:`jitwatch.config.journal_dir_value`), else ``$JITWATCH_DIR``,
+    else the default; checked now (:func:`_check_journal_dir`), read inside ``with`` the returned
+    :class:`_JournalRead`.
 
     Raises:
         typer.Exit: code 2 or 1, after one line (:func:`_check_journal_dir`).
     """
+    journal_dir = config.journal_dir_value(option)
     if journal_dir is not None:
         path, origin = journal_dir, None
     elif settings.journal_dir_source == "set":
@@ -250,12 +252,18 @@ SIDECAR_VARIABLES = (
 
 
 DEFAULT_DIR_HELP = "$JITWATCH_DIR, else $XDG_STATE_HOME/jitwatch or ~/.local/state/jitwatch"
-JournalDirOpt = Annotated[Path | None, typer.Option(show_default=DEFAULT_DIR_HELP, help="Journal directory.")]
-# The journal-reading commands check the directory themselves (_check_journal_dir: one line), not
-# click's "path ... is not readable" usage box.
-ReadJournalDirOpt = Annotated[
-    Path | None, typer.Option(readable=False, show_default=DEFAULT_DIR_HELP, help="Journal directory.")
+# A str, read by config.journal_dir_value as JITWATCH_DIR is (stripped, ~ expanded, blank = unset):
+# a Path option turns '' into '.'. The journal-reading commands check the directory themselves
+# (_check_journal_dir: one line), not click's "path ... is not readable" usage box.
+JournalDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="DIR",
+        show_default=DEFAULT_DIR_HELP,
+        help="Journal directory (read as JITWATCH_DIR is: ~ expanded, spaces around it dropped, blank = unset).",
+    ),
 ]
+ReadJournalDirOpt = JournalDirOpt
 # Boolean flags: no "<bool>" value column in --help.
 FLAG = {"metavar": ""}
 
@@ -310,7 +318,7 @@ def serve(
         run(
             host if host is not None else settings.host,
             port if port is not None else settings.port,
-            journal_dir.expanduser() if journal_dir else None,
+            config.journal_dir_value(journal_dir),
             token,
             settings=settings,
             stale_after=stale_after,
@@ -413,10 +421,11 @@ def demo(
         int | None, typer.Option(min=1, max=65535, show_default="$JITWATCH_PORT, else 9400", help="Sidecar port.")
     ] = None,
     journal_dir: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
+            metavar="DIR",
             show_default="$JITWATCH_DIR/demo-<port>",
-            help="Journal directory, reset at start and locked while the demo runs.",
+            help="Journal directory, reset at start and locked while the demo runs (read as JITWATCH_DIR is).",
         ),
     ] = None,
     no_warmup: Annotated[
@@ -463,7 +472,7 @@ def demo(
     opts = DemoOptions(
         host=host,
         port=port,
-        journal_dir=journal_dir.expanduser() if journal_dir else default_journal_dir(port, settings),
+        journal_dir=config.journal_dir_value(journal_dir) or default_journal_dir(port, settings),
         no_warmup=no_warmup,
         specialize_num_tokens=specialize_num_tokens,
         exit_after=exit_after,
