@@ -589,3 +589,30 @@ def test_journal_dir_option_is_read_as_jitwatch_dir_is(tmp_path: Path, command: 
         if command[0] == "why":
             assert "late_mul compiled in serving" in res.stdout, (value, res.stdout)
     assert not (tmp_path / "~").exists()
+
+
+def test_serve_refuses_a_file_as_the_journal_directory(tmp_path: Path) -> None:
+    """`serve --journal-dir <a file>` started a sidecar whose /readyz then answered 503 forever; now
+    it is refused as `why` and `coverage` refuse it (the same check): one line, exit 2, nothing
+    served. Run as a process with a deadline: the old behaviour served until killed."""
+    import subprocess
+    import sys
+
+    from jitwatch.testing import free_port
+
+    fill(tmp_path / "run")
+    db = tmp_path / "run" / "journal.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    cases = [
+        ({}, ["--journal-dir", str(db)], f"jitwatch: --journal-dir {db} is not a directory: it is the journal file"),
+        ({"JITWATCH_DIR": str(db)}, [], f"jitwatch: JITWATCH_DIR={db} is not a directory: it is the journal file"),
+    ]
+    for extra_env, extra, expected in cases:
+        cmd = [sys.executable, "-m", "jitwatch.cli", "serve", "--port", str(free_port()), *extra]
+        try:
+            res = subprocess.run(cmd, env={**env, **extra_env}, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"serve {extra} {extra_env} served instead of refusing")
+        assert res.returncode == 2, (extra, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(expected), lines

@@ -308,17 +308,23 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Run the sidecar: /jit, /jit/events, /metrics, /livez, /readyz."""
+    """Run the sidecar: /jit, /jit/events, /metrics, /livez, /readyz.
+
+    A journal directory that cannot be one (a file, as for `why`) is refused: one line, exit 2.
+    """
     from jitwatch.sidecar import PortUnavailableError, run
 
     settings = _settings(*SIDECAR_VARIABLES)
     if token is not None and not token.strip():
         raise _fail("--token is empty: pass a real token, or leave --token out to serve without one")
+    # A file as the journal directory (--journal-dir or JITWATCH_DIR) is refused as `why` refuses
+    # it, before serving a /readyz that could only answer 503; a missing directory is fine.
+    journal = _read_journal(journal_dir, settings)
     try:
         run(
             host if host is not None else settings.host,
             port if port is not None else settings.port,
-            config.journal_dir_value(journal_dir),
+            journal.path,
             token,
             settings=settings,
             stale_after=stale_after,
