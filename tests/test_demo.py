@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from jitwatch.config import Settings
+from jitwatch.core.events import EventKind, Phase
 from jitwatch.demo.runner import (
     LOCK_FILE,
     DemoError,
@@ -393,3 +394,43 @@ def test_the_warn_lines_fix_commands_run_as_printed(demo_like_journal: Path, tmp
     # exit 1, not a usage error (2).
     assert replay.returncode == 1 and "1 entry: " in replay.stdout, (replay.stdout, replay.stderr)
     assert "pass --allow MODULE_PREFIX" in replay.stderr, replay.stderr
+
+
+def test_demo_refuses_to_reset_a_journal_it_did_not_create(tmp_path: Path) -> None:
+    """`jitwatch demo --journal-dir <dir>` reset <dir>'s journal at start, whoever wrote it: pointed
+    at a real worker's journal it wiped it without a word. Now a journal in a directory where no
+    demo ran (no demo.lock) is refused, one line, exit 2, untouched, unless --force; a directory a
+    demo used before is reset as always."""
+    from typer.testing import CliRunner
+
+    from jitwatch.cli import app
+    from jitwatch.testing import JournalBuilder
+
+    jdir = tmp_path / "prod"
+    jb = JournalBuilder(jdir)
+    jb.write(jb.event(EventKind.COMPILE, jb.t0, backend="triton", kernel="k", phase=Phase.SERVING))
+    before = (jdir / JOURNAL_FILE).read_bytes()
+    res = CliRunner().invoke(app, ["demo", "--exit", "--port", str(free_port()), "--journal-dir", str(jdir)])
+    assert res.exit_code == 2, res.output
+    (line,) = res.stderr.strip().splitlines()
+    assert line == (
+        f"jitwatch demo: {jdir} holds a journal that jitwatch demo did not create (no {LOCK_FILE}):"
+        " the demo resets its journal at start; pass --force to reset it, or another --journal-dir"
+    ), line
+    assert (jdir / JOURNAL_FILE).read_bytes() == before and not (jdir / LOCK_FILE).exists()
+    # --force passes that check (the busy port is the next one: nothing was reset)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(DemoSetupError, match="--port"):
+            run_demo(DemoOptions(port=port, journal_dir=jdir, exit_after=True, force=True))
+        # a directory a demo used before (its demo.lock) is the demo's: no refusal either
+        demo_dir = tmp_path / "demo-old"
+        demo_dir.mkdir()
+        with journal_lock(demo_dir):
+            pass
+        JournalBuilder(demo_dir).write(jb.event(EventKind.COMPILE, jb.t0, kernel="k", phase=Phase.SERVING))
+        with pytest.raises(DemoSetupError, match="--port"):
+            run_demo(DemoOptions(port=port, journal_dir=demo_dir, exit_after=True))
+    assert (jdir / JOURNAL_FILE).read_bytes() == before

@@ -458,6 +458,14 @@ def demo(
     output_dir: Annotated[
         Path | None, typer.Option(help="Also write the final /jit, /metrics and the /readyz history here.")
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Reset the journal in --journal-dir even if no demo created it (else: refused, exit 2).",
+            **FLAG,
+        ),
+    ] = False,
 ) -> None:
     """Run a sidecar and a demo worker with real Triton compiles (GPU, or compile-only on CPU)."""
     from jitwatch.demo import DemoError, DemoOptions, default_journal_dir, run_demo
@@ -484,6 +492,7 @@ def demo(
         exit_after=exit_after,
         keep_triton_cache=keep_triton_cache,
         output_dir=output_dir.expanduser() if output_dir else None,
+        force=force,
     )
     try:
         run_demo(opts)

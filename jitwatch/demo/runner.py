@@ -11,7 +11,8 @@ Triton's disk cache: a fresh temporary ``TRITON_CACHE_DIR`` per run (cold compil
 node), unless ``keep_triton_cache``.
 
 The journal directory defaults to ``<JITWATCH_DIR>/demo-<port>`` (one per port, so two demos on
-different ports never reset each other's journal) and is locked (``fcntl.flock`` on
+different ports never reset each other's journal); a journal there that no demo created is not
+reset without ``force`` (:func:`check_journal_is_the_demos`). It is locked (``fcntl.flock`` on
 :data:`LOCK_FILE` inside it) for the demo's lifetime: a second demo on the same directory refuses.
 """
 
@@ -55,6 +56,8 @@ class DemoOptions:
     keep_triton_cache: bool = False
     output_dir: Path | None = None
     worker_timeout_s: float = 300.0
+    force: bool = False
+    """Reset a journal the demo did not create (:func:`check_journal_is_the_demos`)."""
 
 
 @dataclass
@@ -143,6 +146,23 @@ def journal_lock(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def check_journal_is_the_demos(directory: Path) -> None:
+    """Refuse a ``directory`` that holds a journal (``journal.db`` or its ``-wal``) the demo did not
+    create: one where no demo ran, i.e. without the demo's :data:`LOCK_FILE`, which every demo
+    leaves there (``--journal-dir`` pointed at a real worker's journal: the demo's reset would
+    delete it). Only ``stat``; nothing is opened.
+
+    Raises:
+        DemoSetupError: such a journal is there (pass ``force``/``--force`` to reset it anyway).
+    """
+    journal = [directory / (JOURNAL_FILE + suffix) for suffix in ("", "-wal")]
+    if any(p.exists() for p in journal) and not (directory / LOCK_FILE).exists():
+        raise DemoSetupError(
+            f"{directory} holds a journal that jitwatch demo did not create (no {LOCK_FILE}): the demo resets"
+            " its journal at start; pass --force to reset it, or another --journal-dir"
+        )
 
 
 def reset_journal(directory: Path) -> None:
@@ -274,8 +294,10 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     """Run the demo (blocking). Returns what it saw; serves until Ctrl-C unless ``exit_after``.
 
     Before anything runs: the journal directory (default :func:`default_journal_dir`) and
-    ``output_dir`` must be (creatable) directories, the port must be free (``SO_REUSEADDR``) and
-    the journal directory's lock (:func:`journal_lock`) free. SIGTERM stops the demo like Ctrl-C.
+    ``output_dir`` must be (creatable) directories, a journal already in the journal directory
+    must be one a demo created (:func:`check_journal_is_the_demos`; ``force`` skips this), the
+    port must be free (``SO_REUSEADDR``) and the journal directory's lock (:func:`journal_lock`)
+    free. SIGTERM stops the demo like Ctrl-C.
 
     Raises:
         DemoSetupError: one of those checks failed, or a bad ``JITWATCH_*`` value (an unknown
@@ -303,6 +325,8 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     except (ConfigError, BackendError) as exc:
         raise DemoSetupError(str(exc)) from None
     _prepare_dir(journal_dir, "journal directory")
+    if not opts.force:
+        check_journal_is_the_demos(journal_dir)
     if opts.output_dir is not None:
         _prepare_dir(Path(opts.output_dir), "output directory")
     _check_port(opts.host, opts.port)
