@@ -434,3 +434,33 @@ def test_demo_refuses_to_reset_a_journal_it_did_not_create(tmp_path: Path) -> No
         with pytest.raises(DemoSetupError, match="--port"):
             run_demo(DemoOptions(port=port, journal_dir=demo_dir, exit_after=True))
     assert (jdir / JOURNAL_FILE).read_bytes() == before
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022])
+def test_demo_creates_its_directories_0700(tmp_path: Path, umask: int) -> None:
+    """`jitwatch demo` created <JITWATCH_DIR> (the parent of its demo-<port> journal) 0755 while the
+    README says the journal directory is owner-only: every directory it creates is 0700 now, under
+    any umask. (A busy port stops the demo right after the directories are made.)"""
+    import stat
+
+    from typer.testing import CliRunner
+
+    from jitwatch.cli import app
+
+    state = tmp_path / "state" / "jitwatch"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        old = os.umask(umask)
+        try:
+            res = CliRunner().invoke(
+                app,
+                ["demo", "--exit", "--port", str(port), "--output-dir", str(tmp_path / "out" / "o")],
+                env={"JITWATCH_DIR": str(state)},
+            )
+        finally:
+            os.umask(old)
+    assert res.exit_code == 2 and "--port" in res.output, res.output
+    for path in (tmp_path / "state", state, state / f"demo-{port}", tmp_path / "out", tmp_path / "out" / "o"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, (path, oct(path.stat().st_mode))

@@ -36,6 +36,7 @@ from typing import Any
 from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, Settings
 from jitwatch.errors import DemoError, DemoSetupError
 from jitwatch.store.journal import JOURNAL_FILE, Journal
+from jitwatch.store.safety import make_private_dirs
 
 DEMO_SUBDIR = "demo"
 """Default journal directory: ``<JITWATCH_DIR>/demo-<port>``."""
@@ -102,8 +103,9 @@ def default_journal_dir(port: int = DEFAULT_PORT, settings: Settings | None = No
 
 
 def _prepare_dir(directory: Path, what: str) -> None:
-    """Create ``directory`` (0700) if missing; :class:`DemoSetupError` if it is a file or cannot be
-    created or written."""
+    """Create ``directory`` and its missing parents (0700 whatever the umask:
+    :func:`jitwatch.store.safety.make_private_dirs`) if missing; :class:`DemoSetupError` if it is a
+    file or cannot be created or written."""
     if directory.exists() and not directory.is_dir():
         raise DemoSetupError(f"{what} {directory} is not a directory")
     for parent in directory.parents:
@@ -112,7 +114,7 @@ def _prepare_dir(directory: Path, what: str) -> None:
                 raise DemoSetupError(f"cannot create {what} {directory}: {parent} is not a directory")
             break
     try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(directory)
     except OSError as exc:
         raise DemoSetupError(f"cannot create {what} {directory}: {exc.strerror or exc}") from None
     if not os.access(directory, os.W_OK | os.X_OK):
@@ -166,8 +168,9 @@ def check_journal_is_the_demos(directory: Path) -> None:
 
 
 def reset_journal(directory: Path) -> None:
-    """Remove the journal files (only those) in ``directory``; create it (0700) if missing."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Remove the journal files (only those) in ``directory``; create it (0700, and its missing
+    parents: :func:`jitwatch.store.safety.make_private_dirs`) if missing."""
+    make_private_dirs(directory)
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             (directory / (JOURNAL_FILE + suffix)).unlink()

@@ -6,7 +6,8 @@ and ``-shm`` files. Anyone who can create entries in that directory can plant a 
 rights) or a FIFO (the open never returns). So before SQLite opens anything:
 
 * **Writers** (:func:`prepare_writer_dir`): the directory is created with mode 0700 (``os.mkdir``
-  is atomic: it either creates a new directory or fails), then checked with ``os.lstat``: it must
+  is atomic: it either creates a new directory or fails), and so is each missing parent
+  (:func:`make_private_dirs`: 0700 whatever the umask), then checked with ``os.lstat``: it must
   be a directory owned by this process's effective uid. If others may write it (mode & 0o022,
   e.g. a pre-existing 0777 directory or a tmpfs root 1777), it is made owner-only (0700,
   ``os.chmod``) and a warning says so; if that fails, the journal is refused. A directory owned
@@ -70,8 +71,45 @@ def _warn_once(key: str, message: str, *args: object) -> None:
         log.warning(message, *args)
 
 
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and each missing parent owner-only: mode 0700 whatever the umask
+    (``os.mkdir(..., 0o700)``, then ``fchmod`` through an ``O_NOFOLLOW`` descriptor of the directory
+    just made). Directories that already exist keep their mode. (``Path.mkdir(parents=True)`` made
+    the parents 0777 minus the umask: ``~/.local/state``, or ``JITWATCH_DIR`` itself under the
+    demo's ``demo-<port>``, 0755.)
+
+    Raises:
+        OSError: a directory cannot be created (``NotADirectoryError``: a file is in the way).
+    """
+    missing: list[Path] = []
+    path = directory
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # made meanwhile by another process: not ours to change
+            continue
+        _owner_only(path)
+
+
+def _owner_only(directory: Path) -> None:
+    """``fchmod`` 0700 the directory just created at ``directory``, through an ``O_NOFOLLOW``
+    descriptor (a symlink swapped in meanwhile is not followed: ``OSError``); ``os.mkdir``'s mode
+    is cut by the umask, which could remove the owner's own bits."""
+    if not hasattr(os, "fchmod"):
+        return
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
 def prepare_writer_dir(directory: Path) -> None:
-    """Create ``directory`` (0700) if missing and make sure only this uid can change it.
+    """Create ``directory`` (0700, and its missing parents: :func:`make_private_dirs`) if missing
+    and make sure only this uid can change it.
 
     Raises:
         JournalUnsafeError: ``directory`` is a symlink to, or is, a directory owned by another
@@ -81,9 +119,10 @@ def prepare_writer_dir(directory: Path) -> None:
         OSError: the directory cannot be created.
     """
     if not directory.parent.exists():
-        directory.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(directory.parent)
     try:
         os.mkdir(directory, 0o700)  # atomic: a new directory is ours, with no entries
+        _owner_only(directory)  # whatever the umask
         return
     except FileExistsError:
         pass

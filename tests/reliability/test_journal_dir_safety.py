@@ -194,6 +194,26 @@ def test_fresh_fallback_directory_is_created_0700(tmp_path: Path) -> None:
     assert _mode(d) == 0o700 and _mode(d / "journal.db") == 0o600
 
 
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
+def test_every_directory_the_writer_creates_is_0700(tmp_path: Path, umask: int) -> None:
+    """README: the journal directory is owner-only (0700). Its missing parents were created by
+    ``Path.mkdir(parents=True)``, 0777 minus the umask (0755, or 0777 under umask 0): a
+    ``JITWATCH_DIR=~/.local/state/jitwatch`` on a fresh host left ``~/.local/state`` 0755. Now every
+    directory jitwatch creates is 0700 whatever the umask (the XDG spec asks 0700 for the base
+    directories it creates); one that already exists keeps its mode."""
+    (tmp_path / "exists").mkdir(mode=0o755)
+    os.chmod(tmp_path / "exists", 0o755)
+    d = tmp_path / "exists" / "state" / "deeper" / "jitwatch"
+    old = os.umask(umask)
+    try:
+        Journal(d).close()
+    finally:
+        os.umask(old)
+    for path in (d, d.parent, d.parent.parent):
+        assert _mode(path) == 0o700, (path, oct(_mode(path)))
+    assert _mode(tmp_path / "exists") == 0o755
+
+
 def test_reader_refuses_symlink_and_fifo(tmp_path: Path, sidecar_factory) -> None:  # type: ignore[no-untyped-def]
     """The sidecar never follows a symlinked journal file and never blocks on a FIFO: it answers
     at once that the journal is unreadable."""
