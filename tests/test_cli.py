@@ -616,3 +616,16 @@ def test_serve_refuses_a_file_as_the_journal_directory(tmp_path: Path) -> None:
         assert res.returncode == 2, (extra, res.stdout, res.stderr)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(expected), lines
+
+
+def test_status_totals_count_in_words(server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One kernel and one compile are ``1 kernel, 1 compile`` (it printed ``1 kernels, 1 compiles``)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    _two_backends(tmp_path)  # the server's journal
+    res = runner.invoke(app, ["status", "--url", server, "--token", TOKEN, "--backend", "torch_compile"])
+    assert res.exit_code == 0, res.output
+    totals = [line for line in res.stdout.splitlines() if line.startswith("totals: ")]
+    assert totals and ", 1 kernel, 1 compile (" in totals[0], res.stdout
+    assert totals[0].endswith(", 0 hook errors, 0 dropped events")
+    res = runner.invoke(app, ["status", "--url", server, "--token", TOKEN])
+    assert ", 5 kernels, 5 compiles (" in res.stdout, res.stdout

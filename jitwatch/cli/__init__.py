@@ -24,6 +24,7 @@ from jitwatch import config
 from jitwatch._version import __version__
 from jitwatch.cli.text import plain
 from jitwatch.config import ConfigError, Settings
+from jitwatch.core.text import plural
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.store.journal import JOURNAL_FILE
 
@@ -573,7 +574,6 @@ def manifest_export(
     """
     import socket
 
-    from jitwatch.core.text import plural
     from jitwatch.errors import StoreError
     from jitwatch.fleet.stores import safe_location, write_manifest
     from jitwatch.warmup.manifest import build
@@ -925,7 +925,8 @@ def coverage(
     if require_complete and not report.complete:
         missing = report.incomplete()
         typer.echo(
-            f"jitwatch: coverage incomplete: {len(missing)} expected key(s) not compiled before serving", err=True
+            f"jitwatch: coverage incomplete: {plural(len(missing), 'expected key')} not compiled before serving",
+            err=True,
         )
         for line in missing:
             typer.echo(plain(f"  {line}"), err=True)

@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from jitwatch.cli.text import plain
+from jitwatch.core.text import plural
 from jitwatch.views.coverage import CoverageReport
 from jitwatch.views.status import JitStatus
 
@@ -150,10 +151,11 @@ def render_status(status: JitStatus, console: Console) -> None:
         console.print(f"(narrow terminal: some columns left out; {NARROW}+ columns or --json show all)", style="dim")
     t = status.totals
     console.print(
-        f"totals: {t.ranks_ready}/{t.ranks} ranks ready, {t.kernels} kernels, {t.compiles} compiles "
+        f"totals: {t.ranks_ready}/{t.ranks} ranks ready, {plural(t.kernels, 'kernel')}, "
+        f"{plural(t.compiles, 'compile')} "
         f"({t.compiles_startup} startup, {t.compiles_warmup} warmup, {t.compiles_serving} serving), "
         f"{t.compile_seconds:.3f}s compiling, "
-        f"{t.hook_errors} hook errors, {t.dropped_events} dropped events"
+        f"{plural(t.hook_errors, 'hook error')}, {plural(t.dropped_events, 'dropped event')}"
     )
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from jitwatch.core.text import plural
 from jitwatch.errors import StoreError
 from jitwatch.fleet.stores import safe_location
 from jitwatch.warmup.manifest import Manifest
@@ -116,11 +117,12 @@ class CacheReport:
     def summary(self) -> str:
         verdict = "complete" if self.complete else "INCOMPLETE"
         return (
-            f"{self.cache}: {verdict}: {len(self.results)} keys, {self.count('ok')} would load, "
+            f"{self.cache}: {verdict}: {plural(len(self.results), 'key')}, {self.count('ok')} would load, "
             f"{self.count('missing')} would compile (missing), {self.count('corrupt')} corrupt, "
             f"{self.count('unknown')} unknown (no cache key recorded)"
             + (
-                f"; whole cache: {self.scanned} entries scanned, {len(self.corrupt_entries)} corrupt"
+                f"; whole cache: {plural(self.scanned, 'entry', 'entries')} scanned,"
+                f" {len(self.corrupt_entries)} corrupt"
                 if self.scanned is not None
                 else ""
             )

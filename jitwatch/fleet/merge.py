@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jitwatch._version import __version__
+from jitwatch.core.text import plural
 from jitwatch.warmup.manifest import MAX_ENTRIES, Manifest, ManifestEntry
 
 Identity = tuple[str, str, str, str]
@@ -45,7 +46,7 @@ class SourceConflict:
         )
         return (
             f"{self.backend} kernel {self.kernel}: source differs between inputs ({parts}); "
-            f"{self.entries_refused} entries refused"
+            f"{plural(self.entries_refused, 'entry', 'entries')} refused"
         )
 
 
@@ -67,9 +68,10 @@ class MergeReport:
 
     def summary(self) -> str:
         return (
-            f"merged {len(self.inputs)} manifests: {self.entries_in} entries in, {self.entries_out} out"
-            f" ({self.entries_in - self.entries_out - self.refused - self.truncated} duplicates folded,"
-            f" {self.refused} refused for {len(self.conflicts)} source conflicts"
+            f"merged {plural(len(self.inputs), 'manifest')}: {plural(self.entries_in, 'entry', 'entries')} in,"
+            f" {self.entries_out} out"
+            f" ({plural(self.entries_in - self.entries_out - self.refused - self.truncated, 'duplicate')} folded,"
+            f" {self.refused} refused for {plural(len(self.conflicts), 'source conflict')}"
             + (f", {self.truncated} over the entry limit" if self.truncated else "")
             + ")"
         )

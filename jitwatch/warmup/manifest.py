@@ -397,7 +397,7 @@ def screen(manifest: Manifest) -> dict[str, str]:
         kept.append(e)
     for kernel, n in mains.items():
         problems[kernel] = (
-            f"left out ({n} specializations): defined in __main__, which no other process can import; "
+            f"left out ({plural(n, 'specialization')}): defined in __main__, which no other process can import; "
             "move the kernel into an importable module"
         )
     manifest.entries = kept

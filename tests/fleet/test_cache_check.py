@@ -210,3 +210,14 @@ def test_fifo_in_the_cache_is_corrupt_not_a_hang(recorded: Manifest, triton_cach
     assert out, "cache check blocked on a FIFO"
     bad = out[0].results[1]
     assert bad.status == "corrupt" and "not a regular file" in (bad.reason or "")
+
+
+def test_summary_counts_are_words() -> None:
+    """One key, one scanned entry: ``1 key`` and ``1 entry scanned`` (it said ``1 keys``, ``1 entries``)."""
+    from jitwatch.fleet.cache_check import CacheReport, EntryCheck
+
+    one = CacheReport("c", [EntryCheck("triton", "k", "key", None, "unknown")], scanned=1)
+    assert one.summary().startswith("c: INCOMPLETE: 1 key, 0 would load, ")
+    assert one.summary().endswith("; whole cache: 1 entry scanned, 0 corrupt")
+    two = CacheReport("c", [EntryCheck("triton", "k", f"key{i}", None, "unknown") for i in range(2)], scanned=2)
+    assert "INCOMPLETE: 2 keys, " in two.summary() and "2 entries scanned" in two.summary()

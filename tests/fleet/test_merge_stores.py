@@ -222,3 +222,19 @@ def test_redis_location_query_password_and_unix_sockets_are_refused_clearly() ->
     assert safe_location("redis://h:1/0/a?prefix=p&password=x") == "redis://h:1/0/a?prefix=p&password=***"
     res = runner.invoke(app, ["warmup", "merge", "redis://127.0.0.1:1/0/a/b?password=hunter2", "-o", "x.json"])
     assert res.exit_code == 2 and "hunter2" not in res.output
+
+
+def test_merge_summary_counts_are_words() -> None:
+    """``merged 1 manifest: 1 entry in`` (it said ``1 manifests: 1 entries in``)."""
+    from jitwatch.fleet.merge import MergeReport, SourceConflict
+
+    conflict = SourceConflict("triton", "k", {"a" * 16: ["x"], "b" * 16: ["y"]}, entries_refused=1)
+    one = MergeReport(inputs=["x"], entries_in=2, entries_out=0, conflicts=[conflict])
+    assert (
+        one.summary() == "merged 1 manifest: 2 entries in, 0 out (1 duplicate folded, 1 refused for 1 source conflict)"
+    )
+    assert conflict.describe().endswith("; 1 entry refused")
+    two = MergeReport(inputs=["x", "y"], entries_in=1, entries_out=1)
+    assert (
+        two.summary() == "merged 2 manifests: 1 entry in, 1 out (0 duplicates folded, 0 refused for 0 source conflicts)"
+    )

@@ -89,7 +89,7 @@ def test_combination_and_option_are_missing_though_every_argument_class_is_cover
 def test_require_complete_fails_then_passes_after_replay(run1: Path) -> None:
     code, out, err = run(["coverage", "--journal-dir", str(run1 / "j1"), "--require-complete"])
     assert code == 1
-    assert "coverage incomplete: 2 expected key(s) not compiled before serving" in err
+    assert "coverage incomplete: 2 expected keys not compiled before serving" in err
     assert (
         "  sample [serving]: new combination (each class was warmed, not together): TOP_P: constexpr False → True"
         in err

@@ -214,6 +214,9 @@ def test_export_warns_about_and_leaves_out_main_kernels(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, args)  # nothing left to write: exit 1, nothing written
     assert res.exit_code == 1, res.output
     assert not (tmp_path / "m.json").exists() and "__main__.main_kernel" in res.stderr
+    assert (
+        "__main__.main_kernel: left out (1 specialization): defined in __main__" in res.stderr
+    )  # not "1 specializations"
     assert res.stderr.splitlines()[-1].startswith(f"jitwatch: nothing to write to {tmp_path / 'm.json'}: every one")
     res = CliRunner().invoke(app, [*args, "--allow-empty"])
     assert res.exit_code == 0, res.output
