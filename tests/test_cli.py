@@ -289,6 +289,22 @@ def test_every_command_has_help() -> None:
     assert "[/DB]" in res.output
 
 
+def test_usage_lines_name_arguments_without_braces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command's usage line names its arguments upper-case, as click does: typer 0.29 wrote
+    ``cache check [OPTIONS] {manifest}``, braces that read as an unfilled format string."""
+    import typer.main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    usage = {}
+    for path in _command_paths(typer.main.get_command(app)):
+        res = CliRunner().invoke(app, [*path, "--help"])
+        usage[path] = next(line.strip() for line in res.output.splitlines() if "Usage:" in line)
+        assert "{" not in usage[path] and "}" not in usage[path], usage[path]
+    assert usage[("cache", "check")].endswith("cache check [OPTIONS] MANIFEST")
+    assert usage[("warmup", "replay")].endswith("warmup replay [OPTIONS] FILE")
+    assert usage[("warmup", "merge")].endswith("warmup merge [OPTIONS] INPUTS...")
+
+
 @pytest.fixture
 def server_on_all_ipv6(tmp_path: Path) -> Iterator[int]:
     """The sidecar served by a real uvicorn bound to ``::`` (as ``JITWATCH_HOST=:: jitwatch serve``

@@ -16,9 +16,10 @@ import sqlite3
 import stat
 from pathlib import Path
 from types import TracebackType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from jitwatch import config
 from jitwatch._version import __version__
@@ -34,6 +35,23 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+class _Command(TyperCommand):
+    """A command whose usage line names its arguments as click does, upper-case: ``MANIFEST``,
+    ``[NAME]``, ``INPUTS...``; typer 0.29 writes a required one in braces (``{manifest}``), which
+    reads as a format string left unfilled."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:  # click.Context (typer vendors click since 0.29)
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name != "argument":
+                pieces.extend(param.get_usage_pieces(ctx))
+                continue
+            name = param.metavar or (param.name or "").upper()
+            pieces.append(("" if param.required else "[") + name + ("" if param.required else "]"))
+            pieces[-1] += "..." if param.nargs != 1 else ""
+        return pieces
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -612,7 +630,7 @@ def manifest_export(
         typer.echo(plain(f"  {kernel}: {why}"), err=True)
 
 
-@warmup_app.command("merge")
+@warmup_app.command("merge", cls=_Command)
 def warmup_merge(
     inputs: Annotated[list[str], typer.Argument(help=f"Manifests to merge, each {LocationHelp}.")],
     output: Annotated[str, typer.Option("-o", "--output", help=f"Where to write the merged manifest: {LocationHelp}.")],
@@ -660,7 +678,7 @@ def warmup_merge(
         raise typer.Exit(1)
 
 
-@warmup_app.command("replay")
+@warmup_app.command("replay", cls=_Command)
 def warmup_replay(
     file: Annotated[
         str,
@@ -947,7 +965,7 @@ def triton_cache_dir() -> Path:
     return Path(os.environ.get("TRITON_HOME") or Path.home()) / ".triton" / "cache"
 
 
-@cache_app.command("check")
+@cache_app.command("check", cls=_Command)
 def cache_check(
     manifest: Annotated[str, typer.Argument(help="The keys production needs: a .json manifest or redis://…/NAME.")],
     cache_dir: Annotated[
