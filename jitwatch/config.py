@@ -614,6 +614,16 @@ class Settings:
                 raise ConfigError(message)
         return self
 
+    def require_all_but(self, *replaced: str) -> Settings:
+        """:meth:`require` for every variable except ``replaced``: those an explicit option or
+        argument replaces (``jitwatch demo --port`` replaces ``JITWATCH_PORT``), which are not read,
+        so a bad value of one is no error. Raises :class:`ConfigError` for the first other unusable
+        variable recorded by ``from_env(strict=False)``; returns ``self`` otherwise."""
+        for name, message in self.errors:
+            if name not in replaced:
+                raise ConfigError(message)
+        return self
+
     def rank(self, host_rank: int | None = None) -> int:
         """The global rank: :attr:`rank_offset` (``JITWATCH_RANK``) plus ``host_rank`` (what the
         host framework says, e.g. vLLM's global rank), else ``RANK``, else ``LOCAL_RANK``, else 0.

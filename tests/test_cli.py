@@ -645,3 +645,21 @@ def test_status_totals_count_in_words(server: str, tmp_path: Path, monkeypatch: 
     assert totals[0].endswith(", 0 hook errors, 0 dropped events")
     res = runner.invoke(app, ["status", "--url", server, "--token", TOKEN])
     assert ", 5 kernels, 5 compiles (" in res.stdout, res.stdout
+
+
+def test_demo_does_not_read_the_variables_its_options_replace(tmp_path: Path) -> None:
+    """``JITWATCH_PORT=abc jitwatch demo --port P`` was refused (``JITWATCH_PORT='abc' is not an
+    integer``) though --port replaces the variable; the same rule as ``status --port``. Here P is
+    busy, so the demo stops at its port check, after every variable check: the line names the port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        args = ["demo", "--exit", "--port", str(port), "--journal-dir", str(tmp_path / "j")]
+        res = runner.invoke(app, args, env={"JITWATCH_PORT": "abc", "JITWATCH_HOST": "127.0.0.1"})
+        assert res.exit_code == 2, res.output
+        assert "JITWATCH_PORT" not in res.output and f"cannot bind 127.0.0.1:{port}" in res.output, res.output
+    res = runner.invoke(app, ["demo", "--exit", "--journal-dir", str(tmp_path / "j")], env={"JITWATCH_PORT": "abc"})
+    assert res.exit_code == 2 and "JITWATCH_PORT='abc' is not an integer" in res.output, res.output
+    res = runner.invoke(app, args, env={"JITWATCH_PORT": "abc", "JITWATCH_MODE": "loud"})  # the others still are
+    assert res.exit_code == 2 and "JITWATCH_MODE='loud'" in res.output, res.output

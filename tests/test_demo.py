@@ -26,6 +26,7 @@ from jitwatch.demo.runner import (
     reset_journal,
     run_demo,
 )
+from jitwatch.errors import ConfigError
 from jitwatch.store.journal import JOURNAL_FILE
 from jitwatch.testing import free_port
 from tests._paths import ROOT
@@ -176,6 +177,30 @@ def test_worker_settings_are_checked_before_anything_starts(
     with pytest.raises(DemoSetupError, match=message):
         run_demo(DemoOptions(port=9, journal_dir=tmp_path / "j", exit_after=True))
     assert not (tmp_path / "j").exists()
+
+
+def test_demo_sidecar_does_not_read_the_port_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's own host and port replace JITWATCH_HOST/JITWATCH_PORT: a bad JITWATCH_PORT stops
+    neither the setup checks nor the demo's sidecar (real uvicorn on 127.0.0.1), only other bad
+    variables do."""
+    from jitwatch.demo.runner import _Sidecar
+
+    monkeypatch.setenv("JITWATCH_PORT", "abc")
+    with socket.socket() as s:  # busy: the port check is the last setup step, after the variables
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(DemoSetupError, match=r"cannot bind .* \(use --port\)"):
+            run_demo(DemoOptions(port=s.getsockname()[1], journal_dir=tmp_path / "j", exit_after=True))
+    port = free_port()
+    sidecar = _Sidecar("127.0.0.1", port, tmp_path / "j")
+    sidecar.start()
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/livez", timeout=5).status_code == 200
+    finally:
+        sidecar.stop()
+    monkeypatch.setenv("JITWATCH_STALE_SECONDS", "soon")
+    with pytest.raises(ConfigError, match="JITWATCH_STALE_SECONDS"):
+        _Sidecar("127.0.0.1", port, tmp_path / "j")
 
 
 def test_default_journal_dir_is_per_port(tmp_path: Path) -> None:

@@ -489,7 +489,14 @@ def demo(
     """Run a sidecar and a demo worker with real Triton compiles (GPU, or compile-only on CPU)."""
     from jitwatch.demo import DemoError, DemoOptions, default_journal_dir, run_demo
 
-    settings = _settings()  # the worker reads the same JITWATCH_* variables: fail here, cleanly
+    # The worker reads the same JITWATCH_* variables: fail here, cleanly; but not on a variable that
+    # --host / --port replaces, which is not read (as for `status --port`).
+    replaced = [config.JITWATCH_HOST] if host is not None else []
+    replaced += [config.JITWATCH_PORT] if port is not None else []
+    try:
+        settings = Settings.from_env(strict=False).require_all_but(*replaced)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
     if settings.backends:  # and would refuse an unknown backend (a traceback in the worker)
         from jitwatch.backends import check_names
         from jitwatch.errors import BackendError

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, Settings
+from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, JITWATCH_HOST, JITWATCH_PORT, Settings
 from jitwatch.errors import DemoError, DemoSetupError
 from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.store.safety import make_private_dirs
@@ -185,7 +185,8 @@ class _Sidecar:
         from jitwatch.config import Settings
         from jitwatch.sidecar import create_app, server_options
 
-        settings = Settings.from_env()
+        # host and port are the demo's own (--host/--port, or the variables the CLI read): not re-read.
+        settings = Settings.from_env(strict=False).require_all_but(JITWATCH_HOST, JITWATCH_PORT)
         app = create_app(journal_dir=journal_dir, token=None, settings=settings)
         # The same guards as `jitwatch serve` (head timeout, connection cap, Host check).
         served, options = server_options(app, host, port, None, settings, log_level="warning", access_log=False)
@@ -319,7 +320,8 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     try:
         journal_dir = Path(opts.journal_dir) if opts.journal_dir is not None else default_journal_dir(opts.port)
         # The worker reads these too: check them here, so a bad value is one line, not a worker traceback.
-        settings = Settings.from_env()
+        # opts.host / opts.port replace JITWATCH_HOST / JITWATCH_PORT: a bad value of those is not read.
+        settings = Settings.from_env(strict=False).require_all_but(JITWATCH_HOST, JITWATCH_PORT)
         settings.rank()
         if settings.backends:
             check_names(settings.backends)
