@@ -244,6 +244,31 @@ def test_status_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "cannot reach" in result.output
 
 
+def test_status_refused_says_how_to_start_the_sidecar(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listening (connection refused): one line, exit 1, ending in the command that starts a
+    sidecar there (``jitwatch serve --port P``, with ``--host`` for another address)."""
+    from jitwatch.demo.runner import jitwatch_command
+
+    monkeypatch.delenv("JITWATCH_HOST", raising=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    serve = f"{jitwatch_command()} serve --port {port}"
+    for args, hint in (
+        (["--port", str(port)], f"; is the sidecar running? start it with: {serve}"),
+        (["--url", f"http://localhost:{port}/"], f"; is the sidecar running? start it with: {serve}"),
+        (
+            ["--url", f"http://127.0.0.2:{port}"],
+            f" running on 127.0.0.2? start it there with: {serve} --host 127.0.0.2",
+        ),
+    ):
+        res = runner.invoke(app, ["status", *args, "--timeout", "2"])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 1 and len(lines) == 1 and res.stdout == "", res.output
+        assert lines[0].startswith("jitwatch: cannot reach http://") and "refused" in lines[0].lower(), lines
+        assert lines[0].endswith(hint), lines
+
+
 def test_bad_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JITWATCH_PORT", "not-a-port")
     for command in (["serve"], ["status"]):

@@ -414,6 +414,8 @@ def status(
         resp = httpx.get(url.rstrip("/") + "/jit", headers=headers, params=params, timeout=timeout)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         raise _fail(f"invalid --url {url!r}: {exc}") from None
+    except httpx.ConnectError as exc:
+        raise _fail(f"cannot reach {url}: {exc or type(exc).__name__}{_start_hint(url, exc)}", 1) from None
     except (httpx.HTTPError, httpx.StreamError) as exc:
         raise _fail(f"cannot reach {url}: {exc or type(exc).__name__}", 1) from None
     if resp.status_code == 401:
@@ -435,6 +437,29 @@ def status(
         typer.echo(json.dumps(st.model_dump(mode="json"), indent=2))
         return
     render_status(st, Console())
+
+
+def _start_hint(url: str, exc: Exception) -> str:
+    """For a refused connection (nothing listens at ``url``), the next step:
+    ``; is the sidecar running? start it with: jitwatch serve --port 9400`` (the command as the
+    demo prints it, runnable as printed; with ``--host <the URL's host>`` for a host other than
+    127.0.0.1 / localhost, to run there); ``""`` for other connection errors (a name that does not
+    resolve)."""
+    import httpx
+
+    from jitwatch.demo.runner import jitwatch_command
+
+    if "refused" not in str(exc).lower():
+        return ""
+    parsed = httpx.URL(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    host = parsed.host
+    command = f"{jitwatch_command()} serve --port {port}"
+    if host in ("127.0.0.1", "localhost"):
+        return f"; is the sidecar running? start it with: {command}"
+    if host == "::1":
+        return f"; is the sidecar running? start it with: {command} --host ::1"
+    return f"; is the sidecar running on {host}? start it there with: {command} --host {host}"
 
 
 @app.command()
