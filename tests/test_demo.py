@@ -315,6 +315,24 @@ def test_summary_names_the_demo_journal_for_jitwatch_why(tmp_path: Path) -> None
     assert "--journal-dir" not in console.export_text()
 
 
+def test_summary_lists_serving_compiles_oldest_first(tmp_path: Path) -> None:
+    """/jit's recent_serving_compiles are newest first; the summary lists them oldest first, as
+    `jitwatch why` does (it listed them newest first)."""
+    from rich.console import Console
+
+    from jitwatch.demo.runner import DemoReport, print_summary
+
+    compiles = [
+        {"backend": "triton", "kernel": f"k{i}", "request_id": i, "ts": 1_700_000_000.0 + i, "reason": f"r{i}"}
+        for i in (3, 2, 1)  # newest first, as /jit serves them
+    ]
+    jit = {"ranks": [{"rank": 0, "ready": True}], "kernels": [], "recent_serving_compiles": compiles}
+    console = Console(record=True, width=400)
+    print_summary(DemoReport(journal_dir=tmp_path, url="http://127.0.0.1:9400", jit=jit), console)
+    lines = [line for line in console.export_text().splitlines() if line.startswith("serving compile: ")]
+    assert [line.split()[3] for line in lines] == ["k1", "k2", "k3"], lines
+
+
 @pytest.fixture(scope="module")
 def demo_like_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A journal like the demo's, from real compiles: warmup, then the zeroing kernel compiled in

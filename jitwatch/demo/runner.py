@@ -511,7 +511,7 @@ def print_summary(report: DemoReport, console: Any) -> None:
         f"first-request latency: {'-' if first is None else f'{first * 1000:.1f} ms'}",
     ]
     serving = jit.get("recent_serving_compiles", [])
-    for c in serving:
+    for c in reversed(serving):  # /jit lists them newest first; oldest first here, as `jitwatch why`
         lines.append(
             f"serving compile: {c.get('backend', 'triton')} {c.get('kernel')} in request {c.get('request_id')} "
             f"({(c.get('duration_s') or 0) * 1000:.0f} ms): "
