@@ -103,15 +103,22 @@ class ReplayReport:
 
     @property
     def cached(self) -> int:
+        """Entries nothing was compiled for: in this process's memory, or in Triton's disk cache."""
         return self.count("cached")
+
+    @property
+    def on_disk(self) -> int:
+        """The :attr:`cached` entries Triton loaded from its disk cache (:data:`ON_DISK`)."""
+        return sum(1 for r in self.results if r.status == "cached" and r.reason == ON_DISK)
 
     def summary(self) -> str:
         return (
-            f"{plural(len(self.results), 'entry', 'entries')}: {self.compiled} compiled, {self.cached} already cached, "
-            f"{self.skipped} skipped, {self.refused} refused, {self.failed} failed "
+            f"{plural(len(self.results), 'entry', 'entries')}: {self.compiled} compiled, {self.cached} already cached"
+            + (f" ({self.on_disk} from Triton's disk cache), " if self.on_disk else ", ")
+            + f"{self.skipped} skipped, {self.refused} refused, {self.failed} failed "
             f"in {self.wall_s:.2f} s "
             # a serial replay uses no pool: "(serial, 2 workers)" read as if two compiled at once
-            + (f"({self.mode})" if self.mode == "serial" else f"({self.mode}, {plural(self.workers, 'worker')})")
+             + (f"({self.mode})" if self.mode == "serial" else f"({self.mode}, {plural(self.workers, 'worker')})")
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -123,6 +130,7 @@ class ReplayReport:
             "load_s": self.load_s,
             "compiled": self.compiled,
             "cached": self.cached,
+            "on_disk": self.on_disk,
             "skipped": self.skipped,
             "failed": self.failed,
             "refused": self.refused,
@@ -285,9 +293,12 @@ def replay(
     ``specialization_data``; ``preload`` gets the key's own options. Anything else is ``refused``.
 
     Returns:
-        A :class:`ReplayReport`; entries are ``compiled``, ``cached`` (already in this process's
-        in-memory cache), ``skipped`` (with a reason), ``refused`` (unsafe: the reason names the
-        option or the key mismatch) or ``failed`` (compile error).
+        A :class:`ReplayReport`; entries are ``compiled``, ``cached`` (nothing compiled: already in
+        this process's in-memory cache, :data:`IN_MEMORY`, or loaded from Triton's disk cache,
+        :data:`ON_DISK`, told apart by the compilation listener's ``cache_hit``; not with
+        ``parallel="processes"``, whose children fill the disk cache first), ``skipped`` (with a
+        reason), ``refused`` (unsafe: the reason names the option or the key mismatch) or
+        ``failed`` (compile error).
 
     Raises:
         ManifestError: only when ``manifest`` is a path that does not load (see
@@ -350,7 +361,7 @@ def replay(
             report.results.append(EntryResult(entry.kernel, entry.key, "refused", str(exc)))
             continue
         if _in_memory(fn, entry.key):
-            report.results.append(EntryResult(entry.kernel, entry.key, "cached"))
+            report.results.append(EntryResult(entry.kernel, entry.key, "cached", IN_MEMORY))
             continue
         plans.append(_Plan(entry, fn, data))
 
@@ -374,16 +385,21 @@ def replay(
                 bar.advance(plan.entry.kernel, plan.entry.key, remaining[plan.entry.kernel] == 0)
 
         def done(plan: _Plan, result: EntryResult) -> None:
+            if result.status == "compiled" and id(plan) in disk_hits.plans:
+                result.status, result.reason = "cached", ON_DISK
             report.results.append(result)
             progressed(plan)
 
-        if mode == "processes" and plans:
-            _prefill_disk_cache(plans, target, workers)
-        if mode == "threads" and plans:
-            _replay_threads(plans, workers, done, progressed)
-        else:
-            for plan in plans:
-                done(plan, _preload_one(plan))
+        # processes: the children fill the disk cache, so every load here would be a hit; not told apart.
+        disk_hits = _DiskHits(on=mode != "processes" and bool(plans))
+        with disk_hits:
+            if mode == "processes" and plans:
+                _prefill_disk_cache(plans, target, workers)
+            if mode == "threads" and plans:
+                _replay_threads(plans, workers, done, progressed)
+            else:
+                for plan in plans:
+                    done(plan, _preload_one(plan))
         if load_kernels is None:
             load_kernels = not _compile_only_active()
         if load_kernels:
@@ -408,7 +424,7 @@ def _load_compiled(plans: list[_Plan], report: ReplayReport) -> None:
     from triton.runtime import driver
 
     t0 = time.perf_counter()
-    compiled = {(r.kernel, r.key) for r in report.results if r.status == "compiled"}
+    compiled = {(r.kernel, r.key) for r in report.results if r.status == "compiled" or r.reason == ON_DISK}
     device = driver.active.get_current_device()
     loaded = 0
     for plan in plans:
@@ -435,14 +451,68 @@ def _has_async_compile() -> bool:
         return False
 
 
+IN_MEMORY = "already in this process's in-memory cache"
+"""An entry's ``cached`` reason: the kernel was compiled (or loaded) earlier in this process."""
+ON_DISK = "in Triton's disk cache: loaded, not compiled"
+"""An entry's ``cached`` reason: Triton found the compile in its disk cache (``TRITON_CACHE_DIR``,
+or a remote cache) and loaded it; nothing was compiled."""
+
+_COMPILING = threading.local()
+"""``.plan``: the entry whose compile this thread runs (set around ``preload`` and the pool's compiles)."""
+
+
+class _DiskHits:
+    """While entered, Triton's ``knobs.compilation.listener`` is wrapped (chained: the listener it
+    held, jitwatch's own included, is still called with the same arguments) to note which plans
+    Triton served from its disk cache (``cache_hit=True``); restored on exit unless another
+    listener replaced ours meanwhile. Does nothing when ``on`` is false or Triton has no listener
+    slot (before 3.4): every preload is then reported ``compiled``, as before."""
+
+    def __init__(self, *, on: bool) -> None:
+        self.on = on
+        self.plans: set[int] = set()
+        self._knobs: Any = None
+        self._previous: Any = None
+        self._ours: Any = None
+
+    def __enter__(self) -> _DiskHits:
+        if not self.on:
+            return self
+        try:
+            from triton import knobs
+
+            previous = knobs.compilation.listener
+        except Exception:  # noqa: BLE001 - no listener slot in this Triton
+            return self
+        plans = self.plans
+
+        def jitwatch_replay_listener(*args: Any, **kwargs: Any) -> Any:
+            plan = getattr(_COMPILING, "plan", None)
+            if plan is not None and kwargs.get("cache_hit") is True:
+                plans.add(id(plan))
+            return previous(*args, **kwargs) if previous is not None else None
+
+        knobs.compilation.listener = jitwatch_replay_listener
+        self._knobs, self._previous, self._ours = knobs, previous, jitwatch_replay_listener
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._knobs is not None and self._knobs.compilation.listener is self._ours:
+            self._knobs.compilation.listener = self._previous
+        self._knobs = self._previous = self._ours = None
+
+
 def _preload_one(plan: _Plan) -> EntryResult:
     t0 = time.perf_counter()
+    _COMPILING.plan = plan
     try:
         kernel = plan.fn.preload(plan.data)
     except Exception as exc:  # noqa: BLE001 - a bad entry never stops the warmup
         return EntryResult(
             plan.entry.kernel, plan.entry.key, "failed", f"{type(exc).__name__}: {exc}"[:500], time.perf_counter() - t0
         )
+    finally:
+        _COMPILING.plan = None
     seconds = time.perf_counter() - t0
     if kernel is None:
         return EntryResult(plan.entry.kernel, plan.entry.key, "skipped", "a jit_cache_hook vetoed the compile", seconds)
@@ -467,6 +537,7 @@ class _TrackingExecutor(Executor):
 
         def timed() -> Any:
             t0 = time.perf_counter()
+            _COMPILING.plan = plan  # this pool thread compiles plan's entry (_DiskHits)
             try:
                 return fn(*args, **kwargs)
             except BaseException as exc:
@@ -474,6 +545,7 @@ class _TrackingExecutor(Executor):
                     errors[id(plan)] = f"{type(exc).__name__}: {exc}"[:500]
                 raise
             finally:
+                _COMPILING.plan = None
                 if plan is not None:
                     seconds[id(plan)] = time.perf_counter() - t0
 

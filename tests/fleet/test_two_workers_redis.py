@@ -103,6 +103,7 @@ def test_second_worker_loads_everything_from_the_shared_redis_cache(tmp_path: Pa
 
     b = _worker(tmp_path, "b", redis_server, "replay", location)
     assert b["replay"]["failed"] == 0 and b["replay"]["skipped"] == 0
+    assert (b["replay"]["compiled"], b["replay"]["on_disk"]) == (0, KEYS)  # replay's report says so too
     assert len(b["compiles"]) == KEYS
     assert [c["cache_hit"] for c in b["compiles"]] == [True] * KEYS  # zero compiles: every key a load
     assert b["remote_stats"]["get_misses"] == 0 and b["remote_stats"]["puts"] == 0

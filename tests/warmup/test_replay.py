@@ -219,7 +219,7 @@ def test_replay_from_env(recorded: Manifest, tmp_path: Path, harness: MonitorHar
     assert replay_from_env(harness.monitor, settings=env) is None
     fresh_kernel_cache(kf.scale_copy)
     report = replay_from_env(None, settings=env)
-    assert report is not None and report.compiled == 1
+    assert report is not None and (report.compiled, report.on_disk) == (0, 1)  # recorded into this disk cache
 
 
 def test_cli_replay(recorded: Manifest, tmp_path: Path) -> None:
@@ -229,7 +229,8 @@ def test_cli_replay(recorded: Manifest, tmp_path: Path) -> None:
     fresh_kernel_cache(kf.scale_copy)
     res = CliRunner().invoke(app, ["warmup", "replay", str(path), "--allow", "kernels_fieldcases", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["compiled"] == 1
+    # recording compiled it into this test's disk cache: loaded from there, nothing compiled
+    assert (json.loads(res.output)["cached"], json.loads(res.output)["on_disk"]) == (1, 1)
     (tmp_path / "future.json").write_text(json.dumps({"format": "jitwatch.manifest", "version": 3, "entries": []}))
     res = CliRunner().invoke(app, ["warmup", "replay", str(tmp_path / "future.json")])
     assert res.exit_code == 2 and "newer jitwatch" in res.output
@@ -334,3 +335,37 @@ def test_threaded_compile_that_fails_again_is_failed(
     (result,) = report.results
     assert result.reason is not None and "injected: the kernel's source does not parse" in result.reason
     assert "second, serial attempt" not in result.reason
+
+
+@pytest.mark.parametrize("parallel", ["serial", "threads"])
+def test_cli_replay_reports_entries_already_in_the_disk_cache(
+    recorded: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallel: str
+) -> None:
+    """A second replay of the same manifest in a new process (in-memory cache emptied, the same
+    ``TRITON_CACHE_DIR``) compiles nothing: Triton loads the entry from its disk cache. It said
+    ``1 compiled, 0 already cached`` again; now ``0 compiled, 1 already cached (1 from Triton's disk
+    cache)``, and the entry is ``cached`` with that reason in ``--json``."""
+    from jitwatch.cli import app
+
+    path = save(recorded, tmp_path / "m.json")
+    args = ["warmup", "replay", str(path), "--allow", "kernels_fieldcases", "--parallel", parallel]
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "empty-cache"))  # not the one `recorded` filled
+    seen = []
+    for _ in range(2):
+        fresh_kernel_cache(kf.scale_copy)  # a new process: nothing in memory, the disk cache kept
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        seen.append(res.stdout.splitlines()[0])
+    assert seen[0].startswith("1 entry: 1 compiled, 0 already cached, 0 skipped"), seen
+    assert seen[1].startswith("1 entry: 0 compiled, 1 already cached (1 from Triton's disk cache), 0 skipped"), seen
+    fresh_kernel_cache(kf.scale_copy)
+    res = CliRunner().invoke(app, [*args, "--json"])
+    doc = json.loads(res.stdout)
+    assert (doc["compiled"], doc["cached"], doc["on_disk"]) == (0, 1, 1), doc
+    assert [(r["status"], r["reason"]) for r in doc["results"]] == [
+        ("cached", "in Triton's disk cache: loaded, not compiled")
+    ]
+    again = replay(recorded, allow=ALLOW)  # in this process's memory now: cached, not from disk
+    assert (again.cached, again.on_disk) == (1, 0) and again.results[
+        0
+    ].reason == "already in this process's in-memory cache"

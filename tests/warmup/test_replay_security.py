@@ -23,7 +23,7 @@ from jitwatch.errors import ManifestEntryRefused, ManifestError
 from jitwatch.store.journal import Journal
 from jitwatch.testing import MonitorHarness, fresh_kernel_cache
 from jitwatch.warmup.manifest import Manifest, ManifestEntry, export, load, record_from_journal, save
-from jitwatch.warmup.replay import replay, replay_from_env
+from jitwatch.warmup.replay import ON_DISK, replay, replay_from_env
 from tests._paths import TRITON_TESTS
 
 sys.path.insert(0, str(TRITON_TESTS))
@@ -66,7 +66,8 @@ def _cached(fn: Any, key: str) -> bool:
 
 def test_untampered_entries_compile(recorded: Manifest, compile_only: Any) -> None:
     report = replay(recorded, allow=ALLOW, parallel="serial")
-    assert [r.status for r in report.results] == ["compiled", "compiled"], report.results
+    # recording compiled both into this test's Triton disk cache: replay loads them from there
+    assert [(r.status, r.reason) for r in report.results] == [("cached", ON_DISK)] * 2, report.results
     assert _cached(kf.scale_copy, recorded.entries[0].key) and _cached(kf.slot_mapping_dns, recorded.entries[1].key)
 
 
@@ -151,7 +152,8 @@ def test_compile_uses_the_keys_options_not_the_recorded_ones(recorded: Manifest,
     compile: the kernel under the key is what a real launch would compile (3 stages, Triton's default)."""
     m = _tampered(recorded, 0, lambda d: d["options"].__setitem__("num_stages", 1))
     (result,) = replay(m, allow=ALLOW, parallel="serial").results
-    assert result.status == "compiled", result
+    # the key's own compile (recorded into the disk cache): num_stages=1 would have missed it
+    assert (result.status, result.reason) == ("cached", ON_DISK), result
     kernel = kf.scale_copy.device_caches[0][0][m.entries[0].key]
     assert kernel.metadata.num_stages == 3
 
@@ -274,7 +276,7 @@ def test_hmac_key_signs_and_is_required(recorded: Manifest, tmp_path: Path, monk
         }
     )
     report = replay_from_env(settings=settings)
-    assert report is not None and report.compiled == 2
+    assert report is not None and (report.compiled, report.on_disk) == (0, 2)  # recorded into this disk cache
 
 
 def test_short_manifest_key_is_a_config_error() -> None:
@@ -306,5 +308,5 @@ def test_jit_function_constexpr(harness: MonitorHarness) -> None:
     (entry,) = [e for e in m.entries if e.qualname == "apply"]
     fresh_kernel_cache(kj.apply)
     (result,) = replay(Manifest(entries=[entry]), allow=["kernels_jitfn"], parallel="serial").results
-    assert result.status == "compiled", result
+    assert (result.status, result.reason) == ("cached", ON_DISK), result  # the warmup above filled the disk cache
     assert _cached(kj.apply, entry.key)
