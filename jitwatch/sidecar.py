@@ -48,12 +48,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from jitwatch._version import __version__
-from jitwatch.backends.base import BACKEND_NAME_MAX_LENGTH, BACKEND_NAME_PATTERN
+from jitwatch.backends.base import BACKEND_NAME_MAX_LENGTH, BACKEND_NAME_PATTERN, backend_name_problem
 from jitwatch.config import Settings
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.errors import ConfigError, JournalCorruptError, JournalVersionError, PortUnavailableError
@@ -86,11 +87,32 @@ PROBE_THREADS = 4
 MAX_RANK = 2**31 - 1
 """Upper bound of the ``rank`` filter: larger integers do not fit SQLite's INTEGER (would be a 500)."""
 
-BackendQuery = Query(
-    max_length=BACKEND_NAME_MAX_LENGTH,
-    pattern=BACKEND_NAME_PATTERN,
-    description="Only this JIT backend (e.g. triton, torch_compile).",
-)
+BACKENDS_HEADER = "X-Jitwatch-Backends-In-Journal"
+"""``/jit/events``: set when ``?backend=`` names no backend the journal has (its answer is ``[]``):
+the backends it has, comma-separated (``/jit`` says it in ``backends_in_journal``)."""
+
+
+def backend_filter(
+    backend: Annotated[
+        str | None,
+        Query(
+            description="Only this JIT backend (e.g. triton, torch_compile).",
+            # the rule, in the schema; checked below, so that a 422 says it in words, not as a regex
+            json_schema_extra={"pattern": BACKEND_NAME_PATTERN, "maxLength": BACKEND_NAME_MAX_LENGTH},
+        ),
+    ] = None,
+) -> str | None:
+    """The ``?backend=`` filter, checked by :func:`~jitwatch.backends.base.backend_name_problem`:
+    a value that cannot be a backend's name is a 422 in FastAPI's shape (``detail``: a list of one
+    error at ``["query", "backend"]``) whose ``msg`` is a sentence suggesting the lower-case name
+    (``?backend='Triton' is not a backend name: ...; did you mean ?backend=triton?``), not
+    pydantic's ``String should match pattern '^[a-z][a-z0-9_]*$'``."""
+    problem = None if backend is None else backend_name_problem(backend, "?backend={}")
+    if problem is not None:
+        raise RequestValidationError(
+            [{"type": "value_error", "loc": ("query", "backend"), "msg": problem, "input": backend}]
+        )
+    return backend
 
 
 class PrettyJSONResponse(JSONResponse):
@@ -251,7 +273,7 @@ def create_app(
             int,
             Query(ge=1, le=10_000, description="Most kernels listed (most serving compiles first)."),
         ] = DEFAULT_KERNELS_LIMIT,
-        backend: Annotated[str | None, BackendQuery] = None,
+        backend: Annotated[str | None, Depends(backend_filter)] = None,
     ) -> Any:
         def read() -> JitStatus:
             try:  # from the live in-memory aggregates (jitwatch.views.live)
@@ -289,12 +311,14 @@ def create_app(
         phase: Annotated[Phase | None, Query(description="Only events in this phase.")] = None,
         kind: Annotated[EventKind | None, Query(description="Only events of this kind.")] = None,
         kernel: Annotated[str | None, Query(max_length=512, description="Exact kernel name.")] = None,
-        backend: Annotated[str | None, BackendQuery] = None,
+        backend: Annotated[str | None, Depends(backend_filter)] = None,
         rank: Annotated[int | None, Query(ge=0, le=MAX_RANK, description="Global rank.")] = None,
         since: Annotated[
             float | None, Query(ge=0, allow_inf_nan=False, description="Only events after this Unix time (s).")
         ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_EVENTS_LIMIT, description="Most events returned.")] = 100,
+        *,
+        response: Response,
     ) -> list[Event]:
         def read() -> list[Event]:
             with open_journal() as (journal, error):
@@ -303,9 +327,16 @@ def create_app(
                         return []
                     raise HTTPException(status_code=503, detail=error or "journal unreadable")
                 try:
-                    return journal.events(
+                    found = journal.events(
                         kind=kind, phase=phase, kernel=kernel, rank=rank, since=since, limit=limit, backend=backend
                     )
+                    if not found and backend is not None:  # a misspelt name finds nothing: say what there is
+                        # names only (a header value): a hand-edited journal's odd backend is left out
+                        names = {row.backend for row in journal.stats()}
+                        present = sorted(n for n in names if backend_name_problem(n) is None)
+                        if backend not in names:
+                            response.headers[BACKENDS_HEADER] = ", ".join(present) or "(none)"
+                    return found
                 except sqlite3.Error as exc:
                     raise HTTPException(status_code=503, detail=f"journal unreadable: {type(exc).__name__}") from exc
 

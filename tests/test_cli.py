@@ -688,3 +688,56 @@ def test_demo_does_not_read_the_variables_its_options_replace(tmp_path: Path) ->
     assert res.exit_code == 2 and "JITWATCH_PORT='abc' is not an integer" in res.output, res.output
     res = runner.invoke(app, args, env={"JITWATCH_PORT": "abc", "JITWATCH_MODE": "loud"})  # the others still are
     assert res.exit_code == 2 and "JITWATCH_MODE='loud'" in res.output, res.output
+
+
+# ------------------------------------------------------------------------------ backend names
+def test_unknown_backend_filter_names_the_backends_in_the_journal(server: str, tmp_path: Path) -> None:
+    """``?backend=trtion`` (a valid name, no such backend) answered an empty document and ``[]``
+    with no hint. /jit says which backends the journal has (``backends_in_journal``), /jit/events
+    in a header, ``jitwatch status --backend trtion`` on stderr (stdout as it was); a backend the
+    journal has gives no hint."""
+    _two_backends(tmp_path)  # the server's journal: triton and torch_compile compiles
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    doc = httpx.get(f"{server}/jit", params={"backend": "trtion"}, headers=headers).json()
+    assert doc["kernels"] == [] and doc["backends_in_journal"] == ["torch_compile", "triton"]
+    assert (
+        httpx.get(f"{server}/jit", params={"backend": "triton"}, headers=headers).json()["backends_in_journal"] is None
+    )
+    assert httpx.get(f"{server}/jit", headers=headers).json()["backends_in_journal"] is None
+    r = httpx.get(f"{server}/jit/events", params={"backend": "trtion"}, headers=headers)
+    assert r.status_code == 200 and r.json() == []
+    assert r.headers["X-Jitwatch-Backends-In-Journal"] == "torch_compile, triton"
+    r = httpx.get(f"{server}/jit/events", params={"backend": "triton"}, headers=headers)
+    assert len(r.json()) == 2 and "X-Jitwatch-Backends-In-Journal" not in r.headers
+    r = httpx.get(f"{server}/jit/events", params={"backend": "triton", "kernel": "nope"}, headers=headers)
+    assert r.json() == [] and "X-Jitwatch-Backends-In-Journal" not in r.headers  # the backend exists
+
+    res = runner.invoke(app, ["status", "--url", server, "--token", TOKEN, "--backend", "trtion", "--json"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.strip().splitlines() == [
+        "jitwatch: no kernels or compiles of backend 'trtion' in the journal (it has: torch_compile, triton)"
+    ]
+    assert json.loads(res.stdout)["kernels"] == []
+    res = runner.invoke(app, ["status", "--url", server, "--token", TOKEN, "--backend", "triton", "--json"])
+    assert res.exit_code == 0 and res.stderr == "", res.output
+
+
+@pytest.mark.parametrize("path", ["/jit", "/jit/events"])
+def test_bad_backend_filter_422_is_a_sentence(server: str, path: str) -> None:
+    """``?backend=Triton``: still 422, in FastAPI's shape, but the message is a sentence that
+    suggests ``triton`` instead of pydantic's ``String should match pattern '^[a-z][a-z0-9_]*$'``."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    r = httpx.get(server + path, params={"backend": "Triton"}, headers=headers)
+    assert r.status_code == 422 and "pattern" not in r.text and "[a-z" not in r.text, r.text
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["query", "backend"] and error["input"] == "Triton"
+    assert error["msg"] == (
+        "?backend='Triton' is not a backend name: lower-case letters, digits and _, starting with a letter,"
+        " at most 64 characters (e.g. triton, torch_compile); did you mean ?backend=triton?"
+    )
+    r = httpx.get(server + path, params={"backend": "x" * 65}, headers=headers)
+    assert r.status_code == 422 and r.json()["detail"][0]["msg"].startswith(f"?backend='{'x' * 65}' is not a backend")
+    assert "did you mean" not in r.text
+    schema = httpx.get(f"{server}/openapi.json", headers=headers).json()
+    (param,) = [p for p in schema["paths"][path]["get"]["parameters"] if p["name"] == "backend"]
+    assert param["in"] == "query" and "^[a-z][a-z0-9_]*$" in json.dumps(param["schema"])  # the rule, in the schema

@@ -43,6 +43,27 @@ from jitwatch.importhook import when_imported
 # ?backend=, `jitwatch why --backend`) import it from here.
 
 
+def backend_name_problem(name: str, given: str = "--backend {}") -> str | None:
+    """Why ``name`` cannot be a backend's name (:data:`BACKEND_NAME_PATTERN`, at most
+    :data:`BACKEND_NAME_MAX_LENGTH` characters), as one sentence, or ``None`` when it can.
+
+    ``given`` shows how the user gave it, ``{}`` standing for the value: ``"--backend {}"`` (the
+    CLI) gives ``--backend 'Triton' is not a backend name: lower-case letters, ... ; did you mean
+    --backend triton?``, ``"?backend={}"`` (the sidecar's 422) ``?backend='Triton' is not ...; did
+    you mean ?backend=triton?``. The suggestion is the lower-case, stripped value, when that is valid.
+    """
+    from jitwatch.config import backend_name_ok as valid
+
+    if valid(name):
+        return None
+    lower = name.strip().lower()
+    hint = f"; did you mean {given.format(lower)}?" if valid(lower) else ""
+    return (
+        f"{given.format(repr(name))} is not a backend name: lower-case letters, digits and _, starting with a"
+        f" letter, at most {BACKEND_NAME_MAX_LENGTH} characters (e.g. triton, torch_compile){hint}"
+    )
+
+
 class CompileKind(str, Enum):
     """What one :class:`Capture` records.
 
@@ -442,6 +463,7 @@ __all__ = [
     "Detail",
     "FrameWatcher",
     "LibraryBackend",
+    "backend_name_problem",
     "current_parent",
     "distribution_version",
     "enter_parent",

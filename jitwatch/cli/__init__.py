@@ -177,18 +177,11 @@ def _check_backend(backend: str | None) -> None:
     Raises:
         typer.Exit: code 2, after the line.
     """
-    from jitwatch.config import BACKEND_NAME_MAX_LENGTH
-    from jitwatch.config import backend_name_ok as valid
+    from jitwatch.backends.base import backend_name_problem
 
-    if backend is None or valid(backend):
-        return
-    hint = f"; did you mean --backend {backend.strip().lower()}?" if valid(backend.strip().lower()) else ""
-    raise _fail(
-        plain(
-            f"--backend {backend!r} is not a backend name: lower-case letters, digits and _, starting with a"
-            f" letter, at most {BACKEND_NAME_MAX_LENGTH} characters (e.g. triton, torch_compile){hint}"
-        )
-    )
+    problem = None if backend is None else backend_name_problem(backend, "--backend {}")
+    if problem is not None:
+        raise _fail(plain(problem))
 
 
 class _JournalRead:
@@ -433,6 +426,11 @@ def status(
         raise _fail(
             f"{url}/jit did not answer a jitwatch status ({type(exc).__name__}); is it a jitwatch sidecar?", 1
         ) from None
+    if backend is not None and st.backends_in_journal is not None:  # stderr: stdout (--json too) as it was
+        has = ", ".join(st.backends_in_journal) or "none yet"
+        typer.echo(
+            plain(f"jitwatch: no kernels or compiles of backend {backend!r} in the journal (it has: {has})"), err=True
+        )
     if as_json:
         typer.echo(json.dumps(st.model_dump(mode="json"), indent=2))
         return

@@ -282,6 +282,12 @@ class JitStatus(BaseModel):
     )
     totals: Totals = Field(default_factory=Totals)
     backends: list[BackendTotals] = Field(default_factory=list, description="Per-backend totals, by name.")
+    backends_in_journal: list[str] | None = Field(
+        default=None,
+        description="Only when `?backend=` names no backend the journal has kernels or counters of (a "
+        "misspelt name such as `trtion`, or a backend that compiled nothing): the backends it has, by name, so "
+        "the empty answer says why; null otherwise.",
+    )
     coverage: list[KernelCoverage] = Field(
         default_factory=list,
         description="Specialization coverage per kernel (jitwatch.views.coverage): Triton's argument classes "
@@ -558,6 +564,7 @@ def build_status(
         worst_requests=parts.worst_requests,
         totals=totals,
         backends=parts.backends,
+        backends_in_journal=parts.backends_in_journal,
         coverage=_coverage_section(journal, coverage)[:kernels_limit] if backend in (None, "triton") else [],
     )
 
@@ -576,6 +583,8 @@ class StatusParts:
     recent_serving_compiles: list[ServingCompile]
     recompile_reasons: list[RecompileReason]
     worst_requests: list[StalledRequest]
+    backends_in_journal: list[str] | None = None
+    """:attr:`JitStatus.backends_in_journal`: set only when ``backend`` matched nothing."""
 
 
 _BACKEND_SUMS = (
@@ -669,6 +678,10 @@ def status_parts(
     for (name, _rank), value in abandoned.items():
         if backend is None or name == backend:
             per_backend.setdefault(name, BackendTotals(name=name)).abandoned_compiles += int(value)
+    present = None  # the filter matched nothing: which backends the journal has, as a hint
+    if backend is not None and backend not in per_backend:
+        named = {name for name, _ in accs} | {name for name, _ in hook_errors} | {name for name, _ in abandoned}
+        present = sorted(name for name in named if name)  # "": a counter of no backend (dropped events)
     for b in per_backend.values():
         totals.compiles_startup += b.compiles_startup
         totals.compiles_warmup += b.compiles_warmup
@@ -744,6 +757,7 @@ def status_parts(
         recent_serving_compiles=recent,
         recompile_reasons=recompile_reasons,
         worst_requests=worst_requests(journal),
+        backends_in_journal=present,
     )
 
 
