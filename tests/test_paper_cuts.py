@@ -114,7 +114,8 @@ def test_warmup_replay_honours_replay_and_target_variables(manifest_file: Path) 
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
-    assert (report["mode"], report["workers"], report["compiled"]) == ("serial", 3, 1)
+    # the recording (harness) compiled into this TRITON_CACHE_DIR: loaded from it, nothing compiled
+    assert (report["mode"], report["workers"], report["compiled"], report["on_disk"]) == ("serial", 3, 0, 1)
     res = _cli(
         "warmup", "replay", str(manifest_file), "--json", "--compile-only",
         env={**env, "JITWATCH_TARGET_ARCH": "80"}, timeout=300,
