@@ -233,6 +233,8 @@ def create_app(
         redirect_slashes=False,
     )
     app.state.journal_dir = directory
+    # /jit names it (jitwatch status prints it); a home directory as ~, like every path it serves
+    shown_dir = redact(str(directory.absolute()))
     reads = BlockingCalls(settings.read_timeout_seconds, max_in_flight=8)
     app.state.journal_reads = reads
     # /readyz has threads of its own: scrapes waiting for a slow refresh never starve the probes.
@@ -291,10 +293,13 @@ def create_app(
                     return build_status(None, error=f"journal unreadable: {type(exc).__name__}")
 
         try:
-            return await reads.call(read)
+            doc = await reads.call(read)
         except CallTimeout as exc:
             doc = build_status(None, error=timed_out(exc))
+            doc.journal_dir = shown_dir
             return PrettyJSONResponse(doc.model_dump(mode="json"), status_code=503)
+        doc.journal_dir = shown_dir  # a new document each time (build_status)
+        return doc
 
     @app.get(
         "/jit/events",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -48,11 +49,18 @@ def fill(directory: Path) -> None:
 def server(tmp_path: Path) -> Iterator[str]:
     """The sidecar (token-protected) served by a real uvicorn on a free 127.0.0.1 port, in a thread."""
     fill(tmp_path)
+    with serving(tmp_path) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def serving(journal_dir: Path) -> Iterator[str]:
+    """The sidecar of ``journal_dir`` (token-protected) on a real uvicorn, 127.0.0.1, a free port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     config = uvicorn.Config(
-        create_app(tmp_path, token=TOKEN, settings=Settings(journal_dir=tmp_path)),
+        create_app(journal_dir, token=TOKEN, settings=Settings(journal_dir=journal_dir)),
         host="127.0.0.1",
         port=port,
         log_level="warning",
@@ -741,3 +749,44 @@ def test_bad_backend_filter_422_is_a_sentence(server: str, path: str) -> None:
     schema = httpx.get(f"{server}/openapi.json", headers=headers).json()
     (param,) = [p for p in schema["paths"][path]["get"]["parameters"] if p["name"] == "backend"]
     assert param["in"] == "query" and "^[a-z][a-z0-9_]*$" in json.dumps(param["schema"])  # the rule, in the schema
+
+
+# ------------------------------------------------------------------------------ status header
+def test_status_header_names_readiness_mode_and_the_journal_read(server: str, tmp_path: Path) -> None:
+    """The header was one run-on line (``jitwatch: READY   mode=warn``) that did not say which
+    journal the sidecar reads: now a line for readiness and mode, one for the journal directory
+    (/jit's ``journal_dir``) and the sidecar that reads it."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    assert httpx.get(f"{server}/jit", headers=headers).json()["journal_dir"] == str(tmp_path)
+    res = runner.invoke(app, ["status", "--url", server + "/", "--token", TOKEN], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[:2] == [
+        "status: READY; mode warn",
+        f"journal: {tmp_path}, read by the sidecar at {server}",
+    ]
+
+
+def test_status_header_of_a_missing_journal_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sidecar whose journal is under the home directory names it as ``~/...`` (/jit shows no home
+    path: docs/security.md); a journal not written yet is NOT READY, and the journal line says so."""
+    home = tmp_path / "home"
+    (home / "state").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    from jitwatch import redact as redact_mod
+
+    caches = (redact_mod._patterns, redact_mod._user_pattern)  # keyed on HOME when first used
+    for cache in caches:
+        cache.cache_clear()
+    try:
+        with serving(home / "state" / "jitwatch") as base:
+            doc = httpx.get(f"{base}/jit", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+            res = runner.invoke(app, ["status", "--url", base, "--token", TOKEN], env={"COLUMNS": "200"})
+    finally:
+        for cache in caches:
+            cache.cache_clear()
+    assert doc["journal_dir"] == "~/state/jitwatch" and doc["journal_up"] is False
+    assert res.exit_code == 0, res.output
+    first, second = res.stdout.splitlines()[:2]
+    assert first == f"status: NOT READY: {doc['not_ready_reason']}; mode - (no worker)"
+    assert second == f"journal: ~/state/jitwatch, read by the sidecar at {base}; unavailable: {doc['journal_error']}"
+    assert str(home) not in res.stdout

@@ -434,7 +434,7 @@ def status(
     if as_json:
         typer.echo(json.dumps(st.model_dump(mode="json"), indent=2))
         return
-    render_status(st, Console())
+    render_status(st, Console(), url=url.rstrip("/"))
 
 
 def _start_hint(url: str, exc: Exception) -> str:

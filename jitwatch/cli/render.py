@@ -40,16 +40,24 @@ def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
 
 
-def render_status(status: JitStatus, console: Console) -> None:
-    """Print ``status`` as rich tables (what ``jitwatch status`` shows)."""
+def render_status(status: JitStatus, console: Console, url: str | None = None) -> None:
+    """Print ``status`` as rich tables (what ``jitwatch status`` shows), under a header of two
+    lines: readiness (with why not) and the workers' mode; the journal directory the sidecar at
+    ``url`` reads (:attr:`JitStatus.journal_dir`, when it names it) and, if it cannot be read, why.
+    """
     from rich.markup import escape
 
     narrow = console.width < NARROW
     reason = escape(plain(status.not_ready_reason))
-    headline = "[green]READY[/green]" if status.ready else f"[yellow]NOT READY[/yellow] ({reason})"
-    if not status.journal_up:
-        headline += f" [red]journal unavailable[/red] {escape(plain(status.journal_error or ''))}"
-    console.print(f"jitwatch: {headline}   mode={escape(plain(status.mode or '-'))}")
+    headline = "[green]READY[/green]" if status.ready else f"[yellow]NOT READY[/yellow]: {reason}"
+    console.print(f"status: {headline}; mode {escape(plain(status.mode or '- (no worker)'))}")
+    where = escape(plain(status.journal_dir)) if status.journal_dir else "(not named by this sidecar)"
+    by = f", read by the sidecar at {escape(plain(url))}" if url else ""
+    line = f"journal: {where}{by}"
+    if not status.journal_up:  # why, unless the status line just said it
+        error = status.journal_error or "no journal"
+        line += "; [red]unavailable[/red]" + ("" if error == status.not_ready_reason else f": {escape(plain(error))}")
+    console.print(line)
 
     ranks = _Grid(
         "Ranks",

@@ -257,6 +257,11 @@ class JitStatus(BaseModel):
     generated_ts: float = Field(description="Unix time this status was built, seconds.")
     journal_up: bool = Field(description="False when the journal is missing or unreadable.")
     journal_error: str | None = None
+    journal_dir: str | None = Field(
+        default=None,
+        description="The journal directory the sidecar reads, absolute, a home directory shown as `~` "
+        "(jitwatch.redact); null when not built by a sidecar (or by one before 2026-12-03).",
+    )
     mode: str | None = Field(
         default=None, description="The workers' mode (off/warn/error), 'mixed' if they differ, null if none."
     )
