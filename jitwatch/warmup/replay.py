@@ -492,6 +492,9 @@ class _DiskHits:
                 plans.add(id(plan))
             return previous(*args, **kwargs) if previous is not None else None
 
+        # Declared the functools.wraps way: jitwatch's own Triton backend then knows its listener
+        # still runs (HookSet.replaced), and does not fall back to jit_post_compile_hook.
+        jitwatch_replay_listener.__wrapped__ = previous  # type: ignore[attr-defined]
         knobs.compilation.listener = jitwatch_replay_listener
         self._knobs, self._previous, self._ours = knobs, previous, jitwatch_replay_listener
         return self

@@ -61,6 +61,10 @@ def test_replay_then_zero_serving_compiles_in_process(tmp_path: Path, triton_cac
             report = replay(m, allow=ALLOW, parallel=parallel)  # type: ignore[arg-type]
         assert (report.compiled, report.skipped, report.failed) == (1, 0, 0), report.results
         assert report.mode == parallel
+        # replay's own listener, chained in front of jitwatch's while it compiles, is not taken for
+        # a host that cut jitwatch's out (that would hold jit_post_compile_hook for good, degraded)
+        status = h2.monitor.backend_statuses["triton"]
+        assert "jit_post_compile_hook" not in status.hooks and not status.degraded, status
         # a serial replay names no pool size; a threaded one does (one entry, one worker: singular)
         pool = "(threads, 1 worker)" if report.workers == 1 else f"(threads, {report.workers} workers)"
         assert report.summary().endswith("(serial)" if parallel == "serial" else pool)

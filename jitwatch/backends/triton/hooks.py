@@ -69,6 +69,9 @@ class HookSink(Protocol):
     def on_compile_skipped(self, kwargs: dict[str, Any]) -> None: ...
 
 
+WRAPPED_DEPTH = 8
+"""How many ``__wrapped__`` links :meth:`HookSet.replaced` follows from a slot's occupant."""
+
 AUTOTUNER_WRAPPED = ("prune_configs", "_bench")
 """``triton.runtime.autotuner.Autotuner`` methods wrapped before Triton 3.8 (no autotuning listener)."""
 
@@ -341,13 +344,23 @@ class HookSet:
     def replaced(self, slot: str) -> bool:
         """Whether ``slot`` (a key of ``_SLOTS``) holds another callable than the one jitwatch put
         there: someone chained on top of jitwatch's hook or replaced it after :meth:`install`.
-        ``False`` for a slot jitwatch does not occupy. One ``getattr``; never raises."""
+        A callable that declares what it wraps the ``functools.wraps`` way (``__wrapped__``, up to
+        :data:`WRAPPED_DEPTH` levels) and so reaches jitwatch's is a declared chain, not a
+        replacement (jitwatch's own ``warmup replay`` listener does this). ``False`` for a slot
+        jitwatch does not occupy. One ``getattr`` per level; never raises."""
         held = self._links.get(slot)
         if held is None:
             return False
         holder, attr, _link, fn = held
         try:
-            return getattr(holder, attr, None) is not fn
+            current = getattr(holder, attr, None)
+            for _ in range(WRAPPED_DEPTH):
+                if current is fn:
+                    return False
+                current = getattr(current, "__wrapped__", None)
+                if current is None:
+                    break
+            return True
         except Exception:  # noqa: BLE001 - an odd knob object
             return False
 

@@ -8,6 +8,7 @@ into a pass-through when someone chained on top.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -238,6 +239,39 @@ def test_listener_replaced_without_chaining_falls_back_to_post_compile_hook(
     assert compiles[0].cache_hit is None  # no listener: no disk-cache hit or stage times
     assert ready and "jit_post_compile_hook" in ready[-1].attrs["hooks"]
     assert triton.knobs.runtime.jit_post_compile_hook is None  # restored at uninstall
+
+
+def test_listener_declared_as_wrapping_jitwatchs_is_a_chain(
+    tmp_path, triton_cache, compile_only, serial_ast_parse
+) -> None:
+    """A listener put on top of jitwatch's that declares it with ``functools.wraps``
+    (``__wrapped__`` reaching jitwatch's, as ``warmup replay``'s does) is a chain: compiles in
+    asynchronous compile mode still end in the listener, with stage times, and jitwatch keeps
+    ``jit_post_compile_hook`` free and the backend undegraded."""
+    comp = triton.knobs.compilation
+    with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        ours = comp.listener
+
+        @functools.wraps(ours)
+        def host_listener(**kwargs):
+            return ours(**kwargs)
+
+        comp.listener = host_listener
+        try:
+            assert h.triton.hooks.replaced("compilation_listener") is False
+            with ThreadPoolExecutor(2) as pool, triton.AsyncCompileMode(pool):
+                compile_add(block=64)
+                compile_add(block=128)
+            compiles = h.compiles()
+            status = h.monitor.backend_statuses["triton"]
+            assert "jit_post_compile_hook" not in status.hooks and not status.degraded
+            assert triton.knobs.runtime.jit_post_compile_hook is None
+            comp.listener = lambda **kwargs: ours(**kwargs)  # the same chain, undeclared
+            assert h.triton.hooks.replaced("compilation_listener") is True
+        finally:
+            comp.listener = ours
+    assert sorted(c.attrs["constexprs"]["BLOCK"] for c in compiles) == [64, 128]
+    assert all(c.attrs.get("stages") for c in compiles)
 
 
 @pytest.mark.parametrize("host", ["replaces", "chains"])
