@@ -151,88 +151,96 @@ def _wall(start_perf: float) -> float:
     return time.time() - (_perf() - start_perf)
 
 
-class _CompileEvent(tuple[Any, ...]):
-    """A compile waiting for the journal writer, which calls :meth:`to_event` on its thread.
+def _compile_event(item: tuple[Any, ...]) -> Event:
+    """The :class:`Event` of a compile waiting for the journal writer, built on its thread.
 
-    ``(monitor, token, duration_s, start_wall | None, capture | arg, build | None, warn,
-    request_name, key)``: a tuple subclass, so the compiling thread builds it with one C call
-    (``tuple.__new__``) instead of a Python ``__init__``. ``build(arg)`` (when given) returns the
+    ``item`` is ``(_compile_event, monitor, token, duration_s, start_wall | None, capture | arg,
+    build | None, warn, request_name, key)``: a plain tuple (one ``BUILD_TUPLE`` on the compiling
+    thread) that a sink with ``plain_events`` (:class:`~jitwatch.store.writer.JournalWriter`)
+    builds as ``item[0](item)``; any other sink gets it as a :class:`_CompileEvent`
+    (:class:`~jitwatch.core.events.DeferredEvent`). ``build(arg)`` (when given) returns the
     :class:`Capture`; ``start_wall`` ``None`` means "convert the token's ``perf_counter`` start".
     A ``build`` (or a :attr:`Capture.detail` callable) that raises is a hook error (counted,
     logged, journaled); the compile is still journaled, from what the compiling thread handed over
     (:meth:`Monitor._unbuilt`; ``attrs.capture_error`` names the exception's type).
     """
+    _, mon, token, duration, start, arg, build, warn, request_name, key = item
+    if mon._ended:
+        mon.fold_counts()
+    if start is None:
+        start = _wall(token[_T_START])
+    c: Capture
+    if build is None:
+        c = arg
+    else:
+        try:
+            c = build(arg)
+        except Exception as exc:  # noqa: BLE001 - a backend's decoding fault: this event keeps what is known
+            c = mon._unbuilt(token, key, exc)
+    ident_attrs = mon._identity_attrs
+    ident: WorkerIdentity = ident_attrs[0]
+    if ident is not mon.identity:  # replaced since (the fields of one are read once)
+        ident_attrs = mon._identity_attrs = (mon.identity, mon.identity.attrs())
+        ident = ident_attrs[0]
+    detail = c.detail
+    if callable(detail):
+        try:
+            detail = detail()
+        except Exception as exc:  # noqa: BLE001 - as a build that raises: a hook error, the event kept
+            mon.hook_error(c.backend, "capture build (journal writer)", exc)
+            detail = {"capture_error": type(exc).__name__}
+    stages = c.stages
+    attrs: dict[str, Any] = {"module": c.module, "stages": dict(stages) if stages else {}}
+    if detail:
+        attrs.update(detail)
+    attrs.update(ident_attrs[1])
+    parent = token[_T_PARENT]
+    if parent is not None and parent != f"{c.backend}:{attrs.get('compile_id')}":
+        attrs["parent"] = parent
+    request_id = token[_T_REQUEST]
+    if request_id is not None:
+        attrs["request_id"] = request_id
+        if request_name:
+            attrs["request"] = request_name  # e.g. the vLLM request ids of the engine step
+    for v in attrs.values():  # a None is not stored; usually there is none
+        if v is None:
+            attrs = {k: v for k, v in attrs.items() if v is not None}
+            break
+    # Every field is jitwatch's own and typed (a backend's Capture, the token, the identity):
+    # built without pydantic's validation when the types are exactly right (built_event).
+    event = built_event(
+        _EK_COMPILE if c.kind is _COMPILE else _EVENT_KIND.get(c.kind, _EK_COMPILE),  # (Enum hash: a Python call)
+        start + duration,
+        start,
+        duration,
+        ident.rank,
+        ident.pid,
+        ident.host,
+        token[_T_PHASE],
+        c.backend,
+        c.name,
+        c.key,
+        c.cache_hit,
+        attrs,
+    )
+    diagnoser: Diagnoser | None = mon.diagnoser
+    reason = diagnoser.observe(event) if diagnoser is not None else None
+    if warn is not None and log.isEnabledFor(logging.WARNING):  # on the writer thread: with the reason
+        why = f": {reason.text}" if reason is not None else ""
+        fix = f" (fix: {reason.fixes[0]})" if reason is not None and reason.fixes else ""
+        key = "" if reason is not None and reason.text == c.key else f"; key {redact(c.key or '')[:2000]}"
+        log.warning("jitwatch: post-warmup compile of %s on rank %d%s%s%s", warn, ident.rank, why, fix, key)
+    return event
+
+
+class _CompileEvent(tuple[Any, ...]):
+    """:func:`_compile_event`'s tuple as a :class:`~jitwatch.core.events.DeferredEvent`, for a
+    sink without ``plain_events`` (a tuple subclass: one C call, ``tuple.__new__``)."""
 
     __slots__ = ()
 
     def to_event(self) -> Event:
-        mon, token, duration, start, arg, build, warn, request_name, key = self
-        if mon._ended:
-            mon.fold_counts()
-        if start is None:
-            start = _wall(token[_T_START])
-        c: Capture
-        if build is None:
-            c = arg
-        else:
-            try:
-                c = build(arg)
-            except Exception as exc:  # noqa: BLE001 - a backend's decoding fault: this event keeps what is known
-                c = mon._unbuilt(token, key, exc)
-        ident_attrs = mon._identity_attrs
-        ident: WorkerIdentity = ident_attrs[0]
-        if ident is not mon.identity:  # replaced since (the fields of one are read once)
-            ident_attrs = mon._identity_attrs = (mon.identity, mon.identity.attrs())
-            ident = ident_attrs[0]
-        detail = c.detail
-        if callable(detail):
-            try:
-                detail = detail()
-            except Exception as exc:  # noqa: BLE001 - as a build that raises: a hook error, the event kept
-                mon.hook_error(c.backend, "capture build (journal writer)", exc)
-                detail = {"capture_error": type(exc).__name__}
-        stages = c.stages
-        attrs: dict[str, Any] = {"module": c.module, "stages": dict(stages) if stages else {}}
-        if detail:
-            attrs.update(detail)
-        attrs.update(ident_attrs[1])
-        parent = token[_T_PARENT]
-        if parent is not None and parent != f"{c.backend}:{attrs.get('compile_id')}":
-            attrs["parent"] = parent
-        request_id = token[_T_REQUEST]
-        if request_id is not None:
-            attrs["request_id"] = request_id
-            if request_name:
-                attrs["request"] = request_name  # e.g. the vLLM request ids of the engine step
-        for v in attrs.values():  # a None is not stored; usually there is none
-            if v is None:
-                attrs = {k: v for k, v in attrs.items() if v is not None}
-                break
-        # Every field is jitwatch's own and typed (a backend's Capture, the token, the identity):
-        # built without pydantic's validation when the types are exactly right (built_event).
-        event = built_event(
-            _EK_COMPILE if c.kind is _COMPILE else _EVENT_KIND.get(c.kind, _EK_COMPILE),  # (Enum hash: a Python call)
-            start + duration,
-            start,
-            duration,
-            ident.rank,
-            ident.pid,
-            ident.host,
-            token[_T_PHASE],
-            c.backend,
-            c.name,
-            c.key,
-            c.cache_hit,
-            attrs,
-        )
-        diagnoser: Diagnoser | None = mon.diagnoser
-        reason = diagnoser.observe(event) if diagnoser is not None else None
-        if warn is not None and log.isEnabledFor(logging.WARNING):  # on the writer thread: with the reason
-            why = f": {reason.text}" if reason is not None else ""
-            fix = f" (fix: {reason.fixes[0]})" if reason is not None and reason.fixes else ""
-            key = "" if reason is not None and reason.text == c.key else f"; key {redact(c.key or '')[:2000]}"
-            log.warning("jitwatch: post-warmup compile of %s on rank %d%s%s%s", warn, ident.rank, why, fix, key)
-        return event
+        return _compile_event(self)
 
 
 _new_event = tuple.__new__
@@ -290,7 +298,7 @@ class Monitor:
         """The identity and its :meth:`~WorkerIdentity.attrs`, read once: every compile event
         carries them (rebuilt if :attr:`identity` is replaced; a ``WorkerIdentity`` handed to a
         monitor is not to be changed in place)."""
-        self.sink = sink
+        self.sink = sink  # the property: also whether it takes plain tuples
         if backends is None:
             from jitwatch.backends import create
 
@@ -324,15 +332,31 @@ class Monitor:
         self._next_sweep = 0.0  # time.perf_counter() seconds
         self._tallies: dict[Phase, list[Any]] = {p: [0, 0.0] for p in Phase}
         """phase → [compiles, compile seconds], folded from ``_ended`` under ``_lock``."""
-        self._ended: deque[tuple[Phase, float]] = deque()
-        """(phase, seconds) of each compile ended since the last fold: appended without a lock
-        (``deque.append`` is atomic), folded into ``_tallies`` by the journal writer's thread
-        (in each compile event's ``to_event``), by every reader, and past :data:`_FOLD_AT`."""
+        self._ended: deque[tuple[Any, ...]] = deque()
+        """The queued tuple (:func:`_compile_event`: its token's phase, its seconds) of each
+        compile ended since the last fold: appended without a lock (``deque.append`` is atomic),
+        folded into ``_tallies`` by the journal writer's thread (as it builds each compile event),
+        by every reader, and past :data:`_FOLD_AT`."""
         self.warmup_start: float | None = None
         self.warmup_end: float | None = None
         self._span_attributes = dict(span_attributes or {})
         self._tracer_provider = tracer_provider
         self._state = "new"  # new → installed → uninstalled
+
+    @property
+    def sink(self) -> EventSink:
+        """Where events go. A sink whose ``plain_events`` is ``True`` (the journal writer) is
+        handed a compile as :func:`_compile_event`'s plain tuple and builds it as
+        ``item[0](item)``; any other gets a :class:`~jitwatch.core.events.DeferredEvent`."""
+        return self._sink
+
+    @sink.setter
+    def sink(self, sink: EventSink) -> None:
+        self._sink = sink
+        try:
+            self._plain = getattr(sink, "plain_events", False) is True
+        except Exception:  # noqa: BLE001 - an odd sink object: it gets DeferredEvents
+            self._plain = False
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -353,10 +377,10 @@ class Monitor:
         """Move ``_ended`` into ``_tallies`` (caller holds ``_lock``; appends may continue)."""
         ended, tallies = self._ended, self._tallies
         for _ in range(len(ended)):
-            phase, seconds = ended.popleft()
-            tally = tallies[phase]
+            item = ended.popleft()  # a compile's queued tuple (see _compile_event)
+            tally = tallies[item[2][_T_PHASE]]
             tally[0] += 1
-            tally[1] += seconds
+            tally[1] += item[3]
 
     def fold_counts(self) -> None:
         """Fold the compiles ended so far into the per-phase counters (any thread; cheap when
@@ -732,30 +756,31 @@ class Monitor:
         duration = _perf() - token[_T_START] if duration_s is None else duration_s
         self._inflight.pop(id(token), None)
         # _record, specialized for a compile and inlined: this runs once per compile of every kernel.
-        phase = token[_T_PHASE]
         request_id = token[_T_REQUEST]
+        request_name = None
         if request_id is not None:
             self.stalls.compiled(request_id, token[_T_BACKEND], token[_T_NAME], duration)
-        ended = self._ended
-        ended.append((phase, duration))  # counted without a lock: see _ended
-        if len(ended) > _FOLD_AT:  # nobody folded for a while (no writer thread draining)
-            self.fold_counts()
+            request_name = self._request_names.get(request_id)
         warn = None
         refuse = False
-        if phase is _SERVING:
+        if token[_T_PHASE] is _SERVING:
             mode = self.mode
             if mode is _WARN:
                 if (token[_T_BACKEND], token[_T_NAME], key or "") not in self._warned:  # warned: one lookup
                     warn = self._first_warning(token[_T_BACKEND], token[_T_NAME], key)
             elif mode is _ERROR:
                 refuse = True
-        queued = False
-        if self._state == "installed":
-            request_name = self._request_names.get(request_id) if request_id is not None else None
-            queued = self.sink.submit(
-                _new_event(_CompileEvent, (self, token, duration, start_ts, arg, build, warn, request_name, key))
-            )
-        if warn is not None and not queued:
+        item = (_compile_event, self, token, duration, start_ts, arg, build, warn, request_name, key)
+        ended = self._ended
+        ended.append(item)  # counted without a lock: see _ended
+        if len(ended) > _FOLD_AT:  # nobody folded for a while (no writer thread draining)
+            self.fold_counts()
+        # (a plain tuple only to a sink with plain_events: see the sink property)
+        if self._state == "installed" and self._sink.submit(item if self._plain else _new_event(_CompileEvent, item)):  # type: ignore[arg-type]
+            if refuse:
+                self._serving_compile(token[_T_BACKEND], token[_T_NAME], key)
+            return
+        if warn is not None:  # not queued
             self._warn_dropped(warn, key)
         if refuse:
             self._serving_compile(token[_T_BACKEND], token[_T_NAME], key)
@@ -841,22 +866,21 @@ class Monitor:
         phase = token[_T_PHASE]
         request_id = token[_T_REQUEST]
         compiled = kind is _COMPILE
+        serving = compiled and phase is _SERVING
+        mode = self.mode
+        warn = self._first_warning(backend, name, key) if serving and mode is _WARN else None
+        request_name = self._request_names.get(request_id) if request_id is not None else None
+        item = (_compile_event, self, token, duration, start_wall, capture, None, warn, request_name, key)
         if compiled:
             if request_id is not None:
                 self.stalls.compiled(request_id, backend, name, duration)
             ended = self._ended
-            ended.append((phase, duration))
+            ended.append(item)
             if len(ended) > _FOLD_AT:
                 self.fold_counts()
-        serving = compiled and phase is _SERVING
-        mode = self.mode
-        warn = self._first_warning(backend, name, key) if serving and mode is _WARN else None
         queued = False
         if self._state == "installed":
-            request_name = self._request_names.get(request_id) if request_id is not None else None
-            queued = self.sink.submit(
-                _new_event(_CompileEvent, (self, token, duration, start_wall, capture, None, warn, request_name, key))
-            )
+            queued = self._sink.submit(item if self._plain else _new_event(_CompileEvent, item))  # type: ignore[arg-type]
         if warn is not None and not queued:
             self._warn_dropped(warn, key)
         if serving and mode is _ERROR:

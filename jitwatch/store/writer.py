@@ -158,6 +158,11 @@ class JournalWriter:
         exporters: :class:`EventExporter` objects handed every batch on the writer thread.
     """
 
+    plain_events = True
+    """:meth:`submit` also takes a plain tuple whose first item builds the event from it,
+    ``item[0](item)`` on the writer thread (the monitor's queued compiles: no ``DeferredEvent``
+    object to allocate on the compiling thread)."""
+
     def __init__(
         self,
         directory: str | os.PathLike[str],
@@ -464,14 +469,15 @@ class JournalWriter:
             self._journal = None
 
     def _materialize(self, batch: list[Event | DeferredEvent]) -> list[Event]:
-        """Events of ``batch``; an item whose ``to_event`` raises is counted as dropped, alone."""
+        """Events of ``batch`` (a plain tuple ``item`` built as ``item[0](item)``, see
+        :attr:`plain_events`); an item whose ``to_event`` raises is counted as dropped, alone."""
         out: list[Event] = []
         for item in batch:
             if isinstance(item, Event):
                 out.append(item)
                 continue
             try:
-                out.append(item.to_event())
+                out.append(item[0](item) if item.__class__ is tuple else item.to_event())
             except Exception as exc:  # noqa: BLE001 - one bad capture must not cost the batch
                 self.bad_events += 1
                 if self.bad_events <= 10:

@@ -485,3 +485,60 @@ def test_a_build_that_raises_is_a_hook_error_and_loses_no_event() -> None:
     assert compiles[3].attrs["capture_error"] == "ZeroDivisionError"
     assert compiles[0].attrs["x"] == 1 and "capture_error" not in compiles[4].attrs
     assert mon.compiles_by_phase[Phase.STARTUP] == 5
+
+
+# ------------------------------------------------------------------ plain tuples for the journal writer
+class PlainSink(RecordingSink):
+    """A sink that takes the monitor's compiles as plain tuples (``plain_events``, as the journal
+    writer does) and builds each one as the writer does, ``item[0](item)``."""
+
+    plain_events = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw: list[Any] = []
+
+    def submit(self, item: Any) -> bool:
+        self.raw.append(item)
+        return super().submit(item[0](item) if item.__class__ is tuple else item)
+
+
+def _same_fields(ev: Event) -> tuple[Any, ...]:
+    attrs = {k: v for k, v in ev.attrs.items() if k != "request_id"}
+    return (ev.kind, ev.backend, ev.kernel, ev.key, ev.phase, ev.rank, ev.cache_hit, attrs)
+
+
+def test_a_plain_events_sink_gets_tuples_that_build_the_same_events() -> None:
+    """The journal writer (``plain_events``) is handed each compile as a plain tuple (no
+    DeferredEvent object on the compiling thread); any other sink a DeferredEvent. Both build the
+    same events, count the same compiles and warn once the same."""
+    sinks = (PlainSink(), RecordingSink())
+    mons = []
+    for sink in sinks:
+        toy = ToyBackend()
+        mon = Monitor(
+            Settings(journal_dir=Path("/nonexistent")),
+            sink=sink,
+            mode="warn",
+            identity=WorkerIdentity(rank=3),
+            backends=[toy],
+            tracer_provider=False,
+        ).install()
+        toy.compile("warm", "k0")  # finish → _record
+        mon.activate()
+        with mon.request("r1"):
+            mon.end(mon.begin("toy", "lazy"), "k1", lambda arg: Capture("toy", "lazy", arg, module="m"), "k1")
+        mon.end(mon.begin("toy", "lazy"), "k1", lambda arg: Capture("toy", "lazy", arg, module="m"), "k1")
+        mons.append(mon)
+    plain, deferred = sinks
+    assert len([it for it in plain.raw if it.__class__ is tuple]) == 3  # the three compiles
+    assert [_same_fields(e) for e in plain.of_kind(EventKind.COMPILE)] == [
+        _same_fields(e) for e in deferred.of_kind(EventKind.COMPILE)
+    ]
+    assert plain.of_kind(EventKind.COMPILE)[1].attrs["request"] == "r1"
+    assert mons[0].compiles_by_phase == mons[1].compiles_by_phase
+    assert mons[0].compiles_by_phase[Phase.SERVING] == 2
+    assert mons[0]._warned == mons[1]._warned  # warned once: one (backend, name, key)
+    assert Monitor(sink=deferred, mode="off", backends=[])._plain is False
+    mons[1].sink = plain  # replacing the sink re-reads it
+    assert mons[1]._plain is True

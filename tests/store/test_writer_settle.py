@@ -206,3 +206,32 @@ def test_flush_between_a_timed_wake_up_and_its_clear_does_not_wait_for_a_pause(t
         stop.set()
         t.join()
         writer.close()
+
+
+def test_a_plain_tuple_is_built_on_the_writer_thread_and_one_that_raises_is_dropped_alone(tmp_path: Path) -> None:
+    """``JournalWriter.plain_events``: a submitted plain tuple is built as ``item[0](item)`` on the
+    writer's thread; one whose builder raises is counted as dropped, and the rest of its batch is
+    written."""
+    from jitwatch.store.journal import Journal
+
+    built_on: list[str] = []
+
+    def build(item: tuple[Any, ...]) -> Event:
+        built_on.append(threading.current_thread().name)
+        return Event.now(EventKind.COMPILE, rank=0, pid=1, host="h", backend="triton", kernel=item[1], key="k")
+
+    def broken(item: tuple[Any, ...]) -> Event:
+        raise ValueError("no event")
+
+    w = JournalWriter(tmp_path / "j")
+    try:
+        assert w.plain_events is True
+        assert w.submit((build, "a")) and w.submit((broken, "b")) and w.submit((build, "c"))
+        assert w.flush(10)
+        assert w.bad_events == 1 and w.dropped_total == 1
+    finally:
+        w.close()
+    assert built_on and threading.current_thread().name not in built_on
+    with Journal(tmp_path / "j", readonly=True) as j:
+        kernels = [e.kernel for e in j.events(kind=EventKind.COMPILE)]
+    assert sorted(kernels) == ["a", "c"]

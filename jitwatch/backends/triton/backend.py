@@ -252,16 +252,17 @@ def _cache_knobs() -> list[Any]:
 
 
 # A compile in flight (jit_cache_hook → compilation listener → jit_post_compile_hook): a list,
-# built with one BUILD_LIST on the compiling thread, indexed by these. The listener fills the last
-# four; ``_capture`` reads it all on the journal writer's thread.
+# built with one BUILD_LIST on the compiling thread, indexed by these. The listener fills
+# _P_SEEN.._P_META; ``_capture`` reads it all on the journal writer's thread. _P_IDENT is its key
+# in the pending table, (_P_FID, _P_KEY), kept so that the listener does not build it again.
 _P_TOKEN, _P_FN, _P_KEY, _P_COMPILE, _P_WARM, _P_NAME, _P_FID = range(7)
-_P_SEEN, _P_TIMES, _P_HIT, _P_META = range(7, 11)
+_P_SEEN, _P_TIMES, _P_HIT, _P_META, _P_IDENT = range(7, 12)
 _TRITON = "triton"
 _COMPILE = CompileKind.COMPILE
 
 
 def _entry(token: Any, fn: Any, key: str | None, compile: Any, warm: Any, name: str, fid: int) -> list[Any]:
-    return [token, fn, key, compile, warm, name, fid, False, None, None, None]
+    return [token, fn, key, compile, warm, name, fid, False, None, None, None, (fid, key)]
 
 
 def _slow_names(fn: Any) -> tuple[str, int]:
@@ -317,7 +318,7 @@ class _FrameWatcher:
     """The Triton side of watched compiles (:class:`~jitwatch.backends.base.FrameWatcher`),
     called by the core on the journal writer's thread."""
 
-    __slots__ = ("code", "lost", "pending", "replaced", "superseded")
+    __slots__ = ("code", "last", "lost", "pending", "replaced", "superseded")
 
     def __init__(
         self,
@@ -335,6 +336,9 @@ class _FrameWatcher:
         """Called when a compile succeeded without jitwatch's listener while the listener was
         replaced (see :meth:`abandoned`); returns whether jitwatch took the post-compile slot for
         later compiles just now (``False`` in ``error`` mode, or once it already has)."""
+        self.last: dict[int, list[Any]] = {}
+        """:attr:`TritonBackend._last` (thread id → the entry its listener has not taken yet):
+        an abandoned compile's entry is taken out of it by :meth:`abandoned`."""
         self.superseded: dict[int, list[Any]] = {}
         """``id(token)`` → the pending entry of a compile that raised and was begun again on its
         thread before the sweep dropped it (:meth:`CompileSink.begun_again`); emptied by
@@ -349,6 +353,9 @@ class _FrameWatcher:
         compilation listener never matches it) and say why it never ended, from whether the
         compilation listener saw it."""
         found = self.superseded.pop(id(token), None)
+        for tid, entry in list(self.last.items()):  # a C-level copy
+            if entry[_P_TOKEN] is token and self.last.get(tid) is entry:
+                self.last.pop(tid, None)  # (a compile of that thread beginning in between: matched by _match)
         candidates: list[tuple[tuple[int, str | None] | None, list[Any]]] = (
             [(None, found)] if found is not None and found[_P_TOKEN] is token else []
         )
@@ -498,9 +505,14 @@ class TritonBackend(LibraryBackend):
         self._pending: dict[tuple[int, str | None], list[Any]] = {}
         """(``id`` of the ``JITFunction``, key) → the compile in flight (see ``_P_*``). Only
         single dict operations touch it (atomic under the GIL): no lock on the compiling thread."""
-        self._last = threading.local()
-        """``.entry``: the compile this thread began last, which the compilation listener of a
-        synchronous compile belongs to (checked by identity of Triton's ``signature`` dict)."""
+        self._last: dict[int, list[Any]] = {}
+        """Thread id (``threading.get_ident()``) → the compile that thread began last and whose
+        compilation listener has not come yet: the one a synchronous compile's listener belongs to
+        (checked by identity of Triton's ``signature`` dict). Taken out by that listener; a
+        compile that raised is taken out by the sweep (:meth:`_FrameWatcher.abandoned`) or
+        replaced by its thread's next compile. A dict keyed by thread, not a ``threading.local``:
+        one C-level store and pop instead of the local's attribute protocol (~1,000 instructions
+        per compile)."""
         self.watching: str | None = None
         """Why synchronous compiles are not watched for an end that never comes (``None``: they
         are; see the module docstring), set when the hooks go in."""
@@ -607,6 +619,7 @@ class TritonBackend(LibraryBackend):
         if self._hooks is not None:
             self._hooks.uninstall()
         self._pending.clear()
+        self._last.clear()
 
     # ------------------------------------------------------------------ HookSink (called by HookSet)
     def on_hook_error(self, hook: str, exc: BaseException) -> None:
@@ -637,7 +650,7 @@ class TritonBackend(LibraryBackend):
         a few frames further where hooks are chained); one in asynchronous compile mode, or one
         whose frame is not found, is begun as before."""
         begin, cancel, report = sink.begin, sink.cancel, self.report_error
-        pending, last, backend = self._pending, self._last, self.name
+        pending, last, backend, get_ident = self._pending, self._last, self.name, threading.get_ident
         found = _do_compile_code()
         has_async, async_var = _async_mode_var()
         begin_watched = getattr(sink, "begin_watched", None)
@@ -653,6 +666,7 @@ class TritonBackend(LibraryBackend):
         watch = self.watching is None
         code: CodeType = found if found is not None else _do_compile_code.__code__  # never matched unless watching
         watcher = _FrameWatcher(code, pending, self._slot_replaced, self.listener_lost)
+        watcher.last = last
         ending, replaced, lost = self._ending, self._slot_replaced, self.listener_lost
         getframe, superseded = sys._getframe, watcher.superseded
         async_get = async_var.get if async_var is not None else None
@@ -678,26 +692,28 @@ class TritonBackend(LibraryBackend):
                     name, fid = _slow_names(fn)
                 if key.__class__ is not str:
                     key = _slow_key(key, compile)
-                token = None
-                in_async = async_get is not None and async_get() is not None
-                if in_async and ending[0] and replaced("compilation_listener"):
-                    # Never watched, so never found by the frame watch: if that listener does not
-                    # chain, this compile would never end. The post-compile hook ends it instead.
-                    lost(None)
-                if watch and not in_async:
+                if async_get is not None and async_get() is not None:  # asynchronous compile mode: unwatched
+                    if ending[0] and replaced("compilation_listener"):
+                        # Never watched, so never found by the frame watch: if that listener does not
+                        # chain, this compile would never end. The post-compile hook ends it instead.
+                        lost(None)
+                    token = begin(backend, name)
+                elif watch:
                     try:
                         frame = getframe(2)
                     except ValueError:  # called from the top of a stack: not from Triton
                         frame = None
                     if frame is not None and frame.f_code is not code:
                         frame = _compile_frame(frame.f_back, code)  # hooks chained around jitwatch's
-                    if frame is not None:
+                    if frame is None:
+                        token = begin(backend, name)
+                    else:
                         token = begin_watched(backend, name, id(frame), watcher)  # type: ignore[misc]
-                    frame = None
-                if token is None:
+                        frame = None
+                else:
                     token = begin(backend, name)
-                entry = [token, fn, key, compile, is_manual_warmup, name, fid, False, None, None, None]
                 ident = (fid, key)
+                entry = [token, fn, key, compile, is_manual_warmup, name, fid, False, None, None, None, ident]
                 held = pending.setdefault(ident, entry)  # one atomic step: check and insert
                 if held is not entry:  # the same kernel and key began before and never ended
                     held_token = held[_P_TOKEN]
@@ -709,7 +725,7 @@ class TritonBackend(LibraryBackend):
                     elif not begun_again(held_token):  # another thread's compile: cancelled
                         superseded.pop(id(held_token), None)
                     # else a retry of a compile that raised on this thread: left for the sweep
-                last.entry = entry
+                last[get_ident()] = entry
             except Exception as exc:  # noqa: BLE001 - never into Triton
                 report("jit_cache_hook", exc)
             return None  # never truthy: a truthy value makes Triton skip compile and launch
@@ -720,7 +736,7 @@ class TritonBackend(LibraryBackend):
         """``compilation.listener``: stage times and disk-cache hit for the matching compile in
         flight (references only; decoded on the writer thread), or a listener-only compile."""
         last, report, match, alone = self._last, self.report_error, self._match, self._listener_only
-        ending, pending = self._ending, self._pending
+        ending, pending, get_ident = self._ending, self._pending, threading.get_ident
         sink = self.sink
         end = sink.end if sink is not None else None
 
@@ -739,14 +755,16 @@ class TritonBackend(LibraryBackend):
                 # A synchronous compile: the one this thread began last, same signature object.
                 # Else another compile in flight (match), or none: a listener-only compile, found
                 # without raising (a raise and catch costs the compiling thread ~1 µs).
-                entry = getattr(last, "entry", None)
+                entry = last.pop(get_ident(), None)
                 try:
                     if (
                         entry is None
                         or entry[_P_SEEN]
                         or entry[_P_COMPILE]["signature"] is not src.signature
-                        or entry[_P_FID] != id(src.fn)
+                        or entry[_P_FN].jit_function is not src.fn  # (id(...) != id(...) without two ints)
                     ):
+                        if entry is not None and not entry[_P_SEEN]:
+                            last.setdefault(get_ident(), entry)  # not this listener's: left for its own
                         entry = match(src, metadata) if pending else None
                 except (AttributeError, LookupError, TypeError):
                     entry = match(src, metadata)
@@ -756,7 +774,7 @@ class TritonBackend(LibraryBackend):
                     entry[_P_META] = metadata
                     entry[_P_SEEN] = True
                     if ending[0] and end is not None:  # no post-compile hook: the compile ends here
-                        ident = (entry[_P_FID], entry[_P_KEY])
+                        ident = entry[_P_IDENT]
                         if pending.get(ident) is entry:
                             pending.pop(ident, None)
                         end(entry[_P_TOKEN], entry[_P_KEY], _capture, entry)

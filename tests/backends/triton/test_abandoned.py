@@ -108,8 +108,11 @@ def test_compile_that_raises_leaves_the_inflight_list_counted_and_logged(
         with pytest.raises(CompilationError):
             abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
         assert [s.name for s in h.monitor.inflight()] == ["abd_bad"]  # nothing ended it (Triton 3.6-3.9)
+        (raised,) = h.triton._last.values()  # its thread's last-begun compile: its listener never came
+        assert raised[5] == "abd_bad"  # _P_NAME
         wait_for(lambda: not h.monitor.inflight())
         assert h.triton.pending() == 0  # the backend forgot it too
+        wait_for(lambda: not h.triton._last)  # and its thread no longer holds it (the sweep took it out)
 
         def journaled_idle() -> bool:
             with Journal(jdir, readonly=True) as j:
