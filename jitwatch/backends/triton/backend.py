@@ -510,9 +510,11 @@ class TritonBackend(LibraryBackend):
         compilation listener has not come yet: the one a synchronous compile's listener belongs to
         (checked by identity of Triton's ``signature`` dict). Taken out by that listener; a
         compile that raised is taken out by the sweep (:meth:`_FrameWatcher.abandoned`) or
-        replaced by its thread's next compile. A dict keyed by thread, not a ``threading.local``:
-        one C-level store and pop instead of the local's attribute protocol (~1,000 instructions
-        per compile)."""
+        replaced by its thread's next compile (an unwatched one that raised on a thread that then
+        ended stays until that thread id compiles again: one entry per thread id, where a
+        ``threading.local`` freed it with the thread). A dict keyed by thread, not a
+        ``threading.local``: one C-level store and pop instead of the local's attribute protocol
+        (~1,000 instructions per compile)."""
         self.watching: str | None = None
         """Why synchronous compiles are not watched for an end that never comes (``None``: they
         are; see the module docstring), set when the hooks go in."""
