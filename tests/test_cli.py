@@ -785,8 +785,26 @@ def test_status_header_of_a_missing_journal_under_home(tmp_path: Path, monkeypat
         for cache in caches:
             cache.cache_clear()
     assert doc["journal_dir"] == "~/state/jitwatch" and doc["journal_up"] is False
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output  # NOT READY
     first, second = res.stdout.splitlines()[:2]
     assert first == f"status: NOT READY: {doc['not_ready_reason']}; mode - (no worker)"
     assert second == f"journal: ~/state/jitwatch, read by the sidecar at {base}; unavailable: {doc['journal_error']}"
     assert str(home) not in res.stdout
+
+
+# ------------------------------------------------------------------------------ status exit codes
+def test_status_not_ready_exits_3(tmp_path: Path) -> None:
+    """A sidecar that answers NOT READY (no worker has registered) made ``jitwatch status`` exit 0:
+    a script could not use it as a check. It exits 3 (LSB "not running"), text and --json alike,
+    the output as before; READY exits 0 (test_status_prints_tables), unreachable 1, usage 2."""
+    with Journal(tmp_path / "j") as j:  # a journal, but no worker in it
+        j.write([ev(EventKind.COMPILE, T0, phase=Phase.WARMUP, kernel="k", key="k16", duration_s=0.1)])
+    with serving(tmp_path / "j") as base:
+        doc = httpx.get(f"{base}/jit", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        text = runner.invoke(app, ["status", "--url", base, "--token", TOKEN], env={"COLUMNS": "200"})
+        as_json = runner.invoke(app, ["status", "--url", base, "--token", TOKEN, "--json"])
+    assert doc["ready"] is False and doc["not_ready_reason"] == "no worker has registered", doc
+    assert text.exit_code == 3, text.output
+    assert text.stdout.splitlines()[0] == "status: NOT READY: no worker has registered; mode - (no worker)"
+    assert text.stderr == ""
+    assert as_json.exit_code == 3 and json.loads(as_json.stdout)["ready"] is False, as_json.output

@@ -247,7 +247,9 @@ def test_non_ascii_token_matches(sidecar: Any) -> None:
     latin1 = "jeton-sécurité".encode("latin-1")  # other bytes for a similar text: refused
     assert httpx.get(url + "/jit", headers={"Authorization": b"Bearer " + latin1}).status_code == 401
     res = _cli("status", "--url", url, "--json", env={"JITWATCH_TOKEN": env["JITWATCH_TOKEN"]})
-    assert res.returncode == 0, res.stderr
+    # the token was accepted (a 401 exits 1): the answer is the status of a journal with no worker,
+    # NOT READY, exit 3
+    assert res.returncode == 3 and json.loads(res.stdout)["ready"] is False, res.stderr
 
 
 @pytest.mark.parametrize("path", ["/livez", "/readyz"])

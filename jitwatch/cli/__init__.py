@@ -5,7 +5,8 @@
 
 Option defaults come from :meth:`jitwatch.config.Settings.from_env` (``JITWATCH_*`` variables,
 parsed there and nowhere else); ``--help`` names each option's variable and default. Usage and
-configuration errors print one ``jitwatch: ...`` line and exit 2; runtime failures exit 1.
+configuration errors print one ``jitwatch: ...`` line and exit 2; runtime failures exit 1;
+``jitwatch status`` exits 3 when the sidecar answers NOT READY.
 """
 
 from __future__ import annotations
@@ -382,6 +383,9 @@ def status(
     0.0.0.0, [::1] for ::; the port from --port, else $JITWATCH_PORT, else 9400). --url with --port,
     or a --backend that is not a backend name (as `why --backend`), is refused (exit 2). A bad
     JITWATCH_HOST/PORT/TOKEN that --url/--port/--token replaces is not read.
+
+    Exit 0: READY; 3: NOT READY (the output says why; for scripts, as systemctl's 3); 1: the
+    sidecar could not be reached or did not answer 200; 2: a usage or configuration error.
     """
     import httpx
     from rich.console import Console
@@ -433,8 +437,16 @@ def status(
         )
     if as_json:
         typer.echo(json.dumps(st.model_dump(mode="json"), indent=2))
-        return
-    render_status(st, Console(), url=url.rstrip("/"))
+    else:
+        render_status(st, Console(), url=url.rstrip("/"))
+    if not st.ready:  # a check for scripts: the output says why
+        raise typer.Exit(STATUS_NOT_READY)
+
+
+STATUS_NOT_READY = 3
+"""``jitwatch status``'s exit code when the sidecar answered NOT READY (LSB's "program is not
+running", as ``systemctl status``): 0 is READY, 1 no answer (unreachable, 401, not 200), 2 a
+usage or configuration error."""
 
 
 def _start_hint(url: str, exc: Exception) -> str:
