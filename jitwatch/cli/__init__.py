@@ -834,7 +834,9 @@ def why(
 ) -> None:
     """Why each serving compile happened (which argument, option or combination) and the fix.
 
-    The newest --limit serving compiles, oldest first, as text or --json.
+    The newest --limit serving compiles, oldest first, as text or --json: with whether each was a
+    disk-cache hit or a cold compile (when the backend says) and where the kernel comes from
+    (its module, or file:line with the home directory as ~).
     """
     import time as _time
 
@@ -868,8 +870,13 @@ def why(
     for r in reasons:
         when = _time.strftime("%H:%M:%S", _time.localtime(r.ts))
         took = f"{r.duration_s:.3f} s" if r.duration_s is not None else "?"
+        disk = {True: ", disk-cache hit", False: ", cold compile", None: ""}[r.cache_hit]
         req = f", request {r.request_id}" if r.request_id is not None else ""
-        typer.echo(plain(f"{when} rank {r.rank} {r.backend} {r.kernel} compiled in serving ({took}{req})"))
+        typer.echo(plain(f"{when} rank {r.rank} {r.backend} {r.kernel} compiled in serving ({took}{disk}{req})"))
+        origin = [f"module {r.module}"] if r.module else []
+        origin += [r.location] if r.location else []
+        if origin:
+            typer.echo(plain(f"  from: {', '.join(origin)}"))
         typer.echo(plain(f"  why: {r.reason}"))
         for fix in r.fixes:
             typer.echo(plain(f"  fix: {fix}"))

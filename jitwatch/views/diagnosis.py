@@ -18,6 +18,7 @@ from jitwatch.backends.explain import Explainer, ExplainFn
 from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
 from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.redact import redact
 from jitwatch.store.journal import Journal
 
 BASELINE_EVENTS = 20_000
@@ -47,6 +48,18 @@ class CompileReason(BaseModel):
     duration_s: float | None = Field(default=None, description="Compile wall time, seconds.")
     request_id: int | None = None
     key: str | None = None
+    cache_hit: bool | None = Field(
+        default=None,
+        description="Loaded from the compiler's persistent cache (Triton: its disk cache) instead of compiled;"
+        " None when the backend does not say.",
+    )
+    module: str | None = Field(
+        default=None, description="Python module that defines the kernel (Triton: its module name), when known."
+    )
+    location: str | None = Field(
+        default=None,
+        description="Source file:line of the compiled function (torch.compile), the home directory as ~.",
+    )
     reason: str = Field(description="One line: 'n_cols: i32 %16 → ==1 (value 1)', 'never warmed (…)', …")
     reason_kind: str = Field(description="argument / option / never_warmed / new_combination / compiler / unknown.")
     changes: list[ReasonChange] = Field(default_factory=list)
@@ -133,6 +146,7 @@ def _as_reason(e: Event) -> CompileReason:
     a: dict[str, Any] = e.attrs
     rid = a.get("request_id")
     changes = a.get("reason_changes") if isinstance(a.get("reason_changes"), list) else []
+    module, location = a.get("module"), a.get("location")
     return CompileReason(
         backend=e.backend or "triton",
         kernel=e.kernel,
@@ -143,6 +157,10 @@ def _as_reason(e: Event) -> CompileReason:
         duration_s=e.duration_s,
         request_id=rid if isinstance(rid, int) and not isinstance(rid, bool) else None,
         key=e.key,
+        cache_hit=e.cache_hit,
+        module=module if isinstance(module, str) and module else None,
+        # the journal stores it redacted; again here for a journal written by other means
+        location=redact(location) if isinstance(location, str) and location else None,
         reason=str(a.get("reason") or "not explained"),
         reason_kind=str(a.get("reason_kind") or "unknown"),
         changes=[ReasonChange.model_validate(c) for c in changes or [] if isinstance(c, dict)],

@@ -248,3 +248,84 @@ def test_coverage_names_a_missing_expect_journal_as_such(journal: Path, tmp_path
     assert res.stderr.strip() == (
         f"jitwatch: --expect-journal {tmp_path / 'prev'}: no journal at {tmp_path / 'prev' / 'journal.db'}"
     )
+
+
+# ------------------------------------------------------------------------------ cache hit, module
+def _serve_slot_mapping(journal_dir: Path, cache_dir: Path) -> None:
+    """One worker warms then serves the slot-mapping case, Triton's disk cache in ``cache_dir``."""
+    fresh_kernel_cache(kf.slot_mapping)
+    with monitored(journal_dir=journal_dir, triton_cache_dir=cache_dir) as h:
+        with h.monitor.warmup():
+            for call in kf.CASES["slot_mapping"]["warmup"]:
+                call()
+        with h.monitor.request("req-1"):
+            for call in kf.CASES["slot_mapping"]["serving"]:
+                call()
+        h.monitor.flush()
+
+
+def test_cli_why_says_disk_cache_hit_or_cold_compile_and_the_module(tmp_path: Path) -> None:
+    """`why` did not say whether a serving compile was a load from Triton's disk cache nor which
+    module defines the kernel (neither in --json). A first run compiles cold; a second worker on
+    the same TRITON_CACHE_DIR loads the same keys from disk: each says so, with the module."""
+    cache = tmp_path / "triton-cache"
+    for run in ("first", "second"):
+        _serve_slot_mapping(tmp_path / run, cache)
+    for run, state, hit in (("first", "cold compile", False), ("second", "disk-cache hit", True)):
+        args = ["why", "--journal-dir", str(tmp_path / run)]
+        text = CliRunner().invoke(app, args)
+        as_json = CliRunner().invoke(app, [*args, "--json"])
+        assert text.exit_code == as_json.exit_code == 0, (text.output, as_json.output)
+        doc = json.loads(as_json.stdout)
+        assert len(doc) == 3 and all(r["cache_hit"] is hit and r["module"] == kf.__name__ for r in doc), doc
+        heads = [ln for ln in text.stdout.splitlines() if " compiled in serving (" in ln]
+        assert len(heads) == 3 and all(f" s, {state}, request 1)" in ln for ln in heads), text.stdout
+        assert text.stdout.splitlines().count(f"  from: module {kf.__name__}") == 3, text.stdout
+
+
+def test_cli_why_shows_a_location_with_the_home_directory_as_tilde(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torch.compile compile's ``location`` (file:line) is shown, home directory as ``~`` (as
+    the journal stores it); a compile whose backend said nothing of the cache omits the state."""
+    from jitwatch import redact as redact_mod
+    from jitwatch.core.events import Event, EventKind
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    caches = (redact_mod._patterns, redact_mod._user_pattern)
+    for cache in caches:
+        cache.cache_clear()
+    common = {"backend": "torch_compile", "rank": 0, "pid": 7, "host": "node-a"}
+    try:
+        with Journal(tmp_path / "j") as j:
+            j.write(
+                [
+                    Event(kind=EventKind.WARMUP_COMPLETE, ts=1.0, phase=Phase.SERVING, **common),
+                    Event(
+                        kind=EventKind.COMPILE,
+                        ts=2.0,
+                        duration_s=0.25,
+                        phase=Phase.SERVING,
+                        kernel="forward",
+                        attrs={
+                            "location": f"{home}/proj/model.py:42",
+                            "reason": "0/1: guard",
+                            "reason_kind": "compiler",
+                        },
+                        **common,
+                    ),
+                ]
+            )
+        text = CliRunner().invoke(app, ["why", "--journal-dir", str(tmp_path / "j")])
+        as_json = CliRunner().invoke(app, ["why", "--journal-dir", str(tmp_path / "j"), "--json"])
+    finally:
+        for cache in caches:
+            cache.cache_clear()
+    assert text.exit_code == as_json.exit_code == 0, (text.output, as_json.output)
+    (r,) = json.loads(as_json.stdout)
+    assert r["location"] == "~/proj/model.py:42" and r["cache_hit"] is None and r["module"] is None, r
+    lines = text.stdout.splitlines()
+    assert lines[0].endswith(" rank 0 torch_compile forward compiled in serving (0.250 s)"), lines
+    assert lines[1] == "  from: ~/proj/model.py:42" and str(home) not in text.stdout, lines
