@@ -808,3 +808,19 @@ def test_status_not_ready_exits_3(tmp_path: Path) -> None:
     assert text.stdout.splitlines()[0] == "status: NOT READY: no worker has registered; mode - (no worker)"
     assert text.stderr == ""
     assert as_json.exit_code == 3 and json.loads(as_json.stdout)["ready"] is False, as_json.output
+
+
+def test_status_times_carry_the_date_and_utc(tmp_path: Path) -> None:
+    """`status` showed HH:MM:SS in local time: its tables now show ``YYYY-MM-DD HH:MM:SS UTC``, the
+    rule `why` follows (--json stays /jit's Unix seconds)."""
+    fill(tmp_path)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(T0 + 4))
+    local = time.strftime("%H:%M:%S", time.localtime(T0 + 4))
+    with serving(tmp_path) as base:
+        res = runner.invoke(
+            app, ["status", "--url", base, "--token", TOKEN], env={"COLUMNS": "250", "TZ": "America/New_York"}
+        )
+    assert res.exit_code == 0, res.output
+    rows = [ln for ln in res.stdout.splitlines() if "late_mul" in ln]
+    assert len(rows) == 2 and all(stamp in ln for ln in rows), res.stdout  # Kernels, recent compiles
+    assert local not in res.stdout.replace(stamp, "")

@@ -24,7 +24,7 @@ from typer.core import TyperCommand
 
 from jitwatch import config
 from jitwatch._version import __version__
-from jitwatch.cli.text import plain
+from jitwatch.cli.text import plain, utc_time
 from jitwatch.config import ConfigError, Settings
 from jitwatch.core.text import plural
 from jitwatch.errors import JournalCorruptError, JournalVersionError
@@ -838,8 +838,6 @@ def why(
     disk-cache hit or a cold compile (when the backend says) and where the kernel comes from
     (its module, or file:line with the home directory as ~).
     """
-    import time as _time
-
     from jitwatch.core.events import EventKind, Phase
     from jitwatch.store.journal import Journal
     from jitwatch.views.diagnosis import serving_reasons
@@ -868,7 +866,7 @@ def why(
         typer.echo(plain(message))
         return
     for r in reasons:
-        when = _time.strftime("%H:%M:%S", _time.localtime(r.ts))
+        when = utc_time(r.ts)
         took = f"{r.duration_s:.3f} s" if r.duration_s is not None else "?"
         disk = {True: ", disk-cache hit", False: ", cold compile", None: ""}[r.cache_hit]
         req = f", request {r.request_id}" if r.request_id is not None else ""

@@ -5,10 +5,9 @@ Views (:mod:`jitwatch.views`) build pydantic documents; this module only prints 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
-from jitwatch.cli.text import plain
+from jitwatch.cli.text import plain, utc_time
 from jitwatch.core.text import plural
 from jitwatch.views.coverage import CoverageReport
 from jitwatch.views.status import JitStatus
@@ -31,9 +30,7 @@ def cell(text: object) -> Text:
 
 
 def _ts(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%H:%M:%S", time.localtime(ts))
+    return "-" if ts is None else utc_time(ts)
 
 
 def _secs(value: float | None) -> str:

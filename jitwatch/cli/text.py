@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
 
 
@@ -11,4 +13,10 @@ def plain(text: object) -> str:
     return str(text).translate(_CONTROL)
 
 
-__all__ = ["plain"]
+def utc_time(ts: float) -> str:
+    """Unix time ``ts`` (seconds) as the CLI's text shows every time: ``2026-12-03 01:07:56 UTC``
+    (date, seconds, UTC whatever the local zone: one reading across a fleet)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+__all__ = ["plain", "utc_time"]

@@ -10,9 +10,10 @@ and the backend's own ``explain`` (found through the registry) diffs the keys.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from jitwatch.backends.explain import Explainer, ExplainFn
 from jitwatch.config import DEFAULT_STALE_SECONDS
@@ -64,6 +65,10 @@ class CompileReason(BaseModel):
     reason_kind: str = Field(description="argument / option / never_warmed / new_combination / compiler / unknown.")
     changes: list[ReasonChange] = Field(default_factory=list)
     fixes: list[str] = Field(default_factory=list, description="What removes this compile, one line each.")
+
+    @computed_field(description="``ts`` as ISO-8601 in UTC, milliseconds: '2026-12-03T01:07:56.123+00:00'.")
+    def time(self) -> str:
+        return datetime.fromtimestamp(self.ts, UTC).isoformat(timespec="milliseconds")
 
 
 class InflightCompile(BaseModel):

@@ -329,3 +329,21 @@ def test_cli_why_shows_a_location_with_the_home_directory_as_tilde(
     lines = text.stdout.splitlines()
     assert lines[0].endswith(" rank 0 torch_compile forward compiled in serving (0.250 s)"), lines
     assert lines[1] == "  from: ~/proj/model.py:42" and str(home) not in text.stdout, lines
+
+
+# ------------------------------------------------------------------------------ times
+def test_cli_why_times_carry_the_date_and_utc(journal: Path) -> None:
+    """`why` printed HH:MM:SS in local time, no date nor zone: across a fleet, ambiguous. Text:
+    ``YYYY-MM-DD HH:MM:SS UTC``; --json: ``time``, ISO-8601 with the UTC offset, beside ``ts``."""
+    from datetime import UTC, datetime
+
+    args = ["why", "--journal-dir", str(journal)]
+    text = CliRunner().invoke(app, args, env={"TZ": "America/New_York"})
+    doc = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    heads = [ln for ln in text.stdout.splitlines() if " compiled in serving (" in ln]
+    assert len(heads) == len(doc) == len(EXPECTED), text.output
+    for head, r in zip(heads, doc, strict=True):
+        when = datetime.fromtimestamp(r["ts"], UTC)
+        assert head.startswith(when.strftime("%Y-%m-%d %H:%M:%S UTC rank 0 ")), (head, r["ts"])
+        assert datetime.fromisoformat(r["time"]) == when.replace(microsecond=when.microsecond // 1000 * 1000)
+        assert r["time"].endswith("+00:00") and "T" in r["time"], r["time"]
