@@ -824,3 +824,39 @@ def test_status_times_carry_the_date_and_utc(tmp_path: Path) -> None:
     rows = [ln for ln in res.stdout.splitlines() if "late_mul" in ln]
     assert len(rows) == 2 and all(stamp in ln for ln in rows), res.stdout  # Kernels, recent compiles
     assert local not in res.stdout.replace(stamp, "")
+
+
+# ------------------------------------------------------------------------------ a demo elsewhere
+def test_status_refused_names_a_demo_serving_on_another_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`jitwatch status` (port 9400) while `jitwatch demo --port P` serves: the refused line said only
+    how to start a sidecar. It also names the demo when ``<journal dir>/demo-P/demo.lock`` shows a
+    live one: its pid alive and P answering /livez; a lock whose pid is gone (the demo ended; the
+    file stays), or whose port answers nothing, is not named."""
+    import subprocess
+    import sys
+
+    from jitwatch.demo.runner import jitwatch_command, journal_lock
+
+    monkeypatch.delenv("JITWATCH_HOST", raising=False)
+    monkeypatch.setenv("JITWATCH_DIR", str(tmp_path / "state"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        refused = s.getsockname()[1]  # closed again: nothing listens there
+    fill(tmp_path / "demo-journal")
+    with serving(tmp_path / "demo-journal") as base:
+        port = int(base.rsplit(":", 1)[1])
+        demo_dir = tmp_path / "state" / f"demo-{port}"
+        demo_dir.mkdir(parents=True)
+        hint = f"; a jitwatch demo is serving on port {port}: {jitwatch_command()} status --port {port}"
+        with journal_lock(demo_dir):  # what a running demo holds: the lock, its pid written in it
+            res = runner.invoke(app, ["status", "--port", str(refused), "--timeout", "2"])
+            lines = res.stderr.strip().splitlines()
+            assert res.exit_code == 1 and len(lines) == 1 and lines[0].endswith(hint), res.output
+            assert "is the sidecar running? start it with:" in lines[0]
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        (demo_dir / "demo.lock").write_text(gone.stdout)  # a demo that ended: its pid is no process now
+        res = runner.invoke(app, ["status", "--port", str(refused), "--timeout", "2"])
+        assert res.exit_code == 1 and "jitwatch demo" not in res.stderr, res.output
+    with journal_lock(demo_dir):  # a live pid, but nothing answers on the port any more
+        res = runner.invoke(app, ["status", "--port", str(refused), "--timeout", "2"])
+    assert res.exit_code == 1 and "jitwatch demo" not in res.stderr, res.output

@@ -412,7 +412,8 @@ def status(
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         raise _fail(f"invalid --url {url!r}: {exc}") from None
     except httpx.ConnectError as exc:
-        raise _fail(f"cannot reach {url}: {exc or type(exc).__name__}{_start_hint(url, exc)}", 1) from None
+        hint = _start_hint(url, exc) + _live_demo_hint(url, exc, settings)
+        raise _fail(f"cannot reach {url}: {exc or type(exc).__name__}{hint}", 1) from None
     except (httpx.HTTPError, httpx.StreamError) as exc:
         raise _fail(f"cannot reach {url}: {exc or type(exc).__name__}", 1) from None
     if resp.status_code == 401:
@@ -470,6 +471,65 @@ def _start_hint(url: str, exc: Exception) -> str:
     if host == "::1":
         return f"; is the sidecar running? start it with: {command} --host ::1"
     return f"; is the sidecar running on {host}? start it there with: {command} --host {host}"
+
+
+DEMO_PROBE_TIMEOUT_S = 0.5
+"""Seconds :func:`_live_demo_hint` waits for a demo's ``/livez``."""
+
+
+def _live_demo_hint(url: str, exc: Exception, settings: Settings) -> str:
+    """For a refused connection to a local ``url`` (127.0.0.1, localhost, ::1), a ``jitwatch demo``
+    serving on another port: ``; a jitwatch demo is serving on port 9428: jitwatch status --port
+    9428`` (``demos are serving on ports …`` for several); ``""`` when there is none.
+
+    A demo is looked for where ``jitwatch demo`` puts its journal by default,
+    ``<journal dir>/demo-<port>/demo.lock`` (:func:`jitwatch.demo.default_journal_dir`; one
+    started with ``--journal-dir`` elsewhere is not found). The lock file outlives the demo, so it
+    is not trusted: its pid (the first line) must be a live process and the port must answer
+    ``/livez`` with 200 within :data:`DEMO_PROBE_TIMEOUT_S` (same scheme and host as ``url``).
+    Never raises: an unreadable directory or lock is no demo."""
+    import httpx
+
+    from jitwatch.demo.runner import DEMO_SUBDIR, LOCK_FILE, jitwatch_command
+
+    if "refused" not in str(exc).lower():
+        return ""
+    parsed = httpx.URL(url)
+    if parsed.host not in ("127.0.0.1", "localhost", "::1"):
+        return ""
+    live: list[int] = []
+    try:
+        locks = sorted(settings.journal_dir.glob(f"{DEMO_SUBDIR}-*/{LOCK_FILE}"))
+    except OSError:
+        return ""
+    for lock in locks[:16]:
+        port_text = lock.parent.name.removeprefix(f"{DEMO_SUBDIR}-")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536 or int(port_text) == parsed.port:
+            continue
+        try:
+            pid = int(lock.read_text(encoding="ascii", errors="replace").split()[0])
+            if pid <= 0:
+                continue
+            os.kill(pid, 0)  # signal 0: whether the process exists
+        except PermissionError:  # it exists, as another user's
+            pass
+        except (OSError, ValueError, IndexError):  # unreadable, empty, not a pid, no such process
+            continue
+        try:
+            probe = httpx.get(str(parsed.copy_with(port=int(port_text), path="/livez")), timeout=DEMO_PROBE_TIMEOUT_S)
+        except httpx.HTTPError:
+            continue
+        if probe.status_code == 200:
+            live.append(int(port_text))
+    if not live:
+        return ""
+    command = f"{jitwatch_command()} status"
+    how = (
+        f"{command} --port {live[0]}" if parsed.host != "::1" else f"{command} --url {parsed.scheme}://[::1]:{live[0]}"
+    )
+    if len(live) == 1:
+        return f"; a jitwatch demo is serving on port {live[0]}: {how}"
+    return f"; jitwatch demos are serving on ports {', '.join(map(str, live))}: {how}"
 
 
 @app.command()
