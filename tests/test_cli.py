@@ -860,3 +860,29 @@ def test_status_refused_names_a_demo_serving_on_another_port(tmp_path: Path, mon
     with journal_lock(demo_dir):  # a live pid, but nothing answers on the port any more
         res = runner.invoke(app, ["status", "--port", str(refused), "--timeout", "2"])
     assert res.exit_code == 1 and "jitwatch demo" not in res.stderr, res.output
+
+
+def test_status_kernels_compile_seconds_header_says_it_sums_every_phase(tmp_path: Path) -> None:
+    """The Kernels table's ``compile s`` summed startup, warmup and serving compiles without saying
+    so, beside per-phase count columns: its header says it (``compile s (all phases)``)."""
+    with Journal(tmp_path) as j:
+        j.write(
+            [
+                ev(EventKind.WORKER_START, T0, attrs={"mode": "warn"}),
+                ev(EventKind.COMPILE, T0 + 1, phase=Phase.STARTUP, kernel="mixed", key="k1", duration_s=0.125),
+                ev(EventKind.WARMUP_START, T0 + 2, phase=Phase.WARMUP),
+                ev(EventKind.COMPILE, T0 + 3, phase=Phase.WARMUP, kernel="mixed", key="k2", duration_s=0.25),
+                ev(EventKind.WARMUP_COMPLETE, T0 + 4, phase=Phase.SERVING, duration_s=2.0),
+                ev(EventKind.COMPILE, T0 + 5, phase=Phase.SERVING, kernel="mixed", key="k3", duration_s=0.5),
+            ]
+        )
+    with serving(tmp_path) as base:
+        res = runner.invoke(app, ["status", "--url", base, "--token", TOKEN], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    header = next(ln for ln in lines if "┃ kernel" in ln and "┃ warmup" in ln)
+    cells = [c.strip() for c in header.split("┃")[1:-1]]
+    assert "compile s (all phases)" in cells, header
+    row = next(ln for ln in lines[lines.index(header) :] if "│ mixed" in ln)  # the Kernels table's
+    values = [c.strip() for c in row.split("│")[1:-1]]
+    assert values[cells.index("compile s (all phases)")] == "0.875", row  # 0.125 + 0.25 + 0.5

@@ -88,7 +88,7 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
             "kernel",
             "warmup",
             "serving",
-            "compile s",
+            "compile s (all phases)",  # startup + warmup + serving: KernelStatus.compile_seconds
             "*disk hits",
             "*autotune",
             "last compile",
