@@ -251,12 +251,31 @@ def _given(env: dict[str, str] | os._Environ[str], name: str) -> bool:
     return bool((env.get(name) or "").strip())
 
 
-def journal_dir_value(raw: str | None) -> Path | None:
+def journal_dir_value(raw: str | None, name: str = JITWATCH_DIR) -> Path | None:
     """A journal directory as written in ``JITWATCH_DIR`` or the CLI's ``--journal-dir``, read the
     same way for both: without the whitespace around it, ``~`` expanded; ``None`` (unset: the next
-    source decides) for ``None``, empty or only whitespace. Never raises."""
+    source decides) for ``None``, empty or only whitespace.
+
+    Raises:
+        ConfigError: a ``~`` that cannot be expanded (``~nosuchuser/x``, or ``~`` with no home
+            directory), naming ``name`` (``JITWATCH_DIR`` or ``--journal-dir``) and the value.
+    """
     text = (raw or "").strip()
-    return Path(text).expanduser() if text else None
+    return expand_home(text, name) if text else None
+
+
+def expand_home(text: str, name: str) -> Path:
+    """``Path(text).expanduser()``, its ``RuntimeError`` (no such user, no home directory) turned
+    into :class:`ConfigError` naming ``name`` and ``text``: one line for the CLI, the
+    :class:`ConfigError` ``install()`` raises for any unusable variable, not a traceback."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        user = text.split("/", 1)[0]
+        raise ConfigError(
+            f"{name}={text!r}: cannot expand {user}: "
+            + (f"no user {user[1:]!r}" if user != "~" else "no home directory (HOME unset, no passwd entry)")
+        ) from None
 
 
 def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) -> Path:
@@ -270,7 +289,10 @@ def default_journal_dir(env: dict[str, str] | os._Environ[str] | None = None) ->
     so the journal writer creates it with ``os.mkdir(..., 0o700)`` and refuses it when it already
     exists owned by someone else or as a replaceable symlink
     (:func:`jitwatch.store.safety.prepare_writer_dir`): another user can at worst stop jitwatch
-    writing there (it says so), never read or redirect the journal."""
+    writing there (it says so), never read or redirect the journal.
+
+    Raises :class:`ConfigError` for a ``JITWATCH_DIR`` whose ``~`` cannot be expanded
+    (:func:`journal_dir_value`)."""
     env = os.environ if env is None else env
     given = journal_dir_value(env.get(JITWATCH_DIR))
     if given is not None:
@@ -505,7 +527,12 @@ class Settings:
             (DEFAULT_COLLECTIVE_DEADLINE_S, "default"),
         )
         return cls(
-            journal_dir=default_journal_dir(env),
+            # An unusable JITWATCH_DIR (~nosuchuser/x) reads as unset when not strict; require() says why.
+            journal_dir=get(
+                JITWATCH_DIR,
+                lambda: default_journal_dir(env),
+                default_journal_dir({k: v for k, v in env.items() if k != JITWATCH_DIR}),
+            ),
             journal_dir_source="set"
             if _given(env, JITWATCH_DIR)
             else "unset"
@@ -557,7 +584,9 @@ class Settings:
             tp_rank=get(JITWATCH_TP_RANK, lambda: _optional_int(env, JITWATCH_TP_RANK), None),
             pp_rank=get(JITWATCH_PP_RANK, lambda: _optional_int(env, JITWATCH_PP_RANK), None),
             dp_rank=get(JITWATCH_DP_RANK, lambda: _optional_int(env, JITWATCH_DP_RANK), None),
-            manifest=Path(manifest).expanduser() if manifest else None,
+            manifest=get(JITWATCH_MANIFEST, lambda: expand_home(manifest, JITWATCH_MANIFEST), None)
+            if manifest
+            else None,
             manifest_allow=_names(env, JITWATCH_MANIFEST_ALLOW),
             manifest_key=get(JITWATCH_MANIFEST_KEY, lambda: _secret(env, JITWATCH_MANIFEST_KEY), None),
             replay_parallel=get(

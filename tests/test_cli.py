@@ -640,6 +640,27 @@ def test_journal_dir_option_is_read_as_jitwatch_dir_is(tmp_path: Path, command: 
     assert not (tmp_path / "~").exists()
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["why"], ["coverage"], ["manifest", "export", "-o", "m.json"], ["serve", "--port", "1"], ["demo", "--exit"]],
+)
+def test_a_tilde_that_cannot_be_expanded_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    """`--journal-dir '~nosuchuser/x'` (or JITWATCH_DIR so) was pathlib's RuntimeError traceback in
+    every command; now one line naming the option or variable, exit 2, nothing started."""
+    bad = "~jitwatch-no-such-user-17/x"
+    for args, env, named in [
+        (["--journal-dir", bad], {}, f"--journal-dir={bad!r}"),
+        ([], {"JITWATCH_DIR": bad}, f"JITWATCH_DIR={bad!r}"),
+    ]:
+        res = runner.invoke(app, [*command, *args], env={"XDG_STATE_HOME": str(tmp_path), **env})
+        assert res.exit_code == 2, (command, args, res.output)
+        assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"jitwatch: {named}: cannot expand"), lines
+    res = runner.invoke(app, ["demo", "--exit", "--output-dir", bad])
+    assert res.exit_code == 2 and res.stderr.startswith(f"jitwatch: --output-dir={bad!r}"), res.output
+
+
 def test_serve_refuses_a_file_as_the_journal_directory(tmp_path: Path) -> None:
     """`serve --journal-dir <a file>` started a sidecar whose /readyz then answered 503 forever; now
     it is refused as `why` and `coverage` refuse it (the same check): one line, exit 2, nothing

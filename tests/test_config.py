@@ -289,3 +289,29 @@ def test_a_blank_or_relative_xdg_state_home_is_ignored(state: str) -> None:
     ):
         assert default_journal_dir(env) == Path.home() / ".local" / "state" / "jitwatch"
     assert default_journal_dir({"XDG_STATE_HOME": " /s "}) == Path("/s/jitwatch")
+
+
+NO_SUCH_USER = "~jitwatch-no-such-user-17"
+
+
+def test_a_tilde_that_cannot_be_expanded_is_a_config_error() -> None:
+    """`JITWATCH_DIR='~nosuchuser/x'` (and JITWATCH_MANIFEST, and the CLI's --journal-dir through
+    journal_dir_value) raised pathlib's RuntimeError: a traceback in every CLI command, and not the
+    ConfigError install() raises for any other unusable variable. Now a ConfigError naming it;
+    not strict (the CLI), it reads as unset until a command requires the variable."""
+    value = f"{NO_SUCH_USER}/x"
+    with pytest.raises(ConfigError, match=r"JITWATCH_DIR='~jitwatch-no-such-user-17/x': cannot expand"):
+        config.journal_dir_value(value)
+    with pytest.raises(ConfigError, match=r"^--journal-dir='~jitwatch-no-such-user-17/x': cannot expand .*no user"):
+        config.journal_dir_value(f"  {value} ", "--journal-dir")
+    with pytest.raises(ConfigError, match="JITWATCH_DIR="):
+        Settings.from_env({"JITWATCH_DIR": value})
+    with pytest.raises(ConfigError, match="JITWATCH_MANIFEST="):
+        Settings.from_env({"JITWATCH_MANIFEST": f"{NO_SUCH_USER}/m.json"})
+    loose = Settings.from_env({"JITWATCH_DIR": value, "XDG_STATE_HOME": "/s"}, strict=False)
+    assert loose.journal_dir == Path("/s/jitwatch")
+    loose.require("JITWATCH_MODE")  # not a variable the command reads: no error
+    with pytest.raises(ConfigError, match="JITWATCH_DIR="):
+        loose.require("JITWATCH_DIR")
+    # what did expand still does
+    assert config.journal_dir_value("~/x") == Path.home() / "x"

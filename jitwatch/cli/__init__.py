@@ -217,6 +217,23 @@ class _JournalRead:
             raise _journal_error(exc, self.path, self.origin) from None
 
 
+def _journal_dir_option(option: str | None) -> Path | None:
+    """``--journal-dir`` read by :func:`jitwatch.config.journal_dir_value`; a ``~`` that cannot be
+    expanded (``~nosuchuser/x``) is one line and exit 2 (was a ``RuntimeError`` traceback)."""
+    try:
+        return config.journal_dir_value(option, "--journal-dir")
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _expand_home(path: Path, option: str) -> Path:
+    """``path.expanduser()``; a ``~`` that cannot be expanded is one line naming ``option``, exit 2."""
+    try:
+        return config.expand_home(str(path), option)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _read_journal(option: str | None, settings: Settings) -> _JournalRead:
     """The journal directory a journal-reading command reads: ``--journal-dir`` (``option``, read
     as ``JITWATCH_DIR`` is: :func:`jitwatch.config.journal_dir_value`), else ``$JITWATCH_DIR``,
@@ -224,9 +241,10 @@ def _read_journal(option: str | None, settings: Settings) -> _JournalRead:
     :class:`_JournalRead`.
 
     Raises:
-        typer.Exit: code 2 or 1, after one line (:func:`_check_journal_dir`).
+        typer.Exit: code 2 or 1, after one line (:func:`_check_journal_dir`; code 2 for a ``~``
+            that cannot be expanded: :func:`_journal_dir_option`).
     """
-    journal_dir = config.journal_dir_value(option)
+    journal_dir = _journal_dir_option(option)
     if journal_dir is not None:
         path, origin = journal_dir, None
     elif settings.journal_dir_source == "set":
@@ -607,12 +625,12 @@ def demo(
     opts = DemoOptions(
         host=host,
         port=port,
-        journal_dir=config.journal_dir_value(journal_dir) or default_journal_dir(port, settings),
+        journal_dir=_journal_dir_option(journal_dir) or default_journal_dir(port, settings),
         no_warmup=no_warmup,
         specialize_num_tokens=specialize_num_tokens,
         exit_after=exit_after,
         keep_triton_cache=keep_triton_cache,
-        output_dir=output_dir.expanduser() if output_dir else None,
+        output_dir=_expand_home(output_dir, "--output-dir") if output_dir else None,
         force=force,
     )
     try:
