@@ -56,6 +56,8 @@ def test_replay_then_zero_serving_compiles_in_process(tmp_path: Path, triton_cac
         assert _serving_compiles(h1) == 1
     fresh_kernel_cache(kf.scale_copy)
     with monitored("warn", journal_dir=tmp_path / "j2", triton_cache_dir=tmp_path / "c2") as h2:
+        # Triton < 3.8 starts degraded (no autotuning listener): replay must add nothing to that
+        degraded_before = h2.monitor.backend_statuses["triton"].degraded
         with h2.monitor.warmup():
             kf.CASES["offset_view"]["warmup"][0]()
             report = replay(m, allow=ALLOW, parallel=parallel)  # type: ignore[arg-type]
@@ -64,7 +66,7 @@ def test_replay_then_zero_serving_compiles_in_process(tmp_path: Path, triton_cac
         # replay's own listener, chained in front of jitwatch's while it compiles, is not taken for
         # a host that cut jitwatch's out (that would hold jit_post_compile_hook for good, degraded)
         status = h2.monitor.backend_statuses["triton"]
-        assert "jit_post_compile_hook" not in status.hooks and not status.degraded, status
+        assert "jit_post_compile_hook" not in status.hooks and status.degraded == degraded_before, status
         # a serial replay names no pool size; a threaded one does (one entry, one worker: singular)
         pool = "(threads, 1 worker)" if report.workers == 1 else f"(threads, {report.workers} workers)"
         assert report.summary().endswith("(serial)" if parallel == "serial" else pool)

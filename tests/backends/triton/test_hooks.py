@@ -251,6 +251,8 @@ def test_listener_declared_as_wrapping_jitwatchs_is_a_chain(
     comp = triton.knobs.compilation
     with monitored("warn", journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
         ours = comp.listener
+        # Triton < 3.8 starts degraded (no autotuning listener): the chain must add nothing to that
+        degraded_before = h.monitor.backend_statuses["triton"].degraded
 
         @functools.wraps(ours)
         def host_listener(**kwargs):
@@ -264,7 +266,7 @@ def test_listener_declared_as_wrapping_jitwatchs_is_a_chain(
                 compile_add(block=128)
             compiles = h.compiles()
             status = h.monitor.backend_statuses["triton"]
-            assert "jit_post_compile_hook" not in status.hooks and not status.degraded
+            assert "jit_post_compile_hook" not in status.hooks and status.degraded == degraded_before
             assert triton.knobs.runtime.jit_post_compile_hook is None
             comp.listener = lambda **kwargs: ours(**kwargs)  # the same chain, undeclared
             assert h.triton.hooks.replaced("compilation_listener") is True
