@@ -89,7 +89,22 @@ MAX_RANK = 2**31 - 1
 
 BACKENDS_HEADER = "X-Jitwatch-Backends-In-Journal"
 """``/jit/events``: set when ``?backend=`` names no backend the journal has (its answer is ``[]``):
-the backends it has, comma-separated (``/jit`` says it in ``backends_in_journal``)."""
+the backends it has, comma-separated, at most :data:`BACKENDS_HEADER_MAX_NAMES` of them
+(:func:`backends_header_value`; ``/jit`` lists them all in ``backends_in_journal``)."""
+
+BACKENDS_HEADER_MAX_NAMES = 16
+"""Most backend names in :data:`BACKENDS_HEADER`: with names of at most
+:data:`~jitwatch.backends.base.BACKEND_NAME_MAX_LENGTH` characters the header stays near 1 KiB,
+under what proxies accept for a response head (nginx: 4-8 KiB, ``upstream sent too big header``)."""
+
+
+def backends_header_value(names: list[str]) -> str:
+    """:data:`BACKENDS_HEADER`'s value: ``names`` (sorted, valid backend names) comma-separated,
+    the first :data:`BACKENDS_HEADER_MAX_NAMES`, then ``, ... (N more: /jit backends_in_journal)``;
+    ``(none)`` for none. Never raises."""
+    shown = ", ".join(names[:BACKENDS_HEADER_MAX_NAMES]) or "(none)"
+    more = len(names) - BACKENDS_HEADER_MAX_NAMES
+    return shown + (f", ... ({more} more: /jit backends_in_journal)" if more > 0 else "")
 
 
 def backend_filter(
@@ -340,7 +355,7 @@ def create_app(
                         names = {row.backend for row in journal.stats()}
                         present = sorted(n for n in names if backend_name_problem(n) is None)
                         if backend not in names:
-                            response.headers[BACKENDS_HEADER] = ", ".join(present) or "(none)"
+                            response.headers[BACKENDS_HEADER] = backends_header_value(present)
                     return found
                 except sqlite3.Error as exc:
                     raise HTTPException(status_code=503, detail=f"journal unreadable: {type(exc).__name__}") from exc

@@ -508,6 +508,35 @@ def _two_backends(directory: Path) -> None:
         )
 
 
+def test_backends_in_journal_header_is_bounded(tmp_path: Path) -> None:
+    """The X-Jitwatch-Backends-In-Journal header listed every backend name in the journal,
+    unbounded: a journal of many backends (2,000 names of 60 characters here) made a 122 KiB
+    response header (a proxy in front, nginx's 4-8 KiB proxy buffer, answers 502 for the whole
+    response). Now at most BACKENDS_HEADER_MAX_NAMES names, then how many more; /jit's JSON field
+    keeps them all."""
+    from jitwatch.sidecar import BACKENDS_HEADER_MAX_NAMES
+
+    names = [f"backend_{i:04d}_" + "x" * 47 for i in range(2000)]
+    with Journal(tmp_path) as j:
+        j.write(
+            [ev(EventKind.WORKER_START, T0, attrs={"mode": "warn"})]
+            + [
+                ev(EventKind.COMPILE, T0 + 1 + i, phase=Phase.SERVING, backend=name, kernel="k", key=str(i))
+                for i, name in enumerate(names)
+            ]
+        )
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with serving(tmp_path) as base:
+        r = httpx.get(f"{base}/jit/events", params={"backend": "trtion"}, headers=headers)
+        assert r.status_code == 200 and r.json() == []
+        value = r.headers["X-Jitwatch-Backends-In-Journal"]
+        shown = sorted(names)[:BACKENDS_HEADER_MAX_NAMES]
+        assert value == ", ".join(shown) + f", ... ({2000 - len(shown)} more: /jit backends_in_journal)", value
+        assert len(value) < 2048
+        doc = httpx.get(f"{base}/jit", params={"backend": "trtion"}, headers=headers).json()
+        assert doc["backends_in_journal"] == sorted(names)
+
+
 def _assert_backend_refused(res: Any, value: str) -> None:
     """A ``--backend`` refused before anything is read or asked: one line on stderr, exit 2, the
     lower-case name suggested for ``Triton``."""
