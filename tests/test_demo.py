@@ -507,3 +507,19 @@ def test_demo_creates_its_directories_0700(tmp_path: Path, umask: int) -> None:
     assert res.exit_code == 2 and "--port" in res.output, res.output
     for path in (tmp_path / "state", state, state / f"demo-{port}", tmp_path / "out", tmp_path / "out" / "o"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, (path, oct(path.stat().st_mode))
+
+
+def test_a_journal_dir_with_brackets_is_printed_as_it_is(tmp_path: Path) -> None:
+    """The demo's first line, ``sidecar on <url> (journal <dir>)``, went through rich markup: a
+    journal directory with ``[/b]`` in its name stopped the demo with rich's MarkupError traceback
+    (sidecar started, no worker), one with ``[red]`` printed another path. Now printed literally.
+    The worker is given no time (worker_timeout_s): the demo stops right after that line."""
+    from rich.console import Console
+
+    jdir = tmp_path / "a [/b] [red]x"
+    console = Console(record=True, width=400)
+    with pytest.raises(DemoError, match="did not reach"):
+        run_demo(
+            DemoOptions(port=free_port(), journal_dir=jdir, exit_after=True, worker_timeout_s=0.01), console=console
+        )
+    assert f"(journal {jdir})" in console.export_text(), console.export_text()

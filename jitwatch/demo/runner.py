@@ -351,7 +351,10 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
 
     sidecar = _Sidecar(opts.host, opts.port, journal_dir)
     sidecar.start()
-    console.print(f"[bold]jitwatch demo[/bold]: sidecar on {url} (journal {journal_dir})")
+    from rich.markup import escape
+
+    # the directory is the user's (--journal-dir): text, not markup ("[/b]" raised MarkupError)
+    console.print(f"[bold]jitwatch demo[/bold]: sidecar on {escape(url)} (journal {escape(str(journal_dir))})")
     proc: subprocess.Popen[str] | None = None
     serving = stopped = False
     try:
