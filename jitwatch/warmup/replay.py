@@ -162,6 +162,8 @@ class _Plan:
     entry: ManifestEntry
     fn: Any
     data: str
+    on_disk: bool = False
+    """Set by :class:`_DiskHits`' listener: Triton loaded this entry from its disk cache."""
 
 
 # ------------------------------------------------------------------------------------ child pool
@@ -385,7 +387,7 @@ def replay(
                 bar.advance(plan.entry.kernel, plan.entry.key, remaining[plan.entry.kernel] == 0)
 
         def done(plan: _Plan, result: EntryResult) -> None:
-            if result.status == "compiled" and id(plan) in disk_hits.plans:
+            if result.status == "compiled" and disk_hits.counting and plan.on_disk:
                 result.status, result.reason = "cached", ON_DISK
             report.results.append(result)
             progressed(plan)
@@ -464,16 +466,24 @@ _COMPILING = threading.local()
 class _DiskHits:
     """While entered, Triton's ``knobs.compilation.listener`` is wrapped (chained: the listener it
     held, jitwatch's own included, is still called with the same arguments) to note which plans
-    Triton served from its disk cache (``cache_hit=True``); restored on exit unless another
-    listener replaced ours meanwhile. Does nothing when ``on`` is false or Triton has no listener
-    slot (before 3.4): every preload is then reported ``compiled``, as before."""
+    Triton served from its disk cache (``cache_hit=True``: :attr:`_Plan.on_disk`). One wrapper
+    for the process, shared by replays that overlap (two threads replaying at once): the first to
+    enter installs it, the last to leave restores the listener it found, unless another listener
+    was set on top meanwhile (then ours stays under it, a pass-through, not cut out of their
+    chain). Leaving in any order leaves no replay listener behind (each replay's own wrapper,
+    left in a non-nested order, stayed in the slot for good). Does nothing when ``on`` is false or
+    Triton has no listener slot (before 3.4): every preload is then reported ``compiled``."""
+
+    _lock = threading.Lock()
+    _users = 0
+    _knobs: Any = None
+    _previous: Any = None
+    _ours: Any = None
 
     def __init__(self, *, on: bool) -> None:
         self.on = on
-        self.plans: set[int] = set()
-        self._knobs: Any = None
-        self._previous: Any = None
-        self._ours: Any = None
+        self.counting = False
+        """Whether this replay's wrapper is in place: only then is ``plan.on_disk`` believed."""
 
     def __enter__(self) -> _DiskHits:
         if not self.on:
@@ -481,28 +491,43 @@ class _DiskHits:
         try:
             from triton import knobs
 
-            previous = knobs.compilation.listener
+            knobs.compilation.listener  # noqa: B018 - the slot exists (Triton >= 3.4)
         except Exception:  # noqa: BLE001 - no listener slot in this Triton
             return self
-        plans = self.plans
+        cls = type(self)
+        with cls._lock:
+            if cls._users == 0:
+                previous = knobs.compilation.listener
 
-        def jitwatch_replay_listener(*args: Any, **kwargs: Any) -> Any:
-            plan = getattr(_COMPILING, "plan", None)
-            if plan is not None and kwargs.get("cache_hit") is True:
-                plans.add(id(plan))
-            return previous(*args, **kwargs) if previous is not None else None
+                def jitwatch_replay_listener(*args: Any, **kwargs: Any) -> Any:
+                    plan = getattr(_COMPILING, "plan", None)
+                    if plan is not None and kwargs.get("cache_hit") is True:
+                        plan.on_disk = True
+                    return previous(*args, **kwargs) if previous is not None else None
 
-        # Declared the functools.wraps way: jitwatch's own Triton backend then knows its listener
-        # still runs (HookSet.replaced), and does not fall back to jit_post_compile_hook.
-        jitwatch_replay_listener.__wrapped__ = previous  # type: ignore[attr-defined]
-        knobs.compilation.listener = jitwatch_replay_listener
-        self._knobs, self._previous, self._ours = knobs, previous, jitwatch_replay_listener
+                # Declared the functools.wraps way: jitwatch's own Triton backend then knows its
+                # listener still runs (HookSet.replaced), and does not fall back to jit_post_compile_hook.
+                jitwatch_replay_listener.__wrapped__ = previous  # type: ignore[attr-defined]
+                knobs.compilation.listener = jitwatch_replay_listener
+                cls._knobs, cls._previous, cls._ours = knobs, previous, jitwatch_replay_listener
+            cls._users += 1
+        self.counting = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._knobs is not None and self._knobs.compilation.listener is self._ours:
-            self._knobs.compilation.listener = self._previous
-        self._knobs = self._previous = self._ours = None
+        if not self.counting:
+            return
+        self.counting = False
+        cls = type(self)
+        with cls._lock:
+            cls._users -= 1
+            if cls._users:
+                return
+            try:
+                if cls._knobs.compilation.listener is cls._ours:
+                    cls._knobs.compilation.listener = cls._previous
+            finally:
+                cls._knobs = cls._previous = cls._ours = None
 
 
 def _preload_one(plan: _Plan) -> EntryResult:
