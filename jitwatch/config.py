@@ -398,7 +398,8 @@ def parse_backends(raw: str | None) -> tuple[str, ...] | None:
     (:data:`BACKEND_NAME_PATTERN`).
 
     Raises:
-        ConfigError: a name that is not a backend name (``Triton``, ``my-dsl``); the message
+        ConfigError: a value of only commas (``,``: no name; ``none`` is the word for none), or
+            a name that is not a backend name (``Triton``, ``my-dsl``); the message
             suggests the lower-case value when that one would be accepted. Whether a well-formed
             name is a *known* backend is the registry's to say (:func:`jitwatch.backends.check_names`).
     """
@@ -408,6 +409,11 @@ def parse_backends(raw: str | None) -> tuple[str, ...] | None:
     if text.lower() == "none":
         return ()
     names = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if not names:  # "," or " , ": was () (none) silently, e.g. a template "${A},${B}" whose names were empty
+        raise ConfigError(
+            f"{JITWATCH_BACKENDS}={raw!r} names no backend: give names (triton,torch_compile), none to watch"
+            " none, or all (or leave it unset) for every installed one"
+        )
     for n in names:
         if not backend_name_ok(n):
             lower = tuple(dict.fromkeys(m.lower() for m in names))

@@ -315,3 +315,13 @@ def test_a_tilde_that_cannot_be_expanded_is_a_config_error() -> None:
         loose.require("JITWATCH_DIR")
     # what did expand still does
     assert config.journal_dir_value("~/x") == Path.home() / "x"
+
+
+@pytest.mark.parametrize("value", [",", " , ,", ",\n"])
+def test_backends_of_only_commas_is_refused_not_none(value: str) -> None:
+    """JITWATCH_BACKENDS=',' (a template whose names came out empty: "${A},${B}") parsed as ()
+    — the same as `none`: jitwatch installed and recorded nothing, without a word. Now refused:
+    it names no backend; `none` and `all` are the words for none and every one."""
+    with pytest.raises(ConfigError, match=r"names no backend: .*none.*all"):
+        parse_backends(value)
+    assert parse_backends("none") == () and parse_backends(" ") is None
