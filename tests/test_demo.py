@@ -523,3 +523,32 @@ def test_a_journal_dir_with_brackets_is_printed_as_it_is(tmp_path: Path) -> None
             DemoOptions(port=free_port(), journal_dir=jdir, exit_after=True, worker_timeout_s=0.01), console=console
         )
     assert f"(journal {jdir})" in console.export_text(), console.export_text()
+
+
+def test_a_demo_lock_that_is_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    """The lock was opened O_RDWR | O_CREAT and truncated to the pid: a demo.lock symlink planted
+    in the journal directory (a shared JITWATCH_DIR such as /tmp) emptied the file it pointed at
+    (~/.bashrc). Now opened O_NOFOLLOW: refused in one line, the target untouched."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    jdir = tmp_path / "j"
+    jdir.mkdir(mode=0o700)
+    (jdir / LOCK_FILE).symlink_to(victim)
+    with pytest.raises(DemoSetupError, match="symlink"), journal_lock(jdir):
+        pass
+    assert victim.read_text() == "keep me\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another uid needs root")
+def test_demo_refuses_a_journal_directory_of_another_user(tmp_path: Path) -> None:
+    """The demo reset (deleted) the journal files and took its lock in a journal directory another
+    user owns (their demo-<port> under a shared JITWATCH_DIR), before the worker's writer refused
+    the directory. Now refused before anything is touched, as the journal writer refuses it."""
+    jdir = tmp_path / "demo-9400"
+    jdir.mkdir(mode=0o777)
+    (jdir / LOCK_FILE).write_text("")
+    (jdir / JOURNAL_FILE).write_text("theirs")
+    os.chown(jdir, 65534, 65534)
+    with pytest.raises(DemoSetupError, match="owned by uid 65534"):
+        run_demo(DemoOptions(port=free_port(), journal_dir=jdir, exit_after=True))
+    assert (jdir / JOURNAL_FILE).read_text() == "theirs"

@@ -36,7 +36,7 @@ from typing import Any
 from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, JITWATCH_HOST, JITWATCH_PORT, Settings
 from jitwatch.errors import DemoError, DemoSetupError
 from jitwatch.store.journal import JOURNAL_FILE, Journal
-from jitwatch.store.safety import make_private_dirs
+from jitwatch.store.safety import make_private_dirs, prepare_writer_dir
 
 DEMO_SUBDIR = "demo"
 """Default journal directory: ``<JITWATCH_DIR>/demo-<port>``."""
@@ -126,14 +126,19 @@ def journal_lock(directory: Path) -> Iterator[None]:
     """Hold an exclusive ``fcntl.flock`` on ``directory/demo.lock`` (non-blocking).
 
     Raises:
-        DemoSetupError: another demo holds the lock (or the lock file cannot be opened).
+        DemoSetupError: another demo holds the lock, or the lock file is a symlink (opened
+            ``O_NOFOLLOW``: it is truncated to the pid) or cannot be opened.
     """
+    import errno
     import fcntl
 
     path = directory / LOCK_FILE
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, flags, 0o600)  # never through a symlink: it is truncated below
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DemoSetupError(f"the lock file {path} is a symlink; refusing to follow it (remove it)") from None
         raise DemoSetupError(f"cannot open the lock file {path}: {exc.strerror or exc}") from None
     try:
         try:
@@ -298,7 +303,8 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     """Run the demo (blocking). Returns what it saw; serves until Ctrl-C unless ``exit_after``.
 
     Before anything runs: the journal directory (default :func:`default_journal_dir`) and
-    ``output_dir`` must be (creatable) directories, a journal already in the journal directory
+    ``output_dir`` must be (creatable) directories, the journal directory one the journal writer
+    accepts (:func:`jitwatch.store.safety.prepare_writer_dir`: not another user's), a journal already in it
     must be one a demo created (:func:`check_journal_is_the_demos`; ``force`` skips this), the
     port must be free (``SO_REUSEADDR``) and the journal directory's lock (:func:`journal_lock`)
     free. SIGTERM stops the demo like Ctrl-C.
@@ -330,6 +336,10 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     except (ConfigError, BackendError) as exc:
         raise DemoSetupError(str(exc)) from None
     _prepare_dir(journal_dir, "journal directory")
+    try:  # the journal writer's own check, before the reset and the lock touch anything there
+        prepare_writer_dir(journal_dir)
+    except OSError as exc:  # JournalUnsafeError: another user's directory, or a replaceable symlink
+        raise DemoSetupError(str(exc)) from None
     if not opts.force:
         check_journal_is_the_demos(journal_dir)
     if opts.output_dir is not None:
