@@ -936,3 +936,19 @@ def test_status_kernels_compile_seconds_header_says_it_sums_every_phase(tmp_path
     row = next(ln for ln in lines[lines.index(header) :] if "│ mixed" in ln)  # the Kernels table's
     values = [c.strip() for c in row.split("│")[1:-1]]
     assert values[cells.index("compile s (all phases)")] == "0.875", row  # 0.125 + 0.25 + 0.5
+
+
+def test_demo_journal_pointer_does_not_drive_the_terminal(tmp_path: Path) -> None:
+    """The pointer to a ``demo-*`` journal names a directory found on disk; in the `no journal at`
+    error and in `coverage --require-complete`'s 'nothing to check' it was printed raw (only the
+    'has no events' line went through plain()): a directory named with an ESC sequence drove the
+    terminal. Now control characters are shown as \\xNN there too."""
+    odd = tmp_path / "demo-\x1b]0;owned\x07\x1b[2J"
+    fill(odd)
+    res = runner.invoke(app, ["why", "--journal-dir", str(tmp_path)])
+    assert res.exit_code == 1 and "a `jitwatch demo` journal is in" in res.stderr, res.output
+    assert "\x1b" not in res.stderr and "\\x1b]0;owned" in res.stderr, res.stderr
+    Journal(tmp_path).close()  # an empty journal beside it
+    res = runner.invoke(app, ["coverage", "--require-complete", "--journal-dir", str(tmp_path)])
+    assert res.exit_code == 1 and "nothing to check" in res.stderr, res.output
+    assert "\x1b" not in res.stderr and "\\x1b]0;owned" in res.stderr, res.stderr

@@ -89,7 +89,7 @@ def _demo_journal_pointer(journal_dir: Path) -> str | None:
     """``a `jitwatch demo` journal is in <dir>/demo-<port>: pass --journal-dir <that>`` (the
     newest, by ``journal.db``'s mtime, when there are several), or ``None`` when ``journal_dir``
     holds no ``demo-*/journal.db``. Only ``Path.glob`` of that one pattern and ``stat``; nothing
-    is opened."""
+    is opened. Terminal control characters in the name are shown as ``\\xNN`` (:func:`plain`)."""
     import shlex
 
     try:  # newest first: the demo just run
@@ -100,7 +100,8 @@ def _demo_journal_pointer(journal_dir: Path) -> str | None:
         return None
     newest = found[0][1]
     of = f", the newest of {len(found)}" if len(found) > 1 else ""
-    return f"a `jitwatch demo` journal is in {newest}{of}: pass --journal-dir {shlex.quote(str(newest))}"
+    # a name found on disk: control characters as \xNN (plain), in every line that prints it
+    return plain(f"a `jitwatch demo` journal is in {newest}{of}: pass --journal-dir {shlex.quote(str(newest))}")
 
 
 def _journal_has_no_events(journal_dir: Path) -> bool:
