@@ -545,7 +545,7 @@ class Settings:
             if env.get(JITWATCH_DIR) is None
             else "empty",
             mode=get(JITWATCH_MODE, lambda: parse_mode(env.get(JITWATCH_MODE)), Mode.WARN),
-            host=env.get(JITWATCH_HOST) or DEFAULT_HOST,
+            host=(env.get(JITWATCH_HOST) or "").strip() or DEFAULT_HOST,  # as JITWATCH_DIR: stripped, blank = unset
             port=get(
                 JITWATCH_PORT, lambda: _int(env, JITWATCH_PORT, DEFAULT_PORT, minimum=0, maximum=65535), DEFAULT_PORT
             ),

@@ -325,3 +325,12 @@ def test_backends_of_only_commas_is_refused_not_none(value: str) -> None:
     with pytest.raises(ConfigError, match=r"names no backend: .*none.*all"):
         parse_backends(value)
     assert parse_backends("none") == () and parse_backends(" ") is None
+
+
+def test_host_is_read_without_the_whitespace_around_it() -> None:
+    """JITWATCH_HOST=' 127.0.0.1 ' (an env file's stray space, a trailing newline) was used as is:
+    `jitwatch serve` refused to bind ' 127.0.0.1 ' (Name or service not known) while `jitwatch
+    status` reached 127.0.0.1. Read as JITWATCH_DIR is: stripped, blank = the default."""
+    assert Settings.from_env({"JITWATCH_HOST": " 0.0.0.0\n"}).host == "0.0.0.0"
+    assert Settings.from_env({"JITWATCH_HOST": "  "}).host == "127.0.0.1"
+    assert Settings.from_env({"JITWATCH_HOST": "::1"}).host == "::1"
