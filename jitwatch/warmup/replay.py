@@ -31,12 +31,13 @@ measured slower than serial on a 2-core VM (child start-up), and is kept for hos
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -394,7 +395,7 @@ def replay(
 
         # processes: the children fill the disk cache, so every load here would be a hit; not told apart.
         disk_hits = _DiskHits(on=mode != "processes" and bool(plans))
-        with disk_hits:
+        with _outside_async_compile(), disk_hits:
             if mode == "processes" and plans:
                 _prefill_disk_cache(plans, target, workers)
             if mode == "threads" and plans:
@@ -451,6 +452,26 @@ def _has_async_compile() -> bool:
         return hasattr(triton, "AsyncCompileMode")
     except Exception:  # noqa: BLE001
         return False
+
+
+@contextlib.contextmanager
+def _outside_async_compile() -> Iterator[None]:
+    """Replay's compiles run outside a ``triton.AsyncCompileMode`` the host has active in this
+    context (its warmup compiling asynchronously): Triton's ``active_mode`` context variable is
+    ``None`` inside, the host's again after. Inside the host's mode a threaded replay's own mode
+    raised ``RuntimeError: Another AsyncCompileMode is already active``, and a serial replay's
+    compiles went to the host's pool, reported ``compiled`` before they were. Nothing when this
+    Triton has no asynchronous compile mode."""
+    try:
+        from triton.runtime._async_compile import active_mode
+    except Exception:  # noqa: BLE001 - no AsyncCompileMode in this Triton
+        yield
+        return
+    token = active_mode.set(None)
+    try:
+        yield
+    finally:
+        active_mode.reset(token)
 
 
 IN_MEMORY = "already in this process's in-memory cache"

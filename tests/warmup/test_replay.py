@@ -375,3 +375,29 @@ def test_cli_replay_reports_entries_already_in_the_disk_cache(
     assert (again.cached, again.on_disk) == (1, 0) and again.results[
         0
     ].reason == "already in this process's in-memory cache"
+
+
+@pytest.mark.parametrize("parallel", ["serial", "threads"])
+def test_replay_inside_the_hosts_async_compile_mode(tmp_path: Path, triton_cache: Path, parallel: str) -> None:
+    """A host that calls replay inside its own ``triton.AsyncCompileMode`` (its warmup compiles
+    asynchronously): a threaded replay raised Triton's ``RuntimeError: Another AsyncCompileMode is
+    already active`` out of replay (documented: nothing is fatal); a serial one handed its compiles
+    to the host's pool, reported them ``compiled`` before they were, and left them to the host's
+    exit. Now replay compiles outside the host's mode: every entry compiled and in memory when
+    replay returns, the host's mode still active after it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import triton
+    from triton.runtime._async_compile import active_mode
+
+    from jitwatch.warmup.replay import _in_memory
+
+    with monitored("warn", journal_dir=tmp_path / "j1", triton_cache_dir=tmp_path / "c1") as h1:
+        m = _offset_view_manifest(h1)
+    fresh_kernel_cache(kf.scale_copy)
+    with monitored("warn", journal_dir=tmp_path / "j2", triton_cache_dir=tmp_path / "c2"):
+        with ThreadPoolExecutor(2) as pool, triton.AsyncCompileMode(pool) as host_mode:
+            report = replay(m, allow=ALLOW, parallel=parallel)  # type: ignore[arg-type]
+            assert (report.compiled, report.failed) == (1, 0), report.results
+            assert _in_memory(kf.scale_copy, m.entries[0].key)  # compiled now, not at the host's exit
+            assert active_mode.get() is host_mode
