@@ -952,3 +952,18 @@ def test_demo_journal_pointer_does_not_drive_the_terminal(tmp_path: Path) -> Non
     res = runner.invoke(app, ["coverage", "--require-complete", "--journal-dir", str(tmp_path)])
     assert res.exit_code == 1 and "nothing to check" in res.stderr, res.output
     assert "\x1b" not in res.stderr and "\\x1b]0;owned" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("command", [["why"], ["coverage"], ["serve", "--port", "1"], ["demo", "--exit"]])
+def test_a_journal_dir_the_system_cannot_look_up_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    """A --journal-dir whose name is too long (a 300-character component: ENAMETOOLONG) or a
+    symlink loop (ELOOP) was an OSError traceback in why/coverage/serve (``stat`` caught only
+    not-found, not-a-directory and permission errors) and in demo (``Path.exists`` raises
+    ENAMETOOLONG). Now one line naming the directory and the system's reason, exit 2."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for bad, reason in [(tmp_path / ("a" * 300), "File name too long"), (loop, "Too many levels of symbolic links")]:
+        res = runner.invoke(app, [*command, "--journal-dir", str(bad)], env={"JITWATCH_DIR": str(tmp_path)})
+        assert res.exit_code == 2, (command, reason, res.output)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(("jitwatch: ", "jitwatch demo: ")) and reason in lines[0], lines

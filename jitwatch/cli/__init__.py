@@ -155,6 +155,8 @@ def _check_journal_dir(journal_dir: Path, origin: str | None, option: str = "--j
         raise _fail(
             f"cannot read journal directory {journal_dir}: permission denied on a directory above it", 1
         ) from None
+    except OSError as exc:  # a name too long (ENAMETOOLONG), a symlink loop (ELOOP): was a traceback
+        raise _fail(f"{what} cannot be looked up: {exc.strerror or exc}") from None
     if not stat.S_ISDIR(st.st_mode):
         if journal_dir.name == JOURNAL_FILE:
             raise _fail(

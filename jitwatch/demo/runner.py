@@ -105,7 +105,15 @@ def default_journal_dir(port: int = DEFAULT_PORT, settings: Settings | None = No
 def _prepare_dir(directory: Path, what: str) -> None:
     """Create ``directory`` and its missing parents (0700 whatever the umask:
     :func:`jitwatch.store.safety.make_private_dirs`) if missing; :class:`DemoSetupError` if it is a
-    file or cannot be created or written."""
+    file or cannot be created or written (or looked up: a name too long, a symlink loop)."""
+    try:
+        os.stat(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # missing (created below), or a file above it (named below)
+    except PermissionError:
+        pass  # said below (cannot create / not writable)
+    except OSError as exc:  # ENAMETOOLONG, ELOOP: Path.exists raised them (a traceback)
+        raise DemoSetupError(f"{what} {directory} cannot be looked up: {exc.strerror or exc}") from None
     if directory.exists() and not directory.is_dir():
         raise DemoSetupError(f"{what} {directory} is not a directory")
     for parent in directory.parents:
