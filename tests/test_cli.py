@@ -967,3 +967,22 @@ def test_a_journal_dir_the_system_cannot_look_up_is_one_line(tmp_path: Path, com
         assert res.exit_code == 2, (command, reason, res.output)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(("jitwatch: ", "jitwatch demo: ")) and reason in lines[0], lines
+
+
+def test_status_does_not_print_a_password_in_the_url(server: str, tmp_path: Path) -> None:
+    """`--url http://user:password@host:port` (an authenticating proxy in front of the sidecar):
+    the status header's new 'read by the sidecar at <url>' line printed the password on every
+    run (into CI logs), and so did the error lines. The URL is shown without its userinfo."""
+    secret = "s3cret-pw"
+    authed = server.replace("http://", f"http://alice:{secret}@")
+    res = runner.invoke(app, ["status", "--url", authed, "--token", TOKEN], env={"COLUMNS": "300"})
+    assert secret not in res.output, res.output
+    assert res.exit_code in (0, 1), res.output
+    if res.exit_code == 0:
+        assert f"read by the sidecar at {server.replace('http://', 'http://***@')}" in res.stdout, res.stdout
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = runner.invoke(app, ["status", "--url", f"http://alice:{secret}@127.0.0.1:{port}"])
+    assert res.exit_code == 1 and "cannot reach http://***@127.0.0.1:" in res.stderr, res.output
+    assert secret not in res.output, res.output

@@ -416,7 +416,9 @@ def status(
     from jitwatch.views.status import JitStatus
 
     if url is not None and port is not None:
-        raise _fail(f"--url and --port are mutually exclusive: pass --url {url} alone, or --port {port} alone")
+        raise _fail(
+            f"--url and --port are mutually exclusive: pass --url {_url_shown(url)} alone, or --port {port} alone"
+        )
     _check_backend(backend)  # before the request: the sidecar's 422 would be exit 1
     uses = [config.JITWATCH_HOST] if url is None else []  # a bad variable that --url/--port/--token
     uses += [config.JITWATCH_PORT] if url is None and port is None else []  # replaces is no error
@@ -425,32 +427,33 @@ def status(
     if url is None:
         url = f"http://{local_url_host(settings.host)}:{port if port is not None else settings.port}"
     token = token if token is not None else settings.token
+    shown = _url_shown(url)  # what is printed: without a user:password@
     # UTF-8 bytes: httpx encodes str header values as ASCII; the sidecar compares the raw bytes.
     headers = {b"Authorization": b"Bearer " + token.encode("utf-8")} if token else {}
     try:
         params = {"backend": backend} if backend is not None else {}
         resp = httpx.get(url.rstrip("/") + "/jit", headers=headers, params=params, timeout=timeout)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-        raise _fail(f"invalid --url {url!r}: {exc}") from None
+        raise _fail(f"invalid --url {shown!r}: {exc}") from None
     except httpx.ConnectError as exc:
         hint = _start_hint(url, exc) + _live_demo_hint(url, exc, settings)
-        raise _fail(f"cannot reach {url}: {exc or type(exc).__name__}{hint}", 1) from None
+        raise _fail(f"cannot reach {shown}: {exc or type(exc).__name__}{hint}", 1) from None
     except (httpx.HTTPError, httpx.StreamError) as exc:
-        raise _fail(f"cannot reach {url}: {exc or type(exc).__name__}", 1) from None
+        raise _fail(f"cannot reach {shown}: {exc or type(exc).__name__}", 1) from None
     if resp.status_code == 401:
         raise _fail(
-            f"{url}/jit answered 401 (unauthorized): "
+            f"{shown}/jit answered 401 (unauthorized): "
             + ("wrong token" if token else "the sidecar needs a token")
             + "; pass --token or set JITWATCH_TOKEN",
             1,
         )
     if resp.status_code != 200:
-        raise _fail(f"{url}/jit answered {resp.status_code}: {resp.text.strip()[:500]}", 1)
+        raise _fail(f"{shown}/jit answered {resp.status_code}: {resp.text.strip()[:500]}", 1)
     try:
         st = JitStatus.model_validate(resp.json())
     except ValueError as exc:  # not JSON, or not a /jit document (pydantic's ValidationError is one)
         raise _fail(
-            f"{url}/jit did not answer a jitwatch status ({type(exc).__name__}); is it a jitwatch sidecar?", 1
+            f"{shown}/jit did not answer a jitwatch status ({type(exc).__name__}); is it a jitwatch sidecar?", 1
         ) from None
     if backend is not None and st.backends_in_journal is not None:  # stderr: stdout (--json too) as it was
         has = ", ".join(st.backends_in_journal) or "none yet"
@@ -460,7 +463,7 @@ def status(
     if as_json:
         typer.echo(json.dumps(st.model_dump(mode="json"), indent=2))
     else:
-        render_status(st, Console(), url=url.rstrip("/"))
+        render_status(st, Console(), url=shown)
     if not st.ready:  # a check for scripts: the output says why
         raise typer.Exit(STATUS_NOT_READY)
 
@@ -469,6 +472,15 @@ STATUS_NOT_READY = 3
 """``jitwatch status``'s exit code when the sidecar answered NOT READY (LSB's "program is not
 running", as ``systemctl status``): 0 is READY, 1 no answer (unreachable, 401, not 200), 2 a
 usage or configuration error."""
+
+
+def _url_shown(url: str) -> str:
+    """``url`` as ``jitwatch status`` prints it, without a trailing ``/`` and with any userinfo
+    (``user:password@``, for a proxy in front of the sidecar) shown as ``***@``: the status header
+    prints the URL on every run. Never raises (an unparsable URL is printed as given)."""
+    import re
+
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@", r"\1***@", url.strip()).rstrip("/")
 
 
 def _start_hint(url: str, exc: Exception) -> str:
