@@ -180,3 +180,15 @@ def test_manifest_replayed_inside_warmup(env: Path, tmp_path: Path, monkeypatch:
     worker.init_device()
     worker.compile_or_warm_up_model()
     assert phases == ["warmup"]
+
+
+def test_a_journal_dir_with_an_unknown_user_does_not_stop_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JITWATCH_DIR='~nosuchuser/x' raised pathlib's RuntimeError from Settings.for_worker(), which
+    register() (it catches ConfigError: report, go on) let through: vLLM stopped at plugin load
+    in warn mode. Since 354d219 a ConfigError: reported and counted, vLLM goes on."""
+    monkeypatch.setenv("JITWATCH_DIR", "~jitwatch-no-such-user-17/x")
+    monkeypatch.delenv("JITWATCH_MODE", raising=False)
+    monkeypatch.setattr(plugin, "_registered", False)
+    before = plugin.plugin_errors
+    plugin.register()  # does not raise
+    assert plugin.plugin_errors == before + 1 and plugin._registered is False
