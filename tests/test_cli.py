@@ -690,6 +690,44 @@ def test_a_tilde_that_cannot_be_expanded_is_one_line(tmp_path: Path, command: li
     assert res.exit_code == 2 and res.stderr.startswith(f"jitwatch: --output-dir={bad!r}"), res.output
 
 
+@pytest.mark.parametrize("command", [["why"], ["coverage"], ["manifest", "export", "-o", "m.json"]])
+def test_a_bad_jitwatch_dir_is_not_read_when_journal_dir_replaces_it(tmp_path: Path, command: list[str]) -> None:
+    """`--journal-dir` replaces JITWATCH_DIR, so a bad JITWATCH_DIR is not read (as `status --port`
+    does not read JITWATCH_PORT): it refused the command, exit 2, though the option named a good
+    journal. A blank --journal-dir counts as unset: JITWATCH_DIR is read, and refused."""
+    fill(tmp_path / "run")
+    bad = {"JITWATCH_DIR": "~jitwatch-no-such-user-17/x"}
+    out = ["-o", str(tmp_path / "m.json")] if command[0] == "manifest" else []
+    args = [*command[:2], *out] if command[0] == "manifest" else command
+    res = runner.invoke(app, [*args, "--journal-dir", str(tmp_path / "run")], env=bad)
+    assert res.exit_code != 2 and "cannot expand" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    res = runner.invoke(app, [*args, "--journal-dir", " "], env=bad)
+    assert res.exit_code == 2 and "JITWATCH_DIR='~jitwatch-no-such-user-17/x': cannot expand" in res.stderr, res.output
+
+
+def test_serve_reads_no_variable_its_options_replace(tmp_path: Path) -> None:
+    """`serve --port/--host/--token/--stale-after/--journal-dir` replace JITWATCH_PORT/HOST/TOKEN/
+    STALE_SECONDS/DIR: a bad value of one of those is not read, so it does not refuse the command
+    (the refusal it still gives, a file as the journal directory, shows that it got that far);
+    without the options the bad variables are refused."""
+    fill(tmp_path / "run")
+    db = tmp_path / "run" / "journal.db"
+    env = {
+        "JITWATCH_PORT": "abc",
+        "JITWATCH_HOST": " ",
+        "JITWATCH_STALE_SECONDS": "-5",
+        "JITWATCH_DIR": "~jitwatch-no-such-user-17/x",
+    }
+    opts = ["--port", "1", "--host", "127.0.0.1", "--stale-after", "5", "--journal-dir", str(db)]
+    res = runner.invoke(app, ["serve", *opts], env=env)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"jitwatch: --journal-dir {db} is not a directory: it is the journal file"), res.stderr
+    res = runner.invoke(app, ["serve", "--journal-dir", str(db)], env=env)
+    assert res.exit_code == 2 and res.stderr.startswith("jitwatch: JITWATCH_"), res.output
+    assert "journal file" not in res.stderr, res.stderr  # refused for a variable, before the directory
+
+
 def test_serve_refuses_a_file_as_the_journal_directory(tmp_path: Path) -> None:
     """`serve --journal-dir <a file>` started a sidecar whose /readyz then answered 503 forever; now
     it is refused as `why` and `coverage` refuse it (the same check): one line, exit 2, nothing

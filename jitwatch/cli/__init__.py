@@ -262,6 +262,20 @@ def _read_journal(option: str | None, settings: Settings) -> _JournalRead:
     return _JournalRead(path, origin)
 
 
+def _journal_settings(option: str | None, *others: str) -> Settings:
+    """:func:`_settings` for a journal-reading command: ``others`` and ``JITWATCH_DIR``, except
+    where ``--journal-dir`` (``option``) names a directory: it replaces ``JITWATCH_DIR``, which is
+    then not read, so a bad value of it is no error (as ``status --port`` does not read
+    ``JITWATCH_PORT``). A blank ``--journal-dir`` counts as unset and reads ``JITWATCH_DIR``.
+
+    Raises:
+        typer.Exit: code 2, after one line, for a bad value of a variable read, or a ``~`` in
+            ``option`` that cannot be expanded.
+    """
+    uses = [*others] + ([] if _journal_dir_option(option) is not None else [config.JITWATCH_DIR])
+    return _settings(*uses) if uses else Settings.from_env(strict=False)
+
+
 def _settings(*uses: str) -> Settings:
     """:meth:`Settings.from_env`; a bad value of a variable in ``uses`` (every variable when none
     is named) is one line on stderr and exit 2. A bad value of a variable the command does not use
@@ -348,7 +362,11 @@ def serve(
     """
     from jitwatch.sidecar import PortUnavailableError, run
 
-    settings = _settings(*SIDECAR_VARIABLES)
+    replaced: dict[str, object] = {config.JITWATCH_HOST: host, config.JITWATCH_PORT: port}
+    replaced.update({config.JITWATCH_TOKEN: token, config.JITWATCH_STALE_SECONDS: stale_after})
+    # an option given replaces its variable, which is then not read (nor refused when bad)
+    uses = [v for v in SIDECAR_VARIABLES if v != config.JITWATCH_DIR and replaced.get(v) is None]
+    settings = _journal_settings(journal_dir, *uses)
     if token is not None and not token.strip():
         raise _fail("--token is empty: pass a real token, or leave --token out to serve without one")
     # A file as the journal directory (--journal-dir or JITWATCH_DIR) is refused as `why` refuses
@@ -731,7 +749,7 @@ def manifest_export(
     from jitwatch.fleet.stores import safe_location, write_manifest
     from jitwatch.warmup.manifest import build
 
-    with _read_journal(journal_dir, _settings(config.JITWATCH_DIR)) as jdir:
+    with _read_journal(journal_dir, _journal_settings(journal_dir)) as jdir:
         manifest, problems = build(jdir, all_phases=all_phases, allow=_allow(allow), rank=rank)
     if not manifest.entries and not allow_empty:
         for kernel, why in problems.items():
@@ -937,7 +955,7 @@ def why(
 
     _check_backend(backend)
     unfiltered: dict[str, int] = {}  # backend → serving compiles, when the filters found none
-    with _read_journal(journal_dir, _settings(config.JITWATCH_DIR)) as jdir, Journal(jdir, readonly=True) as journal:
+    with _read_journal(journal_dir, _journal_settings(journal_dir)) as jdir, Journal(jdir, readonly=True) as journal:
         reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
         if not reasons and (kernel is not None or backend is not None or rank is not None):
             for row in journal.stats():
@@ -1033,7 +1051,7 @@ def coverage(
         known_kernels,
     )
 
-    settings = _settings(config.JITWATCH_DIR, config.JITWATCH_MANIFEST_KEY)
+    settings = _journal_settings(journal_dir, config.JITWATCH_MANIFEST_KEY)
     journal_read = _read_journal(journal_dir, settings)
     for prev in expect_journal or []:
         _check_journal_dir(prev, None, "--expect-journal")
