@@ -35,6 +35,7 @@ lint: env
 	$(BIN)/lint-imports
 	$(BIN)/python -m jitwatch.views.contract_doc --check
 	$(BIN)/python dashboards/grafana/generate.py --check
+	$(BIN)/python -m jitwatch.cli.cli_doc --check
 
 # Prometheus/promtool and redis-server from Debian's packages, unpacked under .tools/ (no daemon started).
 tools:

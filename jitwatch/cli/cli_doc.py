@@ -1,0 +1,81 @@
+"""Render ``docs/cli.md`` (the CLI reference) from the typer app with typer's own generator.
+
+Usage::
+
+    python -m jitwatch.cli.cli_doc            # print the document
+    python -m jitwatch.cli.cli_doc --write    # rewrite docs/cli.md
+    python -m jitwatch.cli.cli_doc --check    # exit 1 if docs/cli.md is stale
+
+The text is ``python -m typer jitwatch.cli utils docs --name jitwatch`` run in a child process whose
+environment is pinned (``COLUMNS=100``, ``TERM=dumb``, no ``JITWATCH_*`` or ``XDG_*`` variables), so
+the output depends only on the code and the installed typer version. ``make lint`` runs ``--check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+TITLE = "jitwatch CLI reference"
+NOTE = (
+    "Generated from the typer app (`jitwatch/cli/__init__.py`) by `python -m jitwatch.cli.cli_doc --write`;"
+    " do not edit by hand. `make lint` fails when it is stale."
+)
+
+
+def _pinned_env() -> dict[str, str]:
+    """The child's environment: the caller's, less anything that could change the text."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JITWATCH_", "XDG_", "_TYPER", "FORCE_COLOR"))}
+    env.update({"COLUMNS": "100", "LINES": "50", "TERM": "dumb", "NO_COLOR": "1", "LC_ALL": "C.UTF-8"})
+    # This checkout's jitwatch, not an installed one.
+    root = str(DOC_PATH.parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def render() -> str:
+    """The CLI reference as markdown (str, ending in one newline).
+
+    Raises:
+        RuntimeError: typer's generator failed (its stderr is in the message).
+    """
+    with tempfile.TemporaryDirectory(prefix="jitwatch-cli-doc-") as tmp:
+        out = Path(tmp) / "cli.md"
+        cmd = [sys.executable, "-m", "typer", "jitwatch.cli", "utils", "docs", "--name", "jitwatch"]
+        cmd += ["--title", TITLE, "--output", str(out)]
+        proc = subprocess.run(cmd, env=_pinned_env(), capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"typer utils docs failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        text = out.read_text(encoding="utf-8")
+    head, sep, rest = text.partition("\n")
+    return f"{head}\n\n{NOTE}\n{rest}" if sep else f"{head}\n\n{NOTE}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jitwatch.cli.cli_doc", description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", action="store_true", help=f"rewrite {DOC_PATH.name}")
+    group.add_argument("--check", action="store_true", help="exit 1 if the committed file is stale")
+    parser.add_argument("--path", type=Path, default=DOC_PATH)
+    args = parser.parse_args(argv)
+    text = render()
+    if args.write:
+        args.path.write_text(text, encoding="utf-8")
+        return 0
+    if args.check:
+        current = args.path.read_text(encoding="utf-8") if args.path.exists() else ""
+        if current != text:
+            print(f"{args.path} is stale: run python -m jitwatch.cli.cli_doc --write", file=sys.stderr)
+            return 1
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
