@@ -120,6 +120,42 @@ def test_demo_default(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_demo_closes_the_loop_with_the_commands_it_prints(tmp_path: Path) -> None:
+    """Run 1 compiles the never-warmed zeroing kernel in serving; its summary ends with the two
+    commands that close the loop. Run as printed (through a shell): the export writes a manifest
+    in the demo's journal directory, and the demo again with that manifest replays it in its
+    worker's warmup (JITWATCH_MANIFEST + JITWATCH_MANIFEST_ALLOW): run 2's journal has the zeroing
+    kernel as a warmup compile and no serving compile of it. Fresh Triton caches in both runs: the
+    kernel is compiled by the replay, not found on disk."""
+    from jitwatch.testing import read_events
+
+    first = run_demo_cli(tmp_path)
+    assert kernel(first["jit"], "zero_kv_blocks_kernel")["compiles_serving"] == 1
+    lines = first["stdout"].splitlines()
+    (export,) = [line.split(": ", 1)[1] for line in lines if line.startswith("a warmup manifest of them: ")]
+    (again,) = [line.split(": ", 1)[1] for line in lines if line.startswith("then replay it in the worker's warmup: ")]
+    journal_dir = tmp_path / "journal"
+    assert f"--journal-dir {journal_dir}" in export and f"-o {journal_dir / 'manifest.json'}" in export
+    assert again.startswith(f"JITWATCH_MANIFEST={journal_dir / 'manifest.json'} JITWATCH_MANIFEST_ALLOW="), again
+    assert " demo --journal-dir " in again and " --exit" in again, again
+    env = demo_env(tmp_path)
+    res = subprocess.run(["/bin/sh", "-c", export], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, (export, res.stdout, res.stderr)
+    assert "zero_kv_blocks_kernel" in (journal_dir / "manifest.json").read_text()
+    out = tmp_path / "out2"
+    res = subprocess.run(
+        ["/bin/sh", "-c", f"{again} --output-dir {out}"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, (again, res.stdout, res.stderr)
+    assert "manifest replayed in warmup: 1 entry" in res.stdout, res.stdout
+    zero = kernel(json.loads((out / "jit.json").read_text()), "zero_kv_blocks_kernel")
+    assert (zero["compiles_warmup"], zero["compiles_serving"]) == (1, 0), res.stdout + res.stderr
+    compiles = [e for e in read_events(journal_dir, EventKind.COMPILE) if e.kernel == "zero_kv_blocks_kernel"]
+    assert [e.phase for e in compiles] == [Phase.WARMUP], compiles
+    assert "serving compile: triton zero_kv_blocks_kernel" not in res.stdout, res.stdout
+
+
+@pytest.mark.slow
 def test_demo_no_warmup(tmp_path: Path) -> None:
     """Before picture: the slot-mapping kernel compiles in serving, inside the first request."""
     jit = run_demo_cli(tmp_path, "--no-warmup")["jit"]
@@ -407,36 +443,65 @@ def test_every_hint_runs_as_printed(demo_like_journal: Path, tmp_path: Path, on_
     assert outputs[2].startswith(f"wrote {manifest}: 1 specialization of 1 kernel (serving)"), outputs[2]
 
 
-def test_the_warn_lines_fix_commands_run_as_printed(demo_like_journal: Path, tmp_path: Path) -> None:
-    """The worker's warning (printed by the demo) and `jitwatch why` give the fix of a kernel warmup
-    never compiled as commands: `jitwatch manifest export` without -o is a usage error, so the
-    fix names `-o manifest.json` and replays that file. Run as printed, in order, in one working
-    directory, on the journal the commands read by default (JITWATCH_DIR). (The replay then needs
-    --allow for the kernels' module, which it says: jitwatch imports nothing it was not allowed to.)"""
+def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_journal: Path, tmp_path: Path) -> None:
+    """`jitwatch why`'s fix of a kernel warmup never compiled, followed as printed, removes the
+    serving compile: its record command (with the journal `why` read, and -o) writes a manifest;
+    its replay is the worker's own warmup with `JITWATCH_MANIFEST=manifest.json
+    JITWATCH_MANIFEST_ALLOW=<the kernel's module>` (the vLLM plugin's `replay_from_env`), after
+    which the kernel compiles in warmup and not in serving. (It said `jitwatch warmup replay
+    manifest.json`: exit 1 without --allow, and in its own process it only filled Triton's disk
+    cache: the worker still compiled in serving, and `why` printed the same fix again.)"""
     import re
 
-    from jitwatch.backends.explain import warm_fix
-
-    fix = warm_fix("zero_kv_blocks_kernel", "triton")
-    commands = re.findall(r"`(jitwatch [^`]+)`", fix)
-    assert [c.split()[1] for c in commands] == ["manifest", "warmup"], fix
     env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
-    env.update(PYTHONPATH=str(ROOT), COLUMNS="200", JITWATCH_DIR=str(demo_like_journal))
+    env.update(PYTHONPATH=str(ROOT), COLUMNS="200", JITWATCH_DIR=str(tmp_path / "unused"))
     jw = f"{sys.executable} -m jitwatch.cli"
-    results = []
-    for command in commands:
-        shell = command.replace("jitwatch ", jw + " ", 1)
-        res = subprocess.run(
-            ["/bin/sh", "-c", shell], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-        )
-        results.append(res)
-    export, replay = results
-    assert export.returncode == 0, (export.stdout, export.stderr)
-    assert export.stdout.startswith("wrote manifest.json: 1 specialization of 1 kernel (serving)"), export.stdout
-    # The replay reads that file; it imports no module it was not allowed to (--allow): it says so,
-    # exit 1, not a usage error (2).
-    assert replay.returncode == 1 and "1 entry: " in replay.stdout, (replay.stdout, replay.stderr)
-    assert "pass --allow MODULE_PREFIX" in replay.stderr, replay.stderr
+    why = subprocess.run(
+        [*jw.split(), "why", "--journal-dir", str(demo_like_journal)], env=env, capture_output=True, text=True
+    )
+    assert why.returncode == 0, why.stderr
+    (fix,) = [line for line in why.stdout.splitlines() if line.startswith("  fix: ")]
+    commands = re.findall(r"`([^`]+)`", fix)
+    assert [c.split()[0] for c in commands] == [
+        "jitwatch",
+        "JITWATCH_MANIFEST=manifest.json",
+        "jitwatch.warmup.replay()",
+        "Monitor.warmup()",
+    ]
+    export, replay_env = commands[0], commands[1]
+    assert replay_env == "JITWATCH_MANIFEST=manifest.json JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks", fix
+    res = subprocess.run(
+        ["/bin/sh", "-c", export.replace("jitwatch ", jw + " ", 1)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert res.stdout.startswith("wrote manifest.json: 1 specialization of 1 kernel (serving)"), res.stdout
+    # The worker of the next run: its warmup replays the manifest the fix's variables name.
+    worker = (
+        "import torch\n"
+        "from jitwatch.kernels.kv_blocks import zero_kv_blocks\n"
+        "from jitwatch.config import Settings\n"
+        "from jitwatch.testing import monitored\n"
+        "from jitwatch.warmup.replay import replay_from_env\n"
+        "with monitored(journal_dir='run2') as h:\n"
+        "    with h.monitor.warmup():\n"
+        "        report = replay_from_env(h.monitor, settings=Settings.from_env())\n"
+        "    zero_kv_blocks(torch.ones(8, 1024, dtype=torch.float16), torch.tensor([1, 2], dtype=torch.int32))\n"
+        "    assert h.monitor.flush()\n"
+        "    print(report.summary())\n"
+        "    n = [len(h.compiles(p, 'zero_kv_blocks_kernel')) for p in ('serving', 'warmup')]\n"
+        "    print('serving', n[0], 'warmup', n[1])\n"
+    )
+    assignments = dict(a.split("=", 1) for a in replay_env.split())
+    res = subprocess.run(
+        [sys.executable, "-c", worker], cwd=tmp_path, env={**env, **assignments}, capture_output=True, text=True
+    )
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert res.stdout.splitlines()[-1] == "serving 0 warmup 1", res.stdout
 
 
 def test_demo_refuses_to_reset_a_journal_it_did_not_create(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ Event fields (``attrs``) written for every serving compile: ``reason`` (one line
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -151,25 +152,44 @@ def compiled_again(name: str, exact_key: ExactKeyFixes | None = None) -> Reason:
     )
 
 
-def warm_fix(name: str, backend: str | None = None, *, exact_key: ExactKeyFixes | None = None) -> str:
+MANIFEST_EXPORT = "`jitwatch manifest export -o manifest.json`"
+"""The record command :func:`warm_fix` prints, as it appears there (in backquotes). It reads the
+default journal; a reader that knows which journal it read (``jitwatch why``) names it
+(``--journal-dir``) in place of this text."""
+
+
+def warm_fix(
+    name: str, backend: str | None = None, *, exact_key: ExactKeyFixes | None = None, module: str | None = None
+) -> str:
     """The fix for a serving compile of ``name`` that warmup missed: warm it, or (Triton, and a
     ``backend`` of ``None`` or ``""``: a jitwatch 0.1 journal's compiles, all Triton) record a
-    manifest and replay it; other backends' compiles are not in manifests, so the fix does not
+    manifest and replay it inside the worker's warmup (``JITWATCH_MANIFEST`` with
+    ``JITWATCH_MANIFEST_ALLOW`` for the vLLM plugin, or ``jitwatch.warmup.replay()`` inside
+    ``Monitor.warmup()``): a replay in another process (``jitwatch warmup replay``) fills Triton's
+    disk cache only, and the worker still compiles in serving. ``module`` (the kernel's module, from
+    the event's ``attrs["module"]``) is named as the allow prefix when it is a dotted Python name,
+    else ``<module prefix>``. Other backends' compiles are not in manifests, so the fix does not
     offer one. A key compared by exact key (``exact_key``: the backend's
     :meth:`Explainer.exact_key_fixes` for ``name``) cannot be in a manifest either: its fix is
-    ``exact_key.warm``."""
+    ``exact_key.warm``. Never raises."""
     if exact_key is not None:
         return exact_key.warm
     if not backend or backend in MANIFEST_BACKENDS:
+        allow = module if isinstance(module, str) and _MODULE_NAME.fullmatch(module) else "<module prefix>"
         return (
             f"call {name} in warmup with serving's arguments, or record a manifest "
-            "(`jitwatch manifest export -o manifest.json`) and replay it at startup"
-            " (`jitwatch warmup replay manifest.json`)"
+            f"({MANIFEST_EXPORT}) and replay it inside the worker's warmup "
+            f"(`JITWATCH_MANIFEST=manifest.json JITWATCH_MANIFEST_ALLOW={allow}` with the vLLM plugin, "
+            "or `jitwatch.warmup.replay()` inside `Monitor.warmup()`)"
         )
     return (
         f"run what compiles {name} in warmup with serving's arguments and shapes "
         f"(warmup manifests replay Triton kernels only, not {backend}'s)"
     )
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,31}")
+"""A dotted Python module name (what :func:`warm_fix` names as the allow prefix)."""
 
 
 def new_key_fix(name: str, backend: str | None, *, exact_key: ExactKeyFixes | None = None) -> str:
@@ -194,15 +214,21 @@ def new_key(name: str, warmed: int, backend: str | None, *, exact_key: ExactKeyF
 
 
 def never_warmed(
-    name: str, label: str = "kernel", backend: str | None = None, *, exact_key: ExactKeyFixes | None = None
+    name: str,
+    label: str = "kernel",
+    backend: str | None = None,
+    *,
+    exact_key: ExactKeyFixes | None = None,
+    module: str | None = None,
 ) -> Reason:
     """The reason of a serving compile of something that never compiled before serving;
     ``backend`` and ``exact_key`` (the backend's fixes of a key compared by exact key, or ``None``)
-    pick the fix (:func:`warm_fix`)."""
+    pick the fix (:func:`warm_fix`); ``module`` (the kernel's module, or ``None``) is the allow
+    prefix it names."""
     return Reason(
         "never_warmed",
         f"never warmed (no compile of this {label} before serving)",
-        fixes=(warm_fix(name, backend, exact_key=exact_key),),
+        fixes=(warm_fix(name, backend, exact_key=exact_key, module=module),),
     )
 
 
@@ -307,6 +333,7 @@ def _optional(backend: Any, name: str) -> Any:
 
 __all__ = [
     "MANIFEST_BACKENDS",
+    "MANIFEST_EXPORT",
     "REASON_KINDS",
     "Change",
     "ExactKeyFixes",

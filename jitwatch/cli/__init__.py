@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sqlite3
 import stat
 from pathlib import Path
@@ -924,10 +925,24 @@ def warmup_replay(
         fix = (
             "make the kernels' modules importable (PYTHONPATH; see the skip reasons above)"
             if _allow(allow)
-            else "pass --allow MODULE_PREFIX (or set JITWATCH_MANIFEST_ALLOW) for the kernels' modules, "
-            "or import them first"
+            else "pass --allow MODULE_PREFIX (or set JITWATCH_MANIFEST_ALLOW) for the kernels' modules"
+            + _modules_needed(manifest)
+            + ", or import them first"
         )
         raise _fail(f"every entry was skipped ({report.skipped}), nothing compiled: {fix}", 1)
+
+
+def _modules_needed(manifest: Any, limit: int = 5) -> str:
+    """`` (the manifest's: --allow a --allow b)``: the modules its entries name, as text only
+    (never imported), at most ``limit`` (``, …`` after); ``""`` when it names none. Never raises."""
+    try:
+        names = list(dict.fromkeys(e.module for e in manifest.entries if isinstance(e.module, str) and e.module))
+    except Exception:  # noqa: BLE001 - a hint only
+        return ""
+    if not names:
+        return ""
+    shown = " ".join(f"--allow {shlex.quote(plain(n))}" for n in names[:limit])
+    return f" (the manifest's: {shown}{', …' if len(names) > limit else ''})"
 
 
 @app.command()
@@ -949,6 +964,7 @@ def why(
     disk-cache hit or a cold compile (when the backend says) and where the kernel comes from
     (its module, or file:line with the home directory as ~).
     """
+    from jitwatch.backends.explain import MANIFEST_EXPORT
     from jitwatch.core.events import EventKind, Phase
     from jitwatch.store.journal import Journal
     from jitwatch.views.diagnosis import serving_reasons
@@ -976,6 +992,8 @@ def why(
             message += f" (without those filters: {by_backend})"
         typer.echo(plain(message))
         return
+    # The fix's record command names the journal read here (it reads the default one otherwise).
+    export = f"`jitwatch manifest export --journal-dir {shlex.quote(str(jdir))} -o manifest.json`"
     for r in reasons:
         when = utc_time(r.ts)
         took = f"{r.duration_s:.3f} s" if r.duration_s is not None else "?"
@@ -988,7 +1006,7 @@ def why(
             typer.echo(plain(f"  from: {', '.join(origin)}"))
         typer.echo(plain(f"  why: {r.reason}"))
         for fix in r.fixes:
-            typer.echo(plain(f"  fix: {fix}"))
+            typer.echo(plain(f"  fix: {fix.replace(MANIFEST_EXPORT, export)}"))
 
 
 @app.command()

@@ -86,7 +86,7 @@ class Diagnoser:
             if ex is not None:
                 self.explainers[name] = ex
         self._baseline: dict[tuple[str, str], dict[str, Seen]] = {}
-        self._never: dict[tuple[str, str, bool], Reason] = {}
+        self._never: dict[tuple[str, str, bool, str | None], Reason] = {}
         """``never_warmed`` reasons made so far, by ``(backend, kernel, by exact key)`` (a frozen ``Reason``,
         shared: a kernel that was never warmed compiles several keys in serving). Read only while
         that kernel has no baseline, so a baseline added later needs no invalidation."""
@@ -130,11 +130,13 @@ class Diagnoser:
         base = self._baseline.get(ident)
         name = event.kernel or "this kernel"
         if not base:
-            memo = (*ident, exact)
+            module = event.attrs.get("module")
+            module = module if isinstance(module, str) else None
+            memo = (*ident, exact, module)
             reason = self._never.get(memo)
             if reason is None:
                 fixes = ex.exact_key_fixes(name) if ex is not None and exact else None
-                reason = never_warmed(name, backend=event.backend, exact_key=fixes)
+                reason = never_warmed(name, backend=event.backend, exact_key=fixes, module=module)
                 if len(self._never) < MAX_KERNELS:
                     self._never[memo] = reason
             return reason

@@ -73,6 +73,27 @@ class DemoReport:
     readyz: list[tuple[float, int]] = field(default_factory=list)
     jit: dict[str, Any] = field(default_factory=dict)
     metrics: str = ""
+    demo_args: list[str] = field(default_factory=list)
+    """The ``jitwatch demo`` options that run this demo again on the same journal and port
+    (:func:`demo_args`): the summary's command that replays the manifest."""
+
+
+DEMO_MANIFEST_ALLOW = "jitwatch.kernels"
+"""The allow prefix of the demo's kernels (``JITWATCH_MANIFEST_ALLOW`` for its manifest replay)."""
+
+
+def demo_args(opts: DemoOptions, journal_dir: Path) -> list[str]:
+    """The ``jitwatch demo`` options (unquoted) that run ``opts`` again on ``journal_dir``; the
+    output directory and ``--force`` are left out. Never raises."""
+    args = ["--journal-dir", str(journal_dir), "--port", str(opts.port)]
+    args += ["--host", opts.host] if opts.host != DEFAULT_HOST else []
+    flags = (
+        (opts.no_warmup, "--no-warmup"),
+        (opts.specialize_num_tokens, "--specialize-num-tokens"),
+        (opts.exit_after, "--exit"),
+        (opts.keep_triton_cache, "--keep-triton-cache"),
+    )
+    return args + [flag for on, flag in flags if on]
 
 
 def jitwatch_command() -> str:
@@ -365,7 +386,7 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
     Journal(journal_dir).close()
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
     url = f"http://{host}:{opts.port}"
-    report = DemoReport(journal_dir=journal_dir, url=url)
+    report = DemoReport(journal_dir=journal_dir, url=url, demo_args=demo_args(opts, journal_dir))
 
     sidecar = _Sidecar(opts.host, opts.port, journal_dir)
     sidecar.start()
@@ -493,8 +514,11 @@ def _short_key(key: str | None, width: int = 70) -> str:
 
 def print_summary(report: DemoReport, console: Any) -> None:
     """A short rich summary built from ``/jit`` plus the worker's own report. With serving
-    compiles, it ends with three commands on the demo's journal: ``jitwatch why``, ``coverage`` and
-    ``manifest export -o <journal dir>/manifest.json``, each printed literally (no markup) and
+    compiles, it ends with four commands on the demo's journal: ``jitwatch why``, ``coverage``,
+    ``manifest export -o <journal dir>/manifest.json`` and the demo again with that manifest
+    replayed in its worker's warmup (``JITWATCH_MANIFEST=<manifest>
+    JITWATCH_MANIFEST_ALLOW=jitwatch.kernels jitwatch demo <the same options>``: the loop closed,
+    the Triton kernels it recorded compile in warmup), each printed literally (no markup) and
     unwrapped by rich (the terminal wraps it), so it can be copied and run as printed."""
     from rich.table import Table
     from rich.text import Text
@@ -525,7 +549,8 @@ def print_summary(report: DemoReport, console: Any) -> None:
     lines: list[str | Text] = [
         f"warmup: {'complete' if rank.get('ready') else 'NOT complete'} in "
         f"{'-' if warm is None else f'{warm:.3f}s'}, {rank.get('warmup_compiles')} compile(s)"
-        + ("" if report.warmup.get("ran") else " (--no-warmup: slot-mapping warmup skipped)"),
+        + ("" if report.warmup.get("ran") else " (--no-warmup: slot-mapping warmup skipped)")
+        + (f"; manifest replayed in warmup: {report.warmup['manifest']}" if report.warmup.get("manifest") else ""),
         f"/readyz: {flips}",
         f"served {len(steps)} steps, {len(sizes)} different token counts {sizes}; "
         f"serving-phase compiles: {rank.get('serving_compiles')}",
@@ -554,6 +579,11 @@ def print_summary(report: DemoReport, console: Any) -> None:
             Text(f"the fixes: {jw} why --journal-dir {jdir}"),
             Text(f"coverage: {jw} coverage --journal-dir {jdir}"),
             Text(f"a warmup manifest of them: {jw} manifest export --journal-dir {jdir} -o {manifest}"),
+            Text(
+                f"then replay it in the worker's warmup: JITWATCH_MANIFEST={manifest} "
+                f"JITWATCH_MANIFEST_ALLOW={DEMO_MANIFEST_ALLOW} {jw} demo "
+                + " ".join(shlex.quote(a) for a in report.demo_args or ["--journal-dir", str(report.journal_dir)])
+            ),
         ]
     if source == "reference":
         lines.append(

@@ -5,8 +5,11 @@ real worker: its own process, the shared journal directory, ``TRITON_CACHE_DIR``
 
 Scenario:
 
-1. ``jitwatch.install()``, then ``with mon.warmup():`` runs :func:`jitwatch.warmup.slot_mapping.warmup_slot_mapping`
-   on the engine's persistent block table / buffers (real compiles), unless ``--no-warmup``.
+1. ``jitwatch.install()``, then ``with mon.warmup():`` replays the manifest ``JITWATCH_MANIFEST`` names
+   (:func:`jitwatch.warmup.replay.replay_from_env`, the vLLM plugin's call: only modules under
+   ``JITWATCH_MANIFEST_ALLOW`` are imported), if set, and runs
+   :func:`jitwatch.warmup.slot_mapping.warmup_slot_mapping` on the engine's persistent block table /
+   buffers (real compiles), unless ``--no-warmup``.
 2. Leaving the block activates the monitor (``/readyz`` flips to 200).
 3. Serves :data:`REQUEST_STREAM` (engine steps with >= 5 different token counts) through
    :func:`jitwatch.kernels.slot_mapping.compute_slot_mapping`, each inside ``mon.request()``.
@@ -33,6 +36,7 @@ lines (``{"event": ...}``) for the parent; logs go to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -190,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import jitwatch
+    from jitwatch.backends.triton.compile_only import compile_only
+    from jitwatch.warmup.replay import replay_from_env
     from jitwatch.warmup.slot_mapping import warmup_slot_mapping
 
     gpu = torch.cuda.is_available()
@@ -207,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     warm: dict[str, Any] = {"ran": False}
     t0 = time.perf_counter()
     with mon.warmup(**{"jitwatch.demo": True}):
+        # JITWATCH_MANIFEST (+ JITWATCH_MANIFEST_ALLOW): replay a recorded manifest here, inside
+        # warmup, as the vLLM plugin does; its compiles are warmup compiles. Never raises.
+        # On CPU the kernels compile under the compile-only driver, as the engine's own calls do.
+        with contextlib.nullcontext() if gpu else compile_only(mon.settings.target_arch):
+            replayed = replay_from_env(mon)
+        if replayed is not None:
+            warm["manifest"] = replayed.summary()
         if not args.no_warmup:
             # --specialize-num-tokens reproduces the original engine: its warmup (a dummy run)
             # saw one token count only, so new request-size classes compile while serving.
@@ -221,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                 kernel=engine.kernel,
                 num_tokens=counts,
             )
-            warm = {"ran": True, "kernel": res.kernel, "num_tokens": res.num_tokens, "keys_compiled": res.compiled}
+            warm |= {"ran": True, "kernel": res.kernel, "num_tokens": res.num_tokens, "keys_compiled": res.compiled}
             engine.sample(sampler, 1)  # the dummy run: one request only
     warm["seconds"] = time.perf_counter() - t0
     _emit("warmup_complete", **warm)

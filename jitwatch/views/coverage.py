@@ -420,7 +420,7 @@ def _key_reason(name: str, o: _Obs, key: str) -> Reason:
     path in warmup, no manifest can hold it) when it is one."""
     fixes = exact_key_fixes(name) if o.keyed.get(key, (False, False))[0] else None
     if not o.warm_keys:
-        return never_warmed(name, backend="triton", exact_key=fixes)
+        return never_warmed(name, backend="triton", exact_key=fixes, module=o.module)
     return new_key(name, len(o.warm_keys), "triton", exact_key=fixes)
 
 
@@ -495,7 +495,7 @@ def coverage_from_events(
             o = obs.setdefault(name, _Obs())
             o.module = o.module or module
             if not o.expected:
-                reason = never_warmed(name)
+                reason = never_warmed(name, module=o.module)
                 report.kernels.append(
                     KernelCoverage(
                         kernel=name,

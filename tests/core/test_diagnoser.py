@@ -73,3 +73,31 @@ def test_a_compile_without_backend_gets_the_triton_fixes() -> None:
     d.observe(new)
     assert new.attrs["fixes"] == [new_key_fix("warmed_kernel", "triton")]
     assert all("not 's" not in f for f in never.attrs["fixes"] + new.attrs["fixes"])
+
+
+def test_a_never_warmed_triton_kernel_s_fix_replays_in_the_worker_s_warmup_with_its_module() -> None:
+    """The fix of a Triton kernel warmup never compiled records a manifest and replays it inside
+    the worker's warmup (JITWATCH_MANIFEST + JITWATCH_MANIFEST_ALLOW, or replay() in
+    Monitor.warmup()), never `jitwatch warmup replay` (its own process: Triton's disk cache only);
+    the allow prefix is the event's module when it is a dotted Python name, else `<module prefix>`
+    (a journal's text is never printed as a shell word); other backends' fixes offer no manifest."""
+    from jitwatch.backends.explain import warm_fix
+
+    d = Diagnoser()
+    named = _compile(Phase.SERVING, "zero_kv_blocks_kernel", "a")
+    named.attrs["module"] = "jitwatch.kernels.kv_blocks"
+    d.observe(named)
+    (fix,) = named.attrs["fixes"]
+    assert "`JITWATCH_MANIFEST=manifest.json JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks`" in fix, fix
+    assert "`jitwatch manifest export -o manifest.json`" in fix and "inside `Monitor.warmup()`" in fix
+    assert "warmup replay" not in fix
+    for module in (None, "", "x; rm -rf ~", "a..b", 3):
+        ev = _compile(Phase.SERVING, f"k{module!r}", "a")
+        if module is not None:
+            ev.attrs["module"] = module
+        d.observe(ev)
+        assert "JITWATCH_MANIFEST_ALLOW=<module prefix>`" in ev.attrs["fixes"][0], (module, ev.attrs["fixes"])
+    assert warm_fix("graph", "torch_compile", module="m") == (
+        "run what compiles graph in warmup with serving's arguments and shapes "
+        "(warmup manifests replay Triton kernels only, not torch_compile's)"
+    )

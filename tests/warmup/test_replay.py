@@ -256,6 +256,8 @@ def test_cli_replay_all_skipped_fails_with_a_hint(
     res = CliRunner().invoke(app, ["warmup", "replay", str(path)])
     assert res.exit_code == 1, res.output
     assert "--allow" in res.output and "JITWATCH_MANIFEST_ALLOW" in res.output
+    # it names the module the manifest's entry needs (as text: the module was not imported)
+    assert f"(the manifest's: --allow {name}), or import them first" in res.output, res.output
     assert "warmup replay" not in res.output  # the rich progress bar stayed off (stderr is no TTY)
     (skip_line,) = [line for line in res.output.splitlines() if line.startswith("  skipped:")]
     key = recorded.entries[0].key
