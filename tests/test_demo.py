@@ -351,6 +351,29 @@ def test_summary_names_the_demo_journal_for_jitwatch_why(tmp_path: Path) -> None
     assert "--journal-dir" not in console.export_text()
 
 
+def test_summary_offers_a_manifest_only_for_triton_serving_compiles(tmp_path: Path) -> None:
+    """The record and replay commands are printed when a Triton kernel compiled in serving (with
+    the demo's own options: --port, flags); with torch.compile's serving compiles alone the export
+    would write nothing (exit 1) and a replay would warm nothing: only `why` and `coverage`."""
+    from rich.console import Console
+
+    from jitwatch.demo.runner import DemoReport, demo_args, print_summary
+
+    tc = {"backend": "torch_compile", "kernel": "sample_probs", "request_id": 3, "reason": "0/0: size mismatch"}
+    args = demo_args(DemoOptions(port=9555, exit_after=True, no_warmup=True), tmp_path)
+    jit = {"ranks": [{"rank": 0, "ready": True}], "kernels": [], "recent_serving_compiles": [tc]}
+    console = Console(record=True, width=400)
+    print_summary(DemoReport(journal_dir=tmp_path, url="http://127.0.0.1:9555", jit=jit, demo_args=args), console)
+    text = console.export_text()
+    assert "why --journal-dir" in text and "manifest export" not in text and "JITWATCH_MANIFEST" not in text, text
+    jit["recent_serving_compiles"] = [tc, {"backend": "triton", "kernel": "zero_kv_blocks_kernel", "request_id": 3}]
+    console = Console(record=True, width=400)
+    print_summary(DemoReport(journal_dir=tmp_path, url="http://127.0.0.1:9555", jit=jit, demo_args=args), console)
+    (line,) = [x for x in console.export_text().splitlines() if x.startswith("then replay it in the worker's warmup: ")]
+    assert line.endswith(f" demo --journal-dir {tmp_path} --port 9555 --no-warmup --exit"), line
+    assert f"JITWATCH_MANIFEST={tmp_path / 'manifest.json'} JITWATCH_MANIFEST_ALLOW=jitwatch.kernels " in line
+
+
 def test_summary_lists_serving_compiles_oldest_first(tmp_path: Path) -> None:
     """/jit's recent_serving_compiles are newest first; the summary lists them oldest first, as
     `jitwatch why` does (it listed them newest first)."""

@@ -633,7 +633,11 @@ def demo(
         ),
     ] = False,
 ) -> None:
-    """Run a sidecar and a demo worker with real Triton compiles (GPU, or compile-only on CPU)."""
+    """Run a sidecar and a demo worker with real Triton compiles (GPU, or compile-only on CPU).
+
+    With JITWATCH_MANIFEST set (and JITWATCH_MANIFEST_ALLOW, e.g. jitwatch.kernels), the worker
+    replays that manifest in its warmup, as the vLLM plugin does (docs/demo.md).
+    """
     from jitwatch.demo import DemoError, DemoOptions, default_journal_dir, run_demo
 
     # The worker reads the same JITWATCH_* variables: fail here, cleanly; but not on a variable that

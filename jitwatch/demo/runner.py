@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jitwatch.backends.explain import MANIFEST_BACKENDS
 from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, JITWATCH_HOST, JITWATCH_PORT, Settings
 from jitwatch.errors import DemoError, DemoSetupError
 from jitwatch.store.journal import JOURNAL_FILE, Journal
@@ -514,7 +515,8 @@ def _short_key(key: str | None, width: int = 70) -> str:
 
 def print_summary(report: DemoReport, console: Any) -> None:
     """A short rich summary built from ``/jit`` plus the worker's own report. With serving
-    compiles, it ends with four commands on the demo's journal: ``jitwatch why``, ``coverage``,
+    compiles, it ends with commands on the demo's journal: ``jitwatch why``, ``coverage`` and, when
+    a Triton kernel compiled in serving (manifests hold Triton kernels only),
     ``manifest export -o <journal dir>/manifest.json`` and the demo again with that manifest
     replayed in its worker's warmup (``JITWATCH_MANIFEST=<manifest>
     JITWATCH_MANIFEST_ALLOW=jitwatch.kernels jitwatch demo <the same options>``: the loop closed,
@@ -578,6 +580,11 @@ def print_summary(report: DemoReport, console: Any) -> None:
         lines += [
             Text(f"the fixes: {jw} why --journal-dir {jdir}"),
             Text(f"coverage: {jw} coverage --journal-dir {jdir}"),
+        ]
+    if any(c.get("backend", "triton") in ("", *MANIFEST_BACKENDS) for c in serving):
+        # Manifests hold Triton kernels only: with serving compiles of torch.compile alone the
+        # export has nothing to write (exit 1), and a replay nothing to warm.
+        lines += [
             Text(f"a warmup manifest of them: {jw} manifest export --journal-dir {jdir} -o {manifest}"),
             Text(
                 f"then replay it in the worker's warmup: JITWATCH_MANIFEST={manifest} "
