@@ -7,7 +7,8 @@ Usage::
     python -m jitwatch.cli.cli_doc --check    # exit 1 if docs/cli.md is stale
 
 The text is ``python -m typer jitwatch.cli utils docs --name jitwatch`` run in a child process whose
-environment is pinned (``COLUMNS=100``, ``TERM=dumb``, no ``JITWATCH_*`` or ``XDG_*`` variables), so
+environment is pinned (``COLUMNS=100``, ``TERM=dumb``, no ``JITWATCH_*``, ``XDG_*`` or typer's own
+``TYPER_*`` variables: ``TYPER_USE_RICH=0`` escapes the help text differently), so
 the output depends only on the code and the installed typer version. ``make lint`` runs ``--check``.
 """
 
@@ -30,7 +31,11 @@ NOTE = (
 
 def _pinned_env() -> dict[str, str]:
     """The child's environment: the caller's, less anything that could change the text."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JITWATCH_", "XDG_", "_TYPER", "FORCE_COLOR"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("JITWATCH_", "XDG_", "_TYPER", "TYPER_", "FORCE_COLOR"))
+    }
     env.update({"COLUMNS": "100", "LINES": "50", "TERM": "dumb", "NO_COLOR": "1", "LC_ALL": "C.UTF-8"})
     # This checkout's jitwatch, not an installed one.
     root = str(DOC_PATH.parents[1])
