@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from jitwatch.backends.triton.resolve import resolve_kernel
+from jitwatch.backends.triton.resolve import module_allowed, resolve_kernel
 from jitwatch.backends.triton.specialization import verified_preload_data
-from jitwatch.config import JITWATCH_MANIFEST, Settings
+from jitwatch.config import JITWATCH_MANIFEST, JITWATCH_MANIFEST_ALLOW, Settings
 from jitwatch.core.text import plural
 from jitwatch.errors import ConfigError, KernelNotResolved, ManifestEntryRefused, ManifestError
 from jitwatch.warmup.manifest import Manifest, ManifestEntry, load
@@ -693,7 +693,9 @@ def replay_from_env(
     else :meth:`Settings.for_worker`): ``manifest``, ``manifest_allow``, ``replay_parallel``,
     ``replay_workers``. Returns ``None`` when no manifest is set, when the monitor is already
     serving (replaying then would be post-warmup compiles) or when the manifest does not load;
-    never raises, logs why.
+    never raises, logs why. Entries not replayed (skipped, refused, failed) are one WARNING line
+    (counts, the first reason, and the ``JITWATCH_MANIFEST_ALLOW`` value its modules need when they
+    are not allowed); each entry's reason is logged at INFO.
     """
     if settings is None:
         try:
@@ -727,7 +729,39 @@ def replay_from_env(
     for r in report.results:
         if r.status in ("skipped", "refused", "failed"):
             log.info("jitwatch: manifest entry %s %s: %s", r.kernel, r.status, r.reason)
+    _warn_not_replayed(Path(path).name, manifest, report, settings.manifest_allow)
     return report
+
+
+def _warn_not_replayed(name: str, manifest: Manifest, report: ReplayReport, allow: Sequence[str]) -> None:
+    """One WARNING line when entries of the manifest ``name`` were not replayed (skipped, refused,
+    failed): the counts, the first entry's reason, and, when modules its entries need are neither
+    imported nor under ``allow``, the ``JITWATCH_MANIFEST_ALLOW`` value that allows them (text only,
+    never imported; at most five, then ``…``). Never raises."""
+    try:
+        bad = [r for r in report.results if r.status in ("skipped", "refused", "failed")]
+        if not bad:
+            return
+        first = bad[0]
+        reason = " ".join(str(first.reason or "").split())[:300]
+        line = (
+            f"jitwatch: warmup manifest {name}: {len(bad)} of {len(report.results)} entries not replayed "
+            f"({report.skipped} skipped, {report.refused} refused, {report.failed} failed; "
+            f"first: {first.kernel} {first.status}: {reason})"
+        )
+        needed = list(
+            dict.fromkeys(
+                e.module for e in manifest.entries if e.module.isprintable() and not module_allowed(e.module, allow)
+            )
+        )
+        if needed:
+            value = ",".join([*allow, *needed[:5]])
+            line += f"; its modules are not imported and not allowed: set {JITWATCH_MANIFEST_ALLOW}={value}" + (
+                f" (and {len(needed) - 5} more)" if len(needed) > 5 else ""
+            )
+        log.warning("%s", line)
+    except Exception:  # noqa: BLE001 - a hint only, never break the host's warmup
+        return
 
 
 __all__ = [

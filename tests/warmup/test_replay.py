@@ -403,3 +403,35 @@ def test_replay_inside_the_hosts_async_compile_mode(tmp_path: Path, triton_cache
             assert (report.compiled, report.failed) == (1, 0), report.results
             assert _in_memory(kf.scale_copy, m.entries[0].key)  # compiled now, not at the host's exit
             assert active_mode.get() is host_mode
+
+
+def test_replay_from_env_warns_when_entries_are_not_replayed(
+    recorded: Manifest, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``JITWATCH_MANIFEST`` without the ``JITWATCH_MANIFEST_ALLOW`` its modules need (the fix's
+    second half forgotten): every entry is skipped, nothing compiled. One WARNING line says so and
+    names the variable and the modules (the per-entry reasons were INFO only: the demo and the
+    plugin's worker showed ``1 skipped`` and no reason)."""
+    entry = recorded.entries[0]
+    data = json.loads(entry.specialization_data)
+    data["name"] = f"jitwatch_never_imported_x.{entry.qualname}"
+    moved = entry.model_copy(update={"module": "jitwatch_never_imported_x", "specialization_data": json.dumps(data)})
+    manifest = Manifest.model_validate({**recorded.model_dump(), "entries": [moved.model_dump()]})
+    path = save(manifest, tmp_path / "m.json")
+    assert "jitwatch_never_imported_x" not in sys.modules
+    caplog.set_level("INFO", logger="jitwatch")
+    report = replay_from_env(settings=Settings.from_env({JITWATCH_MANIFEST: str(path)}))
+    assert report is not None and (report.compiled, report.skipped) == (0, 1)
+    assert "jitwatch_never_imported_x" not in sys.modules
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "1 of 1 entries not replayed" in warnings[0]
+    assert f"{JITWATCH_MANIFEST_ALLOW}=jitwatch_never_imported_x" in warnings[0]
+    caplog.clear()
+    # every entry replayed: no warning
+    fresh_kernel_cache(kf.scale_copy)
+    env = Settings.from_env(
+        {JITWATCH_MANIFEST: str(save(recorded, tmp_path / "ok.json")), JITWATCH_MANIFEST_ALLOW: "kernels_fieldcases"}
+    )
+    assert replay_from_env(settings=env) is not None
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
