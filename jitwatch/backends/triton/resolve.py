@@ -18,8 +18,9 @@ from jitwatch.config import JITWATCH_MANIFEST_ALLOW
 from jitwatch.errors import KernelNotResolved
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-DOTTED_NAME = re.compile(rf"^{_IDENT}(?:\.{_IDENT})*$")
-"""What a module name or qualified name must look like: dotted Python identifiers, nothing else."""
+DOTTED_NAME = re.compile(rf"^{_IDENT}(?:\.{_IDENT})*\Z")
+"""What a module name or qualified name must look like: dotted Python identifiers, nothing else
+(``\\Z``, not ``$``: ``$`` matches before a trailing newline)."""
 
 
 def module_allowed(module: str, allow: Sequence[str] | None) -> bool:
