@@ -168,13 +168,20 @@ def warm_fix(
     ``Monitor.warmup()``): a replay in another process (``jitwatch warmup replay``) fills Triton's
     disk cache only, and the worker still compiles in serving. ``module`` (the kernel's module, from
     the event's ``attrs["module"]``) is named as the allow prefix when it is a dotted Python name,
-    else ``<module prefix>``. Other backends' compiles are not in manifests, so the fix does not
-    offer one. A key compared by exact key (``exact_key``: the backend's
+    else ``<module prefix>``; a kernel defined in ``__main__`` (a script), which ``manifest export``
+    leaves out, is told to be warmed, or moved into an importable module. Other backends' compiles
+    are not in manifests, so the fix does not offer one. A key compared by exact key (``exact_key``: the backend's
     :meth:`Explainer.exact_key_fixes` for ``name``) cannot be in a manifest either: its fix is
     ``exact_key.warm``. Never raises."""
     if exact_key is not None:
         return exact_key.warm
     if not backend or backend in MANIFEST_BACKENDS:
+        if isinstance(module, str) and (module == "__main__" or module.startswith("__main__.")):
+            # `manifest export` leaves it out: no other process can import a script's __main__
+            return (
+                f"call {name} in warmup with serving's arguments (it is defined in __main__, which a "
+                "manifest cannot name: move it into an importable module to record and replay a manifest)"
+            )
         allow = module if isinstance(module, str) and _MODULE_NAME.fullmatch(module) else "<module prefix>"
         return (
             f"call {name} in warmup with serving's arguments, or record a manifest "

@@ -101,3 +101,19 @@ def test_a_never_warmed_triton_kernel_s_fix_replays_in_the_worker_s_warmup_with_
         "run what compiles graph in warmup with serving's arguments and shapes "
         "(warmup manifests replay Triton kernels only, not torch_compile's)"
     )
+
+
+def test_a_never_warmed_kernel_defined_in_main_is_not_told_to_record_a_manifest() -> None:
+    """A kernel of a script run as ``python script.py`` (module ``__main__``): ``manifest export``
+    leaves it out ("defined in __main__, which no other process can import"), so the fix does not
+    say to record and replay a manifest with ``JITWATCH_MANIFEST_ALLOW=__main__`` (not runnable as
+    printed: the export had nothing to write); it says to warm it, or move it into a module."""
+    d = Diagnoser()
+    for module in ("__main__", "__main__.sub"):
+        ev = _compile(Phase.SERVING, f"script_kernel_{module}", "a")
+        ev.attrs["module"] = module
+        d.observe(ev)
+        (fix,) = ev.attrs["fixes"]
+        assert "JITWATCH_MANIFEST" not in fix and "manifest export" not in fix, fix
+        assert fix.startswith(f"call script_kernel_{module} in warmup with serving's arguments"), fix
+        assert "importable module" in fix, fix
