@@ -41,6 +41,19 @@ def test_cli_reference_does_not_depend_on_typers_own_variables(monkeypatch: pyte
     assert cli_doc.main(["--check"]) == 0
 
 
+def test_cli_reference_does_not_depend_on_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from a directory holding another ``jitwatch`` package (another checkout), the generator
+    still renders this checkout's app: ``python -m`` puts the working directory first on
+    ``sys.path``, ahead of the ``PYTHONPATH`` the child is given."""
+    other = tmp_path / "jitwatch"
+    other.mkdir()
+    (other / "__init__.py").write_text("raise ImportError('the other checkout')\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert cli_doc.render() == (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
 def test_check_reports_a_stale_file(tmp_path: Path) -> None:
     """``--check`` exits 1 on a stale file and 0 once ``--write`` has rewritten it."""
     stale = tmp_path / "cli.md"

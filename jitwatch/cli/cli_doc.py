@@ -9,7 +9,8 @@ Usage::
 The text is ``python -m typer jitwatch.cli utils docs --name jitwatch`` run in a child process whose
 environment is pinned (``COLUMNS=100``, ``TERM=dumb``, no ``JITWATCH_*``, ``XDG_*`` or typer's own
 ``TYPER_*`` variables: ``TYPER_USE_RICH=0`` escapes the help text differently), so
-the output depends only on the code and the installed typer version. ``make lint`` runs ``--check``.
+the output depends only on the code and the installed typer version; it runs in this checkout's root
+(``python -m`` puts the working directory first on ``sys.path``), whatever the caller's. ``make lint`` runs ``--check``.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ def render() -> str:
         out = Path(tmp) / "cli.md"
         cmd = [sys.executable, "-m", "typer", "jitwatch.cli", "utils", "docs", "--name", "jitwatch"]
         cmd += ["--title", TITLE, "--output", str(out)]
-        proc = subprocess.run(cmd, env=_pinned_env(), capture_output=True, text=True, check=False)
+        # cwd: `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH (a
+        # `jitwatch` package there, another checkout, would be the one rendered)
+        root = DOC_PATH.parents[1]
+        proc = subprocess.run(cmd, env=_pinned_env(), cwd=root, capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"typer utils docs failed (exit {proc.returncode}): {proc.stderr.strip()}")
         text = out.read_text(encoding="utf-8")
