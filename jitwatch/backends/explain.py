@@ -176,7 +176,7 @@ def warm_fix(
     if exact_key is not None:
         return exact_key.warm
     if not backend or backend in MANIFEST_BACKENDS:
-        if isinstance(module, str) and (module == "__main__" or module.startswith("__main__.")):
+        if _in_main(module):
             # `manifest export` leaves it out: no other process can import a script's __main__
             return (
                 f"call {name} in warmup with serving's arguments (it is defined in __main__, which a "
@@ -195,28 +195,45 @@ def warm_fix(
     )
 
 
+def _in_main(module: object) -> bool:
+    """Is ``module`` ``__main__`` or under it (a script's kernel: ``manifest export`` leaves it out)?"""
+    return isinstance(module, str) and (module == "__main__" or module.startswith("__main__."))
+
+
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,31}")
 """A dotted Python module name (what :func:`warm_fix` names as the allow prefix)."""
 
 
-def new_key_fix(name: str, backend: str | None, *, exact_key: ExactKeyFixes | None = None) -> str:
+def new_key_fix(
+    name: str, backend: str | None, *, exact_key: ExactKeyFixes | None = None, module: str | None = None
+) -> str:
     """The fix for a serving compile of a new key of ``name`` whose other keys were warmed:
     replay a manifest of serving's keys (:data:`MANIFEST_BACKENDS`, or ``""``: a jitwatch 0.1
-    journal's compiles, all Triton; not a key compared by exact key), else :func:`warm_fix`."""
+    journal's compiles, all Triton; not a key compared by exact key, nor a kernel whose ``module``
+    is ``__main__``, which ``manifest export`` leaves out), else :func:`warm_fix`. Never raises."""
+    if _in_main(module):
+        return warm_fix(name, backend, exact_key=exact_key, module=module)
     if (backend == "" or backend in MANIFEST_BACKENDS) and exact_key is None:
         return "record a manifest of serving's keys and replay it in warmup"
     return warm_fix(name, backend, exact_key=exact_key)
 
 
-def new_key(name: str, warmed: int, backend: str | None, *, exact_key: ExactKeyFixes | None = None) -> Reason:
+def new_key(
+    name: str,
+    warmed: int,
+    backend: str | None,
+    *,
+    exact_key: ExactKeyFixes | None = None,
+    module: str | None = None,
+) -> Reason:
     """The ``unknown`` reason of a serving compile of a new key of ``name`` whose ``warmed`` other
     keys compiled before serving and whose difference nothing explains (no explainer, or a key
     compared by exact key, ``exact_key`` its backend's fixes: Triton's cache hash); its fix is
-    :func:`new_key_fix`."""
+    :func:`new_key_fix` (``module``: the kernel's module, or ``None``)."""
     return Reason(
         "unknown",
         f"new key; {warmed} other key(s) of kernel {name} were warmed",
-        fixes=(new_key_fix(name, backend, exact_key=exact_key),),
+        fixes=(new_key_fix(name, backend, exact_key=exact_key, module=module),),
     )
 
 

@@ -129,9 +129,9 @@ class Diagnoser:
         exact = ex is not None and ex.by_exact_key(event.attrs) is True
         base = self._baseline.get(ident)
         name = event.kernel or "this kernel"
+        module = event.attrs.get("module")
+        module = module if isinstance(module, str) else None
         if not base:
-            module = event.attrs.get("module")
-            module = module if isinstance(module, str) else None
             memo = (*ident, exact, module)
             reason = self._never.get(memo)
             if reason is None:
@@ -145,13 +145,13 @@ class Diagnoser:
                 reason = ex.explain(Seen(event.key, event.attrs), list(base.values()))
                 if reason is not None:
                     return reason
-            return new_key(name, len(base), event.backend)
+            return new_key(name, len(base), event.backend, module=module)
         # A key compared by exact key (e.g. Triton's cache hash) has nothing to diff; its fixes
         # are the backend's (its explainer's exact_key_fixes, else a neutral text).
         fixes = ex.exact_key_fixes(name)
         if (event.key or "") in base:  # the same key compiled before serving
             return compiled_again(name, fixes)
-        return new_key(name, len(base), event.backend, exact_key=fixes)
+        return new_key(name, len(base), event.backend, exact_key=fixes, module=module)
 
 
 __all__ = ["MAX_BASELINE_KEYS", "MAX_KERNELS", "Diagnoser", "ExplainFn", "explainers_of"]

@@ -421,7 +421,7 @@ def _key_reason(name: str, o: _Obs, key: str) -> Reason:
     fixes = exact_key_fixes(name) if o.keyed.get(key, (False, False))[0] else None
     if not o.warm_keys:
         return never_warmed(name, backend="triton", exact_key=fixes, module=o.module)
-    return new_key(name, len(o.warm_keys), "triton", exact_key=fixes)
+    return new_key(name, len(o.warm_keys), "triton", exact_key=fixes, module=o.module)
 
 
 def _missing(name: str, o: _Obs) -> list[MissingKey]:

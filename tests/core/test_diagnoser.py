@@ -117,3 +117,18 @@ def test_a_never_warmed_kernel_defined_in_main_is_not_told_to_record_a_manifest(
         assert "JITWATCH_MANIFEST" not in fix and "manifest export" not in fix, fix
         assert fix.startswith(f"call script_kernel_{module} in warmup with serving's arguments"), fix
         assert "importable module" in fix, fix
+
+
+def test_a_new_key_of_a_kernel_defined_in_main_is_not_told_to_record_a_manifest() -> None:
+    """A new key of a warmed ``__main__`` kernel (nothing explains the difference): its fix does not
+    say to record and replay a manifest either (``manifest export`` leaves the kernel out)."""
+    d = Diagnoser()
+    warm = _compile(Phase.WARMUP, "script_kernel", "a")
+    warm.attrs["module"] = "__main__"
+    d.observe(warm)
+    new = _compile(Phase.SERVING, "script_kernel", "b")
+    new.attrs["module"] = "__main__"
+    d.observe(new)
+    (fix,) = new.attrs["fixes"]
+    assert "manifest" in fix and "record a manifest of serving's keys" not in fix, fix
+    assert "importable module" in fix, fix
