@@ -30,13 +30,14 @@ NOTE = (
 )
 
 
+NOT_PASSED = ("JITWATCH_", "XDG_", "_TYPER", "TYPER_", "FORCE_COLOR")
+"""Prefixes of the caller's variables the generator's child does not get (removed, never read:
+jitwatch's own variables are parsed only in ``jitwatch.config``, and none may change the text)."""
+
+
 def _pinned_env() -> dict[str, str]:
-    """The child's environment: the caller's, less anything that could change the text."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("JITWATCH_", "XDG_", "_TYPER", "TYPER_", "FORCE_COLOR"))
-    }
+    """The child's environment: the caller's, less :data:`NOT_PASSED`, with the terminal pinned."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(NOT_PASSED)}
     env.update({"COLUMNS": "100", "LINES": "50", "TERM": "dumb", "NO_COLOR": "1", "LC_ALL": "C.UTF-8"})
     # This checkout's jitwatch, not an installed one.
     root = str(DOC_PATH.parents[1])
