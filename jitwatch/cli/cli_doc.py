@@ -15,12 +15,13 @@ the output depends only on the code and the installed typer version; it runs in 
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from jitwatch.docgen import generated_doc_main
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 TITLE = "jitwatch CLI reference"
@@ -67,24 +68,11 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jitwatch.cli.cli_doc", description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", action="store_true", help=f"rewrite {DOC_PATH.name}")
-    group.add_argument("--check", action="store_true", help="exit 1 if the committed file is stale")
-    parser.add_argument("--path", type=Path, default=DOC_PATH)
-    args = parser.parse_args(argv)
-    text = render()
-    if args.write:
-        args.path.write_text(text, encoding="utf-8")
-        return 0
-    if args.check:
-        current = args.path.read_text(encoding="utf-8") if args.path.exists() else ""
-        if current != text:
-            print(f"{args.path} is stale: run python -m jitwatch.cli.cli_doc --write", file=sys.stderr)
-            return 1
-        return 0
-    sys.stdout.write(text)
-    return 0
+    """``python -m jitwatch.cli.cli_doc [--write | --check] [--path P]``: see
+    :func:`jitwatch.docgen.generated_doc_main`."""
+    return generated_doc_main(
+        argv, module="jitwatch.cli.cli_doc", description=__doc__, doc_path=DOC_PATH, render=render
+    )
 
 
 if __name__ == "__main__":

@@ -11,11 +11,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from jitwatch.config import DEFAULT_MAX_KERNELS, JITWATCH_MAX_KERNELS
+from jitwatch.docgen import generated_doc_main
 from jitwatch.store.journal import COMPILE_DURATION_BUCKETS, OTHER_KERNEL
 from jitwatch.views.contract import METRICS, MetricSpec
 
@@ -146,24 +145,11 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jitwatch.views.contract_doc", description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", action="store_true", help=f"rewrite {DOC_PATH.name}")
-    group.add_argument("--check", action="store_true", help="exit 1 if the committed file is stale")
-    parser.add_argument("--path", type=Path, default=DOC_PATH)
-    args = parser.parse_args(argv)
-    text = render()
-    if args.write:
-        args.path.write_text(text, encoding="utf-8")
-        return 0
-    if args.check:
-        current = args.path.read_text(encoding="utf-8") if args.path.exists() else ""
-        if current != text:
-            print(f"{args.path} is stale: run python -m jitwatch.views.contract_doc --write", file=sys.stderr)
-            return 1
-        return 0
-    sys.stdout.write(text)
-    return 0
+    """``python -m jitwatch.views.contract_doc [--write | --check] [--path P]``: see
+    :func:`jitwatch.docgen.generated_doc_main`."""
+    return generated_doc_main(
+        argv, module="jitwatch.views.contract_doc", description=__doc__, doc_path=DOC_PATH, render=render
+    )
 
 
 if __name__ == "__main__":
