@@ -776,11 +776,10 @@ class Monitor:
         if len(ended) > _FOLD_AT:  # nobody folded for a while (no writer thread draining)
             self.fold_counts()
         # (a plain tuple only to a sink with plain_events: see the sink property)
-        if self._state == "installed" and self._sink.submit(item if self._plain else _new_event(_CompileEvent, item)):  # type: ignore[arg-type]
-            if refuse:
-                self._serving_compile(token[_T_BACKEND], token[_T_NAME], key)
-            return
-        if warn is not None:  # not queued
+        queued = self._state == "installed" and self._sink.submit(
+            item if self._plain else _new_event(_CompileEvent, item)  # type: ignore[arg-type]
+        )
+        if warn is not None and not queued:
             self._warn_dropped(warn, key)
         if refuse:
             self._serving_compile(token[_T_BACKEND], token[_T_NAME], key)
