@@ -939,8 +939,10 @@ def warmup_replay(
 def _modules_needed(manifest: Any, limit: int = 5) -> str:
     """`` (the manifest's: --allow a --allow b)``: the modules its entries name, as text only
     (never imported), at most ``limit`` (``, …`` after); ``""`` when it names none. Never raises."""
+    from jitwatch.warmup.replay import needed_modules
+
     try:
-        names = list(dict.fromkeys(e.module for e in manifest.entries if isinstance(e.module, str) and e.module))
+        names = needed_modules(manifest)
     except Exception:  # noqa: BLE001 - a hint only
         return ""
     if not names:

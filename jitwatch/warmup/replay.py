@@ -733,6 +733,20 @@ def replay_from_env(
     return report
 
 
+def needed_modules(manifest: Manifest, allow: Sequence[str] = ()) -> list[str]:
+    """The distinct modules (dotted names, in entry order) that ``manifest``'s entries name and
+    that no prefix in ``allow`` allows (:func:`~jitwatch.backends.triton.resolve.module_allowed`):
+    what ``--allow`` / ``JITWATCH_MANIFEST_ALLOW`` must add for them to be replayed. Text only:
+    nothing is imported. Never raises for a loaded manifest (its names are checked at load)."""
+    return list(
+        dict.fromkeys(
+            e.module
+            for e in manifest.entries
+            if isinstance(e.module, str) and e.module and e.module.isprintable() and not module_allowed(e.module, allow)
+        )
+    )
+
+
 def _warn_not_replayed(name: str, manifest: Manifest, report: ReplayReport, allow: Sequence[str]) -> None:
     """One WARNING line when entries of the manifest ``name`` were not replayed (skipped, refused,
     failed): the counts, the first entry's reason, and, when modules its entries need are neither
@@ -749,11 +763,7 @@ def _warn_not_replayed(name: str, manifest: Manifest, report: ReplayReport, allo
             f"({report.skipped} skipped, {report.refused} refused, {report.failed} failed; "
             f"first: {first.kernel} {first.status}: {reason})"
         )
-        needed = list(
-            dict.fromkeys(
-                e.module for e in manifest.entries if e.module.isprintable() and not module_allowed(e.module, allow)
-            )
-        )
+        needed = needed_modules(manifest, allow)
         if needed:
             value = ",".join([*allow, *needed[:5]])
             line += f"; its modules are not imported and not allowed: set {JITWATCH_MANIFEST_ALLOW}={value}" + (
