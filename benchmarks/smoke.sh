@@ -30,5 +30,7 @@ run recompiles --device cpu --sizes 1,2,3,7,16,17,32,33
 run hot_path --device cpu --launches 200 --reps 2
 run memory --events 2000 --kernels 200
 run journal_paired --before jitwatch/store/journal.py --cases fleet_per_rank,fleet --reps 1 --events 512
+run journal_split --rounds 1 --events 512
+run host_probe -n 64
 rm -rf "$DEST"
 exit $status

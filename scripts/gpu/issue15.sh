@@ -6,7 +6,10 @@
 #      no-op; the tight loop), the tree in $BEFORE side by side;
 #   2. journal: µs and bytes per event, every layout, $JOURNAL_ROUNDS processes per tree;
 #   3. journal, paired: this journal.py against $PAIRED_BEFORE's, batch by batch in one process,
-#      and the A/A check.
+#      and the A/A check;
+#   4. the host: its CPU flags and how fast it runs the journal's primitives (bench_host_probe.py,
+#      at the start and at the end), and where the journal's CPU per event goes on it
+#      (bench_journal_split.py), so figures from different hosts can be compared.
 # From the session's checkout, with the wheels the GPU image lacks (benchmarks/README.md):
 #   run(carry=[".whl", ".bench-before", ".bench-before-j"], command="WHL=.whl OUT=$OUT/i15 bash scripts/gpu/issue15.sh")
 # ~6-8 minutes on an H200 host; each step has its own limit. Results in $OUT.
@@ -18,9 +21,12 @@ BEFORE="${BEFORE:-$PWD/.bench-before}"
 PAIRED_BEFORE="${PAIRED_BEFORE:-$PWD/.bench-before-j/jitwatch/store/journal.py}"
 INPROC_ROUNDS="${INPROC_ROUNDS:-240}"
 JOURNAL_ROUNDS="${JOURNAL_ROUNDS:-7}"
-mkdir -p "$OUT"
+mkdir -p "$OUT/journal"
 status=0
 t0=$SECONDS
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL"/*.whl \
+  && PYTHONPATH="$PWD:/tmp/site" OTEL_SDK_DISABLED=true timeout 60 python3 benchmarks/bench_host_probe.py \
+    --out "$OUT/journal/probe_start.json" 2>&1 | tr -d '\n ' | head -c 600; echo
 WHL="$WHL" BEFORE="$BEFORE" OUT="$OUT/compile" LIMIT_S="${COMPILE_LIMIT_S:-440}" bash scripts/gpu/bench.sh \
   --sections compile --no-launch --two-slot-floor --reps 4 --rounds 1 --inproc-rounds "$INPROC_ROUNDS" || status=1
 echo "compile: $((SECONDS - t0)) s"
@@ -38,5 +44,8 @@ if [ -f "$PAIRED_BEFORE" ]; then
 else
   echo "no $PAIRED_BEFORE: paired journal skipped"
 fi
-echo "paired: $((SECONDS - t2)) s; total $((SECONDS - t0)) s"
+echo "paired: $((SECONDS - t2)) s"
+timeout 60 python3 benchmarks/bench_journal_split.py --rounds 5 --out "$OUT/journal/split.json" 2>&1 | tail -1 || status=1
+timeout 60 python3 benchmarks/bench_host_probe.py --out "$OUT/journal/probe_end.json" >/dev/null 2>&1 || status=1
+echo "total $((SECONDS - t0)) s"
 exit $status
