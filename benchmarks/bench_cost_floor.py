@@ -50,6 +50,10 @@ Three figures, each against its baseline measured in the same run:
   (``--journal-rounds``); CPU is summarised over every batch of every round, and each round's
   median is kept (on a shared machine they show the spread).
 
+Each journal round and the compile section also record how fast the host ran at that moment
+(``bench_host_probe.reference``: µs per SQLite event row and per pure-Python loop step): an H200
+host's speed drifted ~1.7x within minutes (docs/benchmarks.md §9), more than the changes measured.
+
 ``/metrics`` and ``/jit`` latency are measured by ``bench_sidecar.py``.
 
 Run: ``python benchmarks/bench_cost_floor.py --out results/cost_floor.json`` (``--device cuda`` on
@@ -92,7 +96,13 @@ def _worker(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg.get("tree"):
         sys.path.insert(0, cfg["tree"])  # an older jitwatch (--before), ahead of this checkout
     if cfg.get("kind") == "journal":
-        return bench_journal(cfg["events"], cfg["ranks"], 500, Path(cfg["tmp"]))
+        from bench_host_probe import reference  # the host's speed at this round's start and end
+
+        before = reference()
+        out = bench_journal(cfg["events"], cfg["ranks"], 500, Path(cfg["tmp"]))
+        after = reference()
+        out["host_reference"] = {k: (before[k] + after[k]) / 2 for k in before}
+        return out
     device = cfg["device"]
     launch = device == "cuda" and not cfg.get("no_launch")
     if device == "cpu":
@@ -802,6 +812,9 @@ def merge_journal_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "bytes_per_event": per[0]["bytes_per_event"],
             "minor_page_faults_per_event": statistics.median(r.get("minor_page_faults_per_event", 0.0) for r in per),
         }
+    refs = [r["host_reference"] for r in rounds if "host_reference" in r]
+    if refs:  # bench_host_probe.reference() per round: how fast the host ran while that round did
+        out["host_reference_rounds"] = {k: [ref[k] for ref in refs] for k in refs[0]}
     return out
 
 
@@ -857,6 +870,9 @@ def main() -> None:
         sections = set(args.sections.split(","))
         result: dict[str, Any] = {"device": device, "smoke": args.smoke, "before": bool(args.before)}
         if "compile" in sections:
+            from bench_host_probe import reference
+
+            start = reference()
             result["compile"] = bench_compiles(
                 device,
                 args.compiles,
@@ -869,6 +885,7 @@ def main() -> None:
                 args.inproc_rounds,
                 args.no_launch,
             )
+            result["compile"]["host_reference"] = {"start": start, "end": reference()}
         if "journal" in sections:
             trees = {"journal": None, "journal_before": args.before} if args.before else {"journal": None}
             per_tree: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
@@ -975,6 +992,14 @@ def _print(doc: dict[str, Any]) -> None:
             if c.get("compiling_thread_tight_cpu_us_before") is not None:
                 print(f"; before: {c['compiling_thread_tight_cpu_us_before']:.1f} us", end="")
             print()
+        ref = c.get("host_reference")
+        if ref:
+            a, b = ref["start"], ref["end"]
+            print(
+                f"  the host (bench_host_probe.reference), at the start / end: sqlite row {a['sqlite_row_us']:.2f} / "
+                f"{b['sqlite_row_us']:.2f} us, python loop {a['python_loop_us'] * 1000:.0f} / "
+                f"{b['python_loop_us'] * 1000:.0f} ns"
+            )
         if c.get("writer_thread_us") is not None:
             print(
                 f"  journal writer's thread: {c['writer_thread_us']:.1f} us per compile, of which building the events "
@@ -996,6 +1021,15 @@ def _print(doc: dict[str, Any]) -> None:
                 f"{r['cpu_us_per_event']['median']:.1f} us CPU and {r['bytes_per_event']:.0f} B per event, "
                 f"{r.get('minor_page_faults_per_event', 0):.2f} minor page faults per event"
                 + (f" (round medians {rounds})" if rounds else "")
+            )
+        refs = (j or {}).get("host_reference_rounds")
+        if refs:
+            print(
+                f"{name}: the host per round, sqlite row "
+                + ", ".join(f"{x:.2f}" for x in refs["sqlite_row_us"])
+                + " us; python loop "
+                + ", ".join(f"{x * 1000:.0f}" for x in refs["python_loop_us"])
+                + " ns (bench_host_probe.reference)"
             )
 
 

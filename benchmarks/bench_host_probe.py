@@ -31,9 +31,13 @@ from typing import Any
 
 import _common
 from _common import write_result
-from bench_cost_floor import _template_event
 
 FLAGS = ("sha_ni", "avx2", "avx512f", "aes", "bmi2")
+REFERENCE_ATTRS = (
+    '{"stages":{"ir_initialization":0.0002,"ttir":0.0,"ttgir":0.0,"llir":0.0,"ptx":0.0,"cubin":0.0},'
+    '"is_warmup_call":false,"rank":0,"tp_rank":0,"pp_rank":0,"dp_rank":0}'
+)
+"""A compile event's attrs as the journal stores them beside its specialization: the reference row's text."""
 
 
 def _cpu() -> dict[str, Any]:
@@ -62,7 +66,69 @@ def _median_us(fn: Any, n: int, reps: int = 7) -> float:
     return statistics.median(out)
 
 
+def sqlite_row_us(batches: int, attrs_json: str = REFERENCE_ATTRS) -> float:
+    """µs per event row inserted by ``batches`` multi-row ``INSERT`` statements of 64 rows each (one
+    transaction each) into an in-memory SQLite table shaped like the journal's ``events`` table,
+    with its two indexes: the median over 7 reps."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute(
+        "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL, start_ts REAL, duration_s REAL,"
+        " kind TEXT, rank INTEGER, pid INTEGER, host TEXT, phase TEXT, backend TEXT, kernel TEXT, key TEXT,"
+        " cache_hit INTEGER, attrs TEXT, spec_id INTEGER)"
+    )
+    conn.execute("CREATE INDEX events_ts ON events(ts)")
+    conn.execute("CREATE INDEX events_phase_kind ON events(phase, kind)")
+    cols = "ts, start_ts, duration_s, kind, rank, pid, host, phase, backend, kernel, key, cache_hit, attrs, spec_id"
+    sql = f"INSERT INTO events({cols}) VALUES " + ",".join(["(" + ",".join("?" * 14) + ")"] * 64)
+    t = [time.time()]
+
+    def rows(_: int) -> None:
+        t[0] += 1.0
+        params: list[Any] = []
+        for k in range(64):
+            params += [t[0] + k * 1e-3, t[0], 0.0015, "compile", 0, 1234, "host", "serving", "triton"]
+            params += [f"kernel_{k}", None, 1, attrs_json, k]
+        conn.execute("BEGIN")
+        conn.execute(sql, params)
+        conn.execute("COMMIT")
+
+    try:
+        return _median_us(rows, batches) / 64
+    finally:
+        conn.close()
+
+
+def python_loop_us(n: int) -> float:
+    """µs per iteration of a fixed pure-Python loop body (an attribute store and a dict lookup, no C
+    call), ``n`` calls of 100 iterations: the median over 7 reps."""
+
+    class Box:
+        __slots__ = ("a", "b")
+
+        def __init__(self) -> None:
+            self.a, self.b = 0, 1
+
+    box, table = Box(), {f"k{i}": i for i in range(64)}
+
+    def loop(i: int) -> None:
+        for j in range(100):
+            box.a = box.b + table["k7"]
+            box.b = j if j & 1 else box.a
+
+    return _median_us(loop, n) / 100
+
+
+def reference(batches: int = 8, attrs_json: str = REFERENCE_ATTRS) -> dict[str, float]:
+    """This host's speed right now, in two figures that take ~0.1 s together: ``sqlite_row_us``
+    (:func:`sqlite_row_us`) and ``python_loop_us`` (:func:`python_loop_us`). A host's speed drifts
+    by more than jitwatch's changes within minutes (docs/benchmarks.md §9), so a benchmark records
+    this next to each figure it takes."""
+    return {"sqlite_row_us": sqlite_row_us(batches, attrs_json), "python_loop_us": python_loop_us(batches * 25)}
+
+
 def probe(n: int) -> dict[str, Any]:
+    from bench_cost_floor import _template_event
+
     from jitwatch.store import specs
 
     ev = _template_event()
@@ -82,45 +148,7 @@ def probe(n: int) -> dict[str, Any]:
         out["orjson_attrs_us"] = _median_us(lambda i: orjson.dumps(attrs), n)
     except ImportError:
         out["orjson_attrs_us"] = None
-    conn = sqlite3.connect(":memory:", isolation_level=None)
-    conn.execute(
-        "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL, start_ts REAL, duration_s REAL,"
-        " kind TEXT, rank INTEGER, pid INTEGER, host TEXT, phase TEXT, backend TEXT, kernel TEXT, key TEXT,"
-        " cache_hit INTEGER, attrs TEXT, spec_id INTEGER)"
-    )
-    conn.execute("CREATE INDEX events_ts ON events(ts)")
-    conn.execute("CREATE INDEX events_phase_kind ON events(phase, kind)")
-    attrs_json = json.dumps(rest, separators=(",", ":"))
-    cols = "ts, start_ts, duration_s, kind, rank, pid, host, phase, backend, kernel, key, cache_hit, attrs, spec_id"
-    sql = f"INSERT INTO events({cols}) VALUES " + ",".join(["(" + ",".join("?" * 14) + ")"] * 64)
-    t = [time.time()]
-
-    def rows(_: int) -> None:
-        t[0] += 1.0
-        params: list[Any] = []
-        for k in range(64):
-            params += [t[0] + k * 1e-3, t[0], 0.0015, "compile", 0, 1234, "host", "serving", "triton"]
-            params += [f"kernel_{k}", None, 1, attrs_json, k]
-        conn.execute("BEGIN")
-        conn.execute(sql, params)
-        conn.execute("COMMIT")
-
-    out["sqlite_row_us"] = _median_us(rows, max(1, n // 64)) / 64
-
-    class Box:
-        __slots__ = ("a", "b")
-
-        def __init__(self) -> None:
-            self.a, self.b = 0, 1
-
-    box, table = Box(), {f"k{i}": i for i in range(64)}
-
-    def loop(i: int) -> None:
-        for j in range(100):
-            box.a = box.b + table["k7"]
-            box.b = j if j & 1 else box.a
-
-    out["python_loop_us"] = _median_us(loop, max(1, n // 10)) / 100
+    out.update(reference(max(1, n // 64), json.dumps(rest, separators=(",", ":"))))
     return out
 
 

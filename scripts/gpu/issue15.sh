@@ -11,7 +11,7 @@
 #      at the start and at the end), and where the journal's CPU per event goes on it
 #      (bench_journal_split.py), so figures from different hosts can be compared.
 # From the session's checkout, with the wheels the GPU image lacks (benchmarks/README.md):
-#   run(carry=[".whl", ".bench-before", ".bench-before-j"], command="WHL=.whl OUT=$OUT/i15 bash scripts/gpu/issue15.sh")
+#   run(carry=[".whl", ".bench-before", ".bench-before-j"], command="PACK=1 WHL=.whl OUT=$OUT/i15 bash scripts/gpu/issue15.sh")
 # ~6-8 minutes on an H200 host; each step has its own limit. Results in $OUT.
 set -u
 cd "$(dirname "$0")/../.."
@@ -48,4 +48,8 @@ echo "paired: $((SECONDS - t2)) s"
 timeout 60 python3 benchmarks/bench_journal_split.py --rounds 5 --out "$OUT/journal/split.json" 2>&1 | tail -1 || status=1
 timeout 60 python3 benchmarks/bench_host_probe.py --out "$OUT/journal/probe_end.json" >/dev/null 2>&1 || status=1
 echo "total $((SECONDS - t0)) s"
+# PACK=1: everything in one $OUT.tgz, $OUT removed (the device tool returns at most 8 files)
+if [ "${PACK:-0}" = 1 ]; then
+  tar czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "$OUT"
+fi
 exit $status
