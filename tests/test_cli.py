@@ -1007,20 +1007,44 @@ def test_a_journal_dir_the_system_cannot_look_up_is_one_line(tmp_path: Path, com
         assert len(lines) == 1 and lines[0].startswith(("jitwatch: ", "jitwatch demo: ")) and reason in lines[0], lines
 
 
-def test_status_does_not_print_a_password_in_the_url(server: str, tmp_path: Path) -> None:
-    """`--url http://user:password@host:port` (an authenticating proxy in front of the sidecar):
-    the status header's new 'read by the sidecar at <url>' line printed the password on every
-    run (into CI logs), and so did the error lines. The URL is shown without its userinfo."""
+def test_status_refuses_a_url_with_a_password_and_never_prints_it(server: str, tmp_path: Path) -> None:
+    """`--url http://user:password@host:port --token T` against a sidecar that wants T answered 401
+    "wrong token": httpx turns a URL's userinfo into HTTP Basic auth, which replaces the
+    `Authorization: Bearer T` header, and the sidecar knows bearer tokens only. A URL with a
+    userinfo (a user alone too: httpx sends it as Basic) is now refused before any request: one
+    line, exit 2, naming --token / JITWATCH_TOKEN and the URL to pass instead, the password never
+    printed (it was printed by the status header and error lines before, into CI logs)."""
     secret = "s3cret-pw"
-    authed = server.replace("http://", f"http://alice:{secret}@")
-    res = runner.invoke(app, ["status", "--url", authed, "--token", TOKEN], env={"COLUMNS": "300"})
-    assert secret not in res.output, res.output
-    assert res.exit_code in (0, 1), res.output
-    if res.exit_code == 0:
-        assert f"read by the sidecar at {server.replace('http://', 'http://***@')}" in res.stdout, res.stdout
+    host_port = server.removeprefix("http://")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    res = runner.invoke(app, ["status", "--url", f"http://alice:{secret}@127.0.0.1:{port}"])
-    assert res.exit_code == 1 and "cannot reach http://***@127.0.0.1:" in res.stderr, res.output
-    assert secret not in res.output, res.output
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    for userinfo, where, token in [
+        (f"alice:{secret}", host_port, ["--token", TOKEN]),
+        (f"alice:{secret}", host_port, []),
+        ("alice", host_port, ["--token", TOKEN]),
+        (f":{secret}", closed, []),  # refused before connecting: no "cannot reach"
+    ]:
+        res = runner.invoke(app, ["status", "--url", f"http://{userinfo}@{where}/", *token])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1 and res.stdout == "", (userinfo, res.output)
+        assert lines[0].startswith(f"jitwatch: --url http://***@{where} has a user name or password"), lines
+        assert f"pass --url http://{where} and the token as --token or JITWATCH_TOKEN" in lines[0], lines
+        assert secret not in res.output and "alice" not in res.output, res.output
+    # the same sidecar and token without the userinfo: READY (the refusal is the userinfo's alone)
+    res = runner.invoke(app, ["status", "--url", server, "--token", TOKEN, "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["ready"] is True, res.output
+
+
+def test_status_refuses_a_jitwatch_host_with_a_userinfo(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``JITWATCH_HOST=alice@127.0.0.1`` made ``jitwatch status``'s default URL
+    ``http://alice@127.0.0.1:PORT``, sent as Basic auth instead of the token (401): the same
+    refusal, naming the variable (exit 2, one line)."""
+    monkeypatch.setenv("JITWATCH_HOST", "alice@127.0.0.1")
+    monkeypatch.setenv("JITWATCH_PORT", server.rsplit(":", 1)[1])
+    monkeypatch.setenv("JITWATCH_TOKEN", TOKEN)
+    res = runner.invoke(app, ["status", "--json"])
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0].startswith("jitwatch: JITWATCH_HOST makes the URL http://***@127.0.0.1:"), lines
+    assert "alice" not in res.output, res.output

@@ -398,7 +398,7 @@ def status(
         str | None,
         typer.Option(
             show_default="http://$JITWATCH_HOST:$JITWATCH_PORT, else http://127.0.0.1:9400",
-            help="Sidecar base URL (not with --port).",
+            help="Sidecar base URL (not with --port; no user:password@: the token goes in --token).",
         ),
     ] = None,
     port: Annotated[
@@ -421,8 +421,10 @@ def status(
 
     The sidecar is --url, else http://$JITWATCH_HOST:--port (127.0.0.1 for an unset host or
     0.0.0.0, [::1] for ::; the port from --port, else $JITWATCH_PORT, else 9400). --url with --port,
-    or a --backend that is not a backend name (as `why --backend`), is refused (exit 2). A bad
-    JITWATCH_HOST/PORT/TOKEN that --url/--port/--token replaces is not read.
+    a URL with a user:password@ (sent as Basic auth in place of the bearer token: pass the token
+    as --token or JITWATCH_TOKEN), or a --backend that is not a backend name (as `why --backend`),
+    is refused (exit 2). A bad JITWATCH_HOST/PORT/TOKEN that --url/--port/--token replaces is not
+    read.
 
     Exit 0: READY; 3: NOT READY (the output says why; for scripts, as systemctl's 3); 1: the
     sidecar could not be reached or did not answer 200; 2: a usage or configuration error.
@@ -443,8 +445,11 @@ def status(
     uses += [config.JITWATCH_PORT] if url is None and port is None else []  # replaces is no error
     uses += [config.JITWATCH_TOKEN] if token is None else []
     settings = _settings(*uses) if uses else Settings.from_env(strict=False)
+    url_from = "--url"
     if url is None:
         url = f"http://{local_url_host(settings.host)}:{port if port is not None else settings.port}"
+        url_from = config.JITWATCH_HOST
+    _refuse_userinfo(url, url_from)
     token = token if token is not None else settings.token
     shown = _url_shown(url)  # what is printed: without a user:password@
     # UTF-8 bytes: httpx encodes str header values as ASCII; the sidecar compares the raw bytes.
@@ -493,13 +498,47 @@ running", as ``systemctl status``): 0 is READY, 1 no answer (unreachable, 401, n
 usage or configuration error."""
 
 
-def _url_shown(url: str) -> str:
+_USERINFO = r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@"
+"""A URL's scheme and userinfo (``http://user:password@``), for :func:`_url_shown`."""
+
+
+def _url_shown(url: str, userinfo: str = "***@") -> str:
     """``url`` as ``jitwatch status`` prints it, without a trailing ``/`` and with any userinfo
-    (``user:password@``, for a proxy in front of the sidecar) shown as ``***@``: the status header
-    prints the URL on every run. Never raises (an unparsable URL is printed as given)."""
+    (``user:password@``) shown as ``userinfo`` (``***@``; ``""`` drops it): the password is never
+    printed. Never raises (an unparsable URL is printed as given)."""
     import re
 
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@", r"\1***@", url.strip()).rstrip("/")
+    return re.sub(_USERINFO, lambda m: m.group(1) + userinfo, url.strip()).rstrip("/")
+
+
+def _refuse_userinfo(url: str, url_from: str) -> None:
+    """Refuse a sidecar URL with a userinfo (``http://user:password@host:port``, or a user alone).
+
+    httpx sends a URL's userinfo as HTTP Basic auth, which replaces the ``Authorization: Bearer``
+    header of ``--token``; the sidecar knows bearer tokens only, so such a request could only be
+    answered 401. ``url_from`` is where the URL came from (``--url``, or ``JITWATCH_HOST`` for the
+    default URL), named in the message. A URL httpx cannot parse is left to the request (its own
+    ``invalid --url`` error).
+
+    Raises:
+        typer.Exit: code 2, after one ``jitwatch: …`` line on stderr naming ``--token`` /
+            ``JITWATCH_TOKEN`` and the URL without its userinfo (the password is never printed).
+    """
+    import httpx
+
+    try:
+        userinfo = httpx.URL(url).userinfo
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return
+    if not userinfo:
+        return
+    bare = _url_shown(url, "")
+    said = f"--url {_url_shown(url)}" if url_from == "--url" else f"{url_from} makes the URL {_url_shown(url)}"
+    raise _fail(
+        f"{said} has a user name or password, which the sidecar does not take (it checks a bearer token only,"
+        f" and the user:password would be sent instead of the token): pass --url {bare} and the token as"
+        f" --token or {config.JITWATCH_TOKEN}"
+    )
 
 
 def _start_hint(url: str, exc: Exception) -> str:
