@@ -469,12 +469,19 @@ def test_every_hint_runs_as_printed(demo_like_journal: Path, tmp_path: Path, on_
 def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_journal: Path, tmp_path: Path) -> None:
     """`jitwatch why`'s fix of a kernel warmup never compiled, followed as printed, removes the
     serving compile: its record command (with the journal `why` read, and -o) writes a manifest;
-    its replay is the worker's own warmup with `JITWATCH_MANIFEST=manifest.json
+    its replay is the worker's own warmup with `JITWATCH_MANIFEST=<manifest>
     JITWATCH_MANIFEST_ALLOW=<the kernel's module>` (the vLLM plugin's `replay_from_env`), after
     which the kernel compiles in warmup and not in serving. (It said `jitwatch warmup replay
     manifest.json`: exit 1 without --allow, and in its own process it only filled Triton's disk
-    cache: the worker still compiled in serving, and `why` printed the same fix again.)"""
+    cache: the worker still compiled in serving, and `why` printed the same fix again.)
+
+    The two commands run in different directories, each through a shell, as an operator's shell
+    and a worker's launcher would: the manifest is one absolute path (the journal directory's
+    `manifest.json`, quoted: the directory's name has a space), not `manifest.json`, which the
+    worker resolved against its own working directory and did not find. `why --json` gives the
+    same fix as the text (it named no journal: the export read the default one)."""
     import re
+    import shlex
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
     env.update(PYTHONPATH=str(ROOT), COLUMNS="200", JITWATCH_DIR=str(tmp_path / "unused"))
@@ -483,27 +490,44 @@ def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_j
         [*jw.split(), "why", "--journal-dir", str(demo_like_journal)], env=env, capture_output=True, text=True
     )
     assert why.returncode == 0, why.stderr
-    (fix,) = [line for line in why.stdout.splitlines() if line.startswith("  fix: ")]
+    (fix,) = [line.removeprefix("  fix: ") for line in why.stdout.splitlines() if line.startswith("  fix: ")]
+    as_json = subprocess.run(
+        [*jw.split(), "why", "--journal-dir", str(demo_like_journal), "--json"], env=env, capture_output=True, text=True
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)[-1]["fixes"] == [fix]
     commands = re.findall(r"`([^`]+)`", fix)
+    manifest = demo_like_journal / "manifest.json"
     assert [c.split()[0] for c in commands] == [
         "jitwatch",
-        "JITWATCH_MANIFEST=manifest.json",
+        f"JITWATCH_MANIFEST={shlex.quote(str(manifest))}".split()[0],
         "jitwatch.warmup.replay()",
         "Monitor.warmup()",
-    ]
+    ], fix
     export, replay_env = commands[0], commands[1]
-    assert replay_env == "JITWATCH_MANIFEST=manifest.json JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks", fix
+    assert export == (
+        f"jitwatch manifest export --journal-dir {shlex.quote(str(demo_like_journal))} -o {shlex.quote(str(manifest))}"
+    ), fix
+    assert replay_env == (
+        f"JITWATCH_MANIFEST={shlex.quote(str(manifest))} JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks"
+    ), fix
+    manifest.unlink(missing_ok=True)
+    ops, worker_dir = tmp_path / "ops", tmp_path / "worker"
+    ops.mkdir()
+    worker_dir.mkdir()
     res = subprocess.run(
         ["/bin/sh", "-c", export.replace("jitwatch ", jw + " ", 1)],
-        cwd=tmp_path,
+        cwd=ops,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert res.returncode == 0, (res.stdout, res.stderr)
-    assert res.stdout.startswith("wrote manifest.json: 1 specialization of 1 kernel (serving)"), res.stdout
-    # The worker of the next run: its warmup replays the manifest the fix's variables name.
+    assert res.stdout.startswith(f"wrote {manifest}: 1 specialization of 1 kernel (serving)"), res.stdout
+    assert manifest.is_file() and not (ops / "manifest.json").exists()
+    # The worker of the next run, started elsewhere: its warmup replays the manifest the fix's
+    # variables name, set by the shell as printed.
     worker = (
         "import torch\n"
         "from jitwatch.kernels.kv_blocks import zero_kv_blocks\n"
@@ -519,12 +543,75 @@ def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_j
         "    n = [len(h.compiles(p, 'zero_kv_blocks_kernel')) for p in ('serving', 'warmup')]\n"
         "    print('serving', n[0], 'warmup', n[1])\n"
     )
-    assignments = dict(a.split("=", 1) for a in replay_env.split())
     res = subprocess.run(
-        [sys.executable, "-c", worker], cwd=tmp_path, env={**env, **assignments}, capture_output=True, text=True
+        ["/bin/sh", "-c", f"{replay_env} {shlex.quote(sys.executable)} -c {shlex.quote(worker)}"],
+        cwd=worker_dir,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert res.returncode == 0, (res.stdout, res.stderr)
     assert res.stdout.splitlines()[-1] == "serving 0 warmup 1", res.stdout
+
+
+def test_the_warning_line_and_jit_name_the_journal_in_the_fix(demo_like_journal: Path, tmp_path: Path) -> None:
+    """The fix of a kernel warmup never compiled, as the worker's warn-mode line and the sidecar's
+    `/jit` (`recent_serving_compiles[].fixes`) give it, names the journal the export reads and the
+    absolute manifest the replay reads, as `jitwatch why` does (they said `jitwatch manifest export
+    -o manifest.json`: the default journal, and a manifest relative to each command's directory)."""
+    import re
+    import shlex
+
+    from tests.test_cli import TOKEN, serving
+
+    journal = tmp_path / "run 1"
+    worker = (  # a process of its own: this one has the kernel compiled already (the fixture)
+        "import logging, sys, torch\n"
+        "from jitwatch.kernels.kv_blocks import zero_kv_blocks\n"
+        "from jitwatch.testing import monitored\n"
+        "logging.basicConfig(stream=sys.stdout, format='%(message)s')\n"
+        "with monitored(journal_dir=sys.argv[1]) as h:\n"
+        "    with h.monitor.warmup():\n"
+        "        pass\n"
+        "    zero_kv_blocks(torch.ones(8, 1024, dtype=torch.float16), torch.tensor([1, 2], dtype=torch.int32))\n"
+        "    assert h.monitor.flush()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    res = subprocess.run(
+        [sys.executable, "-c", worker, str(journal)],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    (line,) = [m for m in res.stdout.splitlines() if m.startswith("jitwatch: post-warmup compile of")]
+    manifest = shlex.quote(str(journal / "manifest.json"))
+    export = f"`jitwatch manifest export --journal-dir {shlex.quote(str(journal))} -o {manifest}`"
+    replay = f"`JITWATCH_MANIFEST={manifest} JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks`"
+    assert export in line and replay in line, line
+    # the journal keeps the fix as every version wrote it; the sidecar names its own journal
+    with serving(demo_like_journal) as base:
+        doc = httpx.get(base + "/jit", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        raw = httpx.get(base + "/jit/events?kind=compile", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    (fix,) = doc["recent_serving_compiles"][0]["fixes"]
+    stored = [f for e in raw if e["phase"] == "serving" for f in e["attrs"]["fixes"]]
+    assert "`jitwatch manifest export -o manifest.json`" in stored[0], stored
+    assert re.findall(r"`([^`]+)`", fix)[:2] == [
+        f"jitwatch manifest export --journal-dir {shlex.quote(str(demo_like_journal))}"
+        f" -o {shlex.quote(str(demo_like_journal / 'manifest.json'))}",
+        f"JITWATCH_MANIFEST={shlex.quote(str(demo_like_journal / 'manifest.json'))}"
+        " JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks",
+    ], fix
+    # `jitwatch coverage --json` (and /jit's coverage section): the journal it read, too
+    from jitwatch.store.journal import Journal
+    from jitwatch.views.coverage import coverage_for_journal
+
+    with Journal(demo_like_journal, readonly=True) as j:
+        report = coverage_for_journal(j)
+    (missing,) = [m for k in report.kernels if k.kernel == "zero_kv_blocks_kernel" for m in k.missing]
+    assert f"--journal-dir {shlex.quote(str(demo_like_journal))} -o " in missing.fixes[0], missing.fixes
 
 
 def test_demo_refuses_to_reset_a_journal_it_did_not_create(tmp_path: Path) -> None:

@@ -24,10 +24,14 @@ Event fields (``attrs``) written for every serving compile: ``reason`` (one line
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from jitwatch.redact import REDACTED_HOME, redact
 
 ReasonKind = Literal["argument", "option", "never_warmed", "new_combination", "compiler", "unknown"]
 REASON_KINDS: tuple[str, ...] = ("argument", "option", "never_warmed", "new_combination", "compiler", "unknown")
@@ -152,10 +156,58 @@ def compiled_again(name: str, exact_key: ExactKeyFixes | None = None) -> Reason:
     )
 
 
-MANIFEST_EXPORT = "`jitwatch manifest export -o manifest.json`"
-"""The record command :func:`warm_fix` prints, as it appears there (in backquotes). It reads the
-default journal; a reader that knows which journal it read (``jitwatch why``) names it
-(``--journal-dir``) in place of this text."""
+MANIFEST_FILE = "manifest.json"
+"""The manifest file the fix's record and replay commands name."""
+
+MANIFEST_EXPORT = f"`jitwatch manifest export -o {MANIFEST_FILE}`"
+"""The record command :func:`warm_fix` writes, as it appears there (in backquotes): the text a
+journal stores, as every version wrote it. As stored it reads the default journal and writes the
+manifest in the working directory; what shows a fix for a journal it knows (the worker's warning
+line, ``/jit``, ``jitwatch why``) shows it with :func:`runnable_fix`."""
+
+MANIFEST_REPLAY = f"`JITWATCH_MANIFEST={MANIFEST_FILE} "
+"""The start of the replay command :func:`warm_fix` writes (its ``JITWATCH_MANIFEST``, relative
+as stored: a worker resolves it against its own working directory); :func:`runnable_fix` names
+the manifest's absolute path there."""
+
+
+def shell_path(path: str | os.PathLike[str]) -> str:
+    """``path`` made absolute (against the working directory) and redacted
+    (:func:`jitwatch.redact.redact`: a home directory as ``~``, the user name as ``<user>``), as
+    one shell word: ``~/`` followed by the rest quoted (``~/'state dir/jw'``; the tilde stays
+    unquoted at the start of the word, where the shell expands it, in an argument and after a
+    variable assignment's ``=``), else quoted whole (:func:`shlex.quote`). The home directory's
+    full path is never in it. Raises ``TypeError``/``ValueError`` for a value that is not a path."""
+    text = redact(os.path.abspath(os.fspath(path)))
+    if text == REDACTED_HOME:
+        return text
+    if text.startswith(REDACTED_HOME + "/"):
+        rest = text[len(REDACTED_HOME) + 1 :]
+        return f"{REDACTED_HOME}/{shlex.quote(rest) if rest else ''}"
+    return shlex.quote(text)
+
+
+def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
+    """``fix`` (one of a reason's ``fixes``, as built or as a journal stores it) with its manifest
+    commands made runnable as printed for the journal in ``journal_dir``: the record command
+    (:data:`MANIFEST_EXPORT`) becomes ``jitwatch manifest export --journal-dir <dir> -o
+    <dir>/manifest.json`` and the replay's ``JITWATCH_MANIFEST=manifest.json`` names that same
+    absolute file, so neither depends on the directory a command runs in (the worker's is not
+    the operator's). Paths are shown by :func:`shell_path` (home as ``~``, quoted).
+
+    Returns ``fix`` unchanged when ``journal_dir`` is ``None``, when ``fix`` holds neither command
+    (other backends' fixes, a fix already shown with a journal), or when ``journal_dir`` is not a
+    path. Never raises."""
+    if journal_dir is None or (MANIFEST_EXPORT not in fix and MANIFEST_REPLAY not in fix):
+        return fix
+    try:
+        directory = os.path.abspath(os.fspath(journal_dir))
+        shown_dir = shell_path(directory)
+        manifest = shell_path(os.path.join(directory, MANIFEST_FILE))
+    except (TypeError, ValueError):
+        return fix
+    export = f"`jitwatch manifest export --journal-dir {shown_dir} -o {manifest}`"
+    return fix.replace(MANIFEST_EXPORT, export).replace(MANIFEST_REPLAY, f"`JITWATCH_MANIFEST={manifest} ")
 
 
 def warm_fix(
@@ -186,7 +238,7 @@ def warm_fix(
         return (
             f"call {name} in warmup with serving's arguments, or record a manifest "
             f"({MANIFEST_EXPORT}) and replay it inside the worker's warmup "
-            f"(`JITWATCH_MANIFEST=manifest.json JITWATCH_MANIFEST_ALLOW={allow}` with the vLLM plugin, "
+            f"({MANIFEST_REPLAY}JITWATCH_MANIFEST_ALLOW={allow}` with the vLLM plugin, "
             "or `jitwatch.warmup.replay()` inside `Monitor.warmup()`)"
         )
     return (
@@ -358,6 +410,8 @@ def _optional(backend: Any, name: str) -> Any:
 __all__ = [
     "MANIFEST_BACKENDS",
     "MANIFEST_EXPORT",
+    "MANIFEST_FILE",
+    "MANIFEST_REPLAY",
     "REASON_KINDS",
     "Change",
     "ExactKeyFixes",
@@ -376,5 +430,7 @@ __all__ = [
     "never_warmed",
     "new_key",
     "new_key_fix",
+    "runnable_fix",
+    "shell_path",
     "warm_fix",
 ]

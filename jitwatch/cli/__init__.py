@@ -1009,7 +1009,6 @@ def why(
     disk-cache hit or a cold compile (when the backend says) and where the kernel comes from
     (its module, or file:line with the home directory as ~).
     """
-    from jitwatch.backends.explain import MANIFEST_EXPORT
     from jitwatch.core.events import EventKind, Phase
     from jitwatch.store.journal import Journal
     from jitwatch.views.diagnosis import serving_reasons
@@ -1037,8 +1036,6 @@ def why(
             message += f" (without those filters: {by_backend})"
         typer.echo(plain(message))
         return
-    # The fix's record command names the journal read here (it reads the default one otherwise).
-    export = f"`jitwatch manifest export --journal-dir {shlex.quote(str(jdir))} -o manifest.json`"
     for r in reasons:
         when = utc_time(r.ts)
         took = f"{r.duration_s:.3f} s" if r.duration_s is not None else "?"
@@ -1051,7 +1048,7 @@ def why(
             typer.echo(plain(f"  from: {', '.join(origin)}"))
         typer.echo(plain(f"  why: {r.reason}"))
         for fix in r.fixes:
-            typer.echo(plain(f"  fix: {fix.replace(MANIFEST_EXPORT, export)}"))
+            typer.echo(plain(f"  fix: {fix}"))  # its manifest commands name the journal read (runnable_fix)
 
 
 @app.command()

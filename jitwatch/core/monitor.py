@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind, FrameWatcher, current_parent
 from jitwatch.backends.base import parent_marks as _marks
+from jitwatch.backends.explain import runnable_fix
 from jitwatch.config import Mode, Settings, parse_mode
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
 from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase, built_event
@@ -227,7 +228,8 @@ def _compile_event(item: tuple[Any, ...]) -> Event:
     reason = diagnoser.observe(event) if diagnoser is not None else None
     if warn is not None and log.isEnabledFor(logging.WARNING):  # on the writer thread: with the reason
         why = f": {reason.text}" if reason is not None else ""
-        fix = f" (fix: {reason.fixes[0]})" if reason is not None and reason.fixes else ""
+        # the manifest commands name this worker's journal and one absolute manifest (runnable_fix)
+        fix = f" (fix: {runnable_fix(reason.fixes[0], mon.journal_dir)})" if reason is not None and reason.fixes else ""
         key = "" if reason is not None and reason.text == c.key else f"; key {redact(c.key or '')[:2000]}"
         log.warning("jitwatch: post-warmup compile of %s on rank %d%s%s%s", warn, ident.rank, why, fix, key)
     return event

@@ -65,7 +65,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key
+from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key, runnable_fix
 from jitwatch.backends.triton.explain import by_exact_key, exact_key_fixes
 from jitwatch.backends.triton.explain import explain as explain_key
 from jitwatch.backends.triton.keys import parse_key
@@ -609,14 +609,19 @@ def coverage_for_journal(
     known: Mapping[str, str | None] | None = None,
 ) -> CoverageReport:
     """Coverage of every kernel in the journal's newest ``limit`` ``compile`` events (the event log,
-    so also bounded by retention; every rank unless ``rank`` is given). Read-only; raises
-    ``sqlite3.Error`` only. Cost: one indexed query plus a ``literal_eval`` per event (~10k/s)."""
+    so also bounded by retention; every rank unless ``rank`` is given). The missing keys' fixes name
+    ``journal.directory`` in their manifest commands (:func:`~jitwatch.backends.explain.runnable_fix`).
+    Read-only; raises ``sqlite3.Error`` only. Cost: one indexed query plus a ``literal_eval`` per
+    event (~10k/s)."""
     events = journal.events(kind=EventKind.COMPILE, backend="triton", rank=rank, limit=limit, newest_first=True)
     report = coverage_from_events(events, kernels=kernels, widths=widths, expected=expected, known=known)
     others = sorted({row.backend for row in journal.stats()} - {"", "triton"})  # from the aggregates: cheap
     for b in others:
         keyed = journal.events(kind=EventKind.COMPILE, backend=b, rank=rank, limit=limit, newest_first=True)
         report.kernels.extend(coverage_by_key(keyed))
+    for k in report.kernels:
+        for m in k.missing:
+            m.fixes = [runnable_fix(f, journal.directory) for f in m.fixes]
     return report
 
 

@@ -9,13 +9,14 @@ and the backend's own ``explain`` (found through the registry) diffs the keys.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from jitwatch.backends.explain import Explainer, ExplainFn
+from jitwatch.backends.explain import Explainer, ExplainFn, runnable_fix
 from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
 from jitwatch.core.events import Event, EventKind, Phase
@@ -147,7 +148,7 @@ def _reasoned(events: list[Event], explainers: Mapping[str, Explainer | ExplainF
     return out
 
 
-def _as_reason(e: Event) -> CompileReason:
+def _as_reason(e: Event, journal_dir: str | os.PathLike[str] | None = None) -> CompileReason:
     a: dict[str, Any] = e.attrs
     rid = a.get("request_id")
     changes = a.get("reason_changes") if isinstance(a.get("reason_changes"), list) else []
@@ -169,7 +170,7 @@ def _as_reason(e: Event) -> CompileReason:
         reason=str(a.get("reason") or "not explained"),
         reason_kind=str(a.get("reason_kind") or "unknown"),
         changes=[ReasonChange.model_validate(c) for c in changes or [] if isinstance(c, dict)],
-        fixes=[str(f) for f in a.get("fixes") or [] if isinstance(f, str)],
+        fixes=[runnable_fix(f, journal_dir) for f in a.get("fixes") or [] if isinstance(f, str)],
     )
 
 
@@ -182,8 +183,10 @@ def serving_reasons(
     limit: int = 50,
     explainers: Mapping[str, Explainer | ExplainFn] | None = None,
 ) -> list[CompileReason]:
-    """The newest ``limit`` serving compiles (newest first) with their reasons. Read-only; raises
-    ``sqlite3.Error`` only."""
+    """The newest ``limit`` serving compiles (newest first) with their reasons. Their fixes name
+    ``journal.directory`` in their manifest commands
+    (:func:`~jitwatch.backends.explain.runnable_fix`: the export of this journal, and one absolute
+    manifest; the journal keeps them as written). Read-only; raises ``sqlite3.Error`` only."""
     serving = journal.events(
         kind=EventKind.COMPILE, phase=Phase.SERVING, kernel=kernel, backend=backend, rank=rank, limit=limit
     )
@@ -191,7 +194,7 @@ def serving_reasons(
         every = journal.events(kind=EventKind.COMPILE, kernel=kernel, backend=backend, rank=rank, limit=BASELINE_EVENTS)
         fixed = _reasoned(every, registry_explainers() if explainers is None else explainers)
         serving = [fixed.get(e.id or -1, e) if "reason_kind" not in e.attrs else e for e in serving]
-    return [_as_reason(e) for e in serving]
+    return [_as_reason(e, journal.directory) for e in serving]
 
 
 __all__ = [

@@ -862,7 +862,11 @@ class LiveJournal:
                 if len(self._parts) >= 16 or any(k[0] != agg.version for k in self._parts):
                     self._parts.clear()
                 parts = self._parts[key] = status_parts(
-                    agg, kernels_limit=kernels_limit, backend=backend, accs=agg.kernel_accs()
+                    agg,
+                    kernels_limit=kernels_limit,
+                    backend=backend,
+                    accs=agg.kernel_accs(),
+                    journal_dir=self.journal_dir,
                 )
             return build_status(
                 agg,

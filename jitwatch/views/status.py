@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -21,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from jitwatch.backends.explain import runnable_fix
 from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import ABANDONED_COUNTER, Journal, RecompileRow, StatRow, WorkerRow, backend_counter_of
@@ -489,6 +491,7 @@ def build_status(
     backend: str | None = None,
     coverage: list[KernelCoverage] | None = None,
     parts: StatusParts | None = None,
+    journal_dir: str | os.PathLike[str] | None = None,
 ) -> JitStatus:
     """Build the ``/jit`` document from ``journal`` (``None``: missing journal → empty status).
 
@@ -508,6 +511,9 @@ def build_status(
     computed already (the sidecar keeps them while the aggregates are unchanged); everything that
     depends on the clock (staleness, readiness, in-flight ages) is computed here, at ``now``.
 
+    ``journal_dir``: the journal's directory, named by the serving compiles' fixes
+    (:func:`status_parts`).
+
     Raises ``sqlite3.Error`` if the journal cannot be read mid-way (the sidecar catches it).
     """
     now = time.time() if now is None else now
@@ -515,7 +521,7 @@ def build_status(
         reason = error if error and not error.startswith(NO_JOURNAL_REASON) else NO_WORKER_REASON
         return JitStatus(generated_ts=now, journal_up=False, journal_error=error, ready=False, not_ready_reason=reason)
     if parts is None:
-        parts = status_parts(journal, kernels_limit=kernels_limit, backend=backend)
+        parts = status_parts(journal, kernels_limit=kernels_limit, backend=backend, journal_dir=journal_dir)
     workers, serving_by_rank = parts.workers, parts.serving_by_rank
     totals = parts.totals.model_copy()
 
@@ -651,10 +657,16 @@ def status_parts(
     kernels_limit: int = DEFAULT_KERNELS_LIMIT,
     backend: str | None = None,
     accs: dict[tuple[str, str], KernelAcc] | None = None,
+    journal_dir: str | os.PathLike[str] | None = None,
 ) -> StatusParts:
     """The clock-free parts of :func:`build_status` (same arguments). ``accs``: :func:`kernel_accs`
     of ``journal.stats()`` computed already (the sidecar keeps them per kernel), in (backend,
-    kernel) order. Raises ``sqlite3.Error``."""
+    kernel) order. ``journal_dir``: the journal's directory (default ``journal.directory``, a
+    :class:`Journal`'s), which the serving compiles' fixes name in their manifest commands
+    (:func:`~jitwatch.backends.explain.runnable_fix`; the journal keeps them as written).
+    Raises ``sqlite3.Error``."""
+    if journal_dir is None:
+        journal_dir = getattr(journal, "directory", None)
     workers = journal.latest_workers()
     if accs is None:
         accs = kernel_accs(journal.stats())
@@ -718,7 +730,7 @@ def status_parts(
             request=_opt_str(e.attrs.get("request")),
             reason=_opt_str(e.attrs.get("reason")),
             reason_kind=_opt_str(e.attrs.get("reason_kind")),
-            fixes=[f for f in e.attrs.get("fixes") or [] if isinstance(f, str)],
+            fixes=[runnable_fix(f, journal_dir) for f in e.attrs.get("fixes") or [] if isinstance(f, str)],
             reason_class=_opt_str(e.attrs.get("reason_class")),
             compile_id=_opt_str(e.attrs.get("compile_id")),
             location=_opt_str(e.attrs.get("location")),

@@ -3,6 +3,10 @@ and no longer used once the kernel has a baseline."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from jitwatch.backends.explain import never_warmed
 from jitwatch.core.diagnosis import MAX_KERNELS, Diagnoser
 from jitwatch.core.events import EventKind, Phase
@@ -132,3 +136,60 @@ def test_a_new_key_of_a_kernel_defined_in_main_is_not_told_to_record_a_manifest(
     (fix,) = new.attrs["fixes"]
     assert "manifest" in fix and "record a manifest of serving's keys" not in fix, fix
     assert "importable module" in fix, fix
+
+
+def test_a_fix_shown_for_a_journal_names_it_and_one_absolute_manifest_as_the_shell_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runnable_fix(fix, journal_dir)``: the record command of a stored fix names the journal
+    (``--journal-dir``) and ``-o <journal dir>/manifest.json``, and the replay's ``JITWATCH_MANIFEST``
+    that same absolute file, so both run as printed from any directory. A home directory is shown
+    as ``~`` where the shell expands it (unquoted, at the start of the word; the rest quoted), never
+    in full; a path elsewhere is quoted whole. Checked through ``/bin/sh``, as a user pasting them
+    would. A text without those commands, or no journal, is returned as it is."""
+    import re
+    import shlex
+    import subprocess
+
+    from jitwatch import redact as redact_mod
+    from jitwatch.backends.explain import runnable_fix, warm_fix
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    redact_mod._patterns.cache_clear()
+    try:
+        fix = warm_fix("k", "triton", module="pkg.mod")
+        assert "(`jitwatch manifest export -o manifest.json`)" in fix  # the stored text, as every version wrote it
+        for journal, shown in [
+            (home / "state dir" / "jw", "~/'state dir/jw'"),
+            (tmp_path / "srv" / "it's", shlex.quote(str(tmp_path / "srv" / "it's"))),
+        ]:
+            text = runnable_fix(fix, journal)
+            assert str(home) not in text, text
+            export, replay = re.findall(r"`([^`]+)`", text)[:2]
+            assert export.startswith(f"jitwatch manifest export --journal-dir {shown} -o "), export
+            script = f"set -- {export.removeprefix('jitwatch manifest export ')}; printf '%s\\n' \"$@\"; "
+            script += f"{replay} env | grep ^JITWATCH_MANIFEST | sort"
+            sh = subprocess.run(
+                ["/bin/sh", "-c", script],
+                cwd=tmp_path,
+                env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                capture_output=True,
+                text=True,
+            )
+            assert sh.returncode == 0, sh.stderr
+            manifest = str(journal / "manifest.json")
+            assert sh.stdout.splitlines() == [
+                "--journal-dir",
+                str(journal),
+                "-o",
+                manifest,
+                f"JITWATCH_MANIFEST={manifest}",
+                "JITWATCH_MANIFEST_ALLOW=pkg.mod",
+            ], sh.stdout
+            assert runnable_fix(text, journal) == text  # shown once: nothing left to replace
+        assert runnable_fix(fix, None) == fix
+        other = warm_fix("graph", "torch_compile")
+        assert runnable_fix(other, tmp_path) == other
+    finally:
+        redact_mod._patterns.cache_clear()
