@@ -101,3 +101,38 @@ def clear_memory_caches() -> None:
     """Forget every in-memory compiled kernel (the next call is a disk-cache hit, if any)."""
     for fn in jit_functions():
         fn.device_caches.clear()
+
+
+def hook_slots() -> list[tuple[Any, str]]:
+    """Triton's three compile hook slots jitwatch may hold, as ``(holder, attribute)``, in the order
+    Triton calls them in a compile: ``jit_cache_hook``, the compilation listener,
+    ``jit_post_compile_hook``."""
+    rt = triton.knobs.runtime
+    return [(rt, "jit_cache_hook"), (triton.knobs.compilation, "listener"), (rt, "jit_post_compile_hook")]
+
+
+def hook_keywords(burst: Callable[[], Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The callables in :func:`hook_slots` now, and the keywords Triton passed each of them in the
+    first compile of one ``burst()`` (``{}`` for an empty slot): for calling the hooks back to back
+    outside a compile (a tight loop). The slots hold the same callables again afterwards."""
+    slots = hook_slots()
+    saved = [getattr(h, a) for h, a in slots]
+    seen: list[dict[str, Any] | None] = [None, None, None]
+
+    def grab(fn: Any, i: int) -> Any:
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            if seen[i] is None:
+                seen[i] = kwargs
+            return fn(*args, **kwargs)
+
+        return hook
+
+    for (h, a), fn, i in zip(slots, saved, range(3), strict=True):
+        if fn is not None:
+            setattr(h, a, grab(fn, i))
+    try:
+        burst()
+    finally:
+        for (h, a), fn in zip(slots, saved, strict=True):
+            setattr(h, a, fn)
+    return saved, [k or {} for k in seen]

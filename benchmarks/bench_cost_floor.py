@@ -280,29 +280,10 @@ def _tight_loop(burst: Any, triton: Any, n: int, reps: int) -> list[float]:
     time spent waiting for a core are not in it) per compile when jitwatch's three installed
     callables are called back to back, ``n`` times per rep, with the keywords Triton passed them
     in a real disk-hit compile: the hooks' own work with warm caches and no Triton in between."""
-    slots = [(triton.knobs.runtime, "jit_cache_hook"), (triton.knobs.compilation, "listener")]
-    slots.append((triton.knobs.runtime, "jit_post_compile_hook"))
-    saved = [getattr(h, a) for h, a in slots]
-    seen: list[dict[str, Any] | None] = [None, None, None]
+    import _kernels
 
-    def grab(fn: Any, i: int) -> Any:
-        def hook(*args: Any, **kwargs: Any) -> Any:
-            if seen[i] is None:
-                seen[i] = kwargs
-            return fn(*args, **kwargs)
-
-        return hook
-
-    for (h, a), fn, i in zip(slots, saved, range(3), strict=True):
-        if fn is not None:
-            setattr(h, a, grab(fn, i))
-    try:
-        burst()
-    finally:
-        for (h, a), fn in zip(slots, saved, strict=True):
-            setattr(h, a, fn)
+    saved, (kp, kl, kq) = _kernels.hook_keywords(burst)
     pre, listener, post = saved
-    kp, kl, kq = (k or {} for k in seen)
     if post is None:  # two slots: the listener ends the compile
         post, kq = (lambda **kw: None), {}
     out: list[float] = []

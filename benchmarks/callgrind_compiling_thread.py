@@ -53,12 +53,10 @@ def _inner(cfg: dict[str, Any]) -> None:
 
     activate()
     import _kernels
-    import triton
 
     plan = _kernels.compile_plan(cfg["compiles"])
     run = _kernels.make_launcher("cpu")
-    slots = [(triton.knobs.runtime, "jit_cache_hook"), (triton.knobs.compilation, "listener")]
-    slots.append((triton.knobs.runtime, "jit_post_compile_hook"))
+    slots = _kernels.hook_slots()
     mon = None
     import dataclasses
     import logging
@@ -79,22 +77,7 @@ def _inner(cfg: dict[str, Any]) -> None:
         for name, block, warps in plan:
             run(name, block, warps, False)
 
-    seen: list[dict[str, Any] | None] = [None, None, None]
-
-    def grab(fn: Any, i: int) -> Any:
-        def hook(*args: Any, **kwargs: Any) -> Any:
-            if seen[i] is None:
-                seen[i] = kwargs
-            return fn(*args, **kwargs)
-
-        return hook
-
-    for (h, a), fn, i in zip(slots, mine, range(3), strict=True):
-        if fn is not None:
-            setattr(h, a, grab(fn, i))
-    burst()  # the disk cache filled, Python's paths warm, the keywords of one real compile
-    for (h, a), fn in zip(slots, mine, strict=True):
-        setattr(h, a, fn)
+    _, seen = _kernels.hook_keywords(burst)  # the disk cache filled, Python's paths warm
     burst()
     mon.flush()
 
