@@ -244,9 +244,12 @@ METRICS: tuple[MetricSpec, ...] = (
         "gauge",
         ("backend", "kernel"),
         "",
-        "Share (0..1) of the kernel's Triton specialization classes (per argument) compiled before serving; "
-        "a compile without argument classes (listener-only: a direct triton.compile, Inductor's kernels) "
-        "counts as one class per exact key, covered only by the same key compiled before serving.",
+        "Share (0..1) of the Triton kernel's specialization keys needed that were compiled before serving: "
+        "keys compiled in startup or warmup (replayed manifests included) / those plus the keys first "
+        "compiled in serving; 1 = warmup compiled every key the kernel needed, below 1 = serving compiled "
+        "some (jitwatch coverage lists them). Listener-only compiles (a direct triton.compile, Inductor's "
+        "kernels) count by exact key. The per-argument class share is a detail of jitwatch coverage and "
+        "/jit, not this metric.",
     ),
     MetricSpec(
         "jitwatch_hook_errors_total",

@@ -24,8 +24,17 @@ Pointer element types and constexpr values are open sets: the classes enumerated
 seen in the journal (or declared by the kernel's annotations). Coverage is per argument
 (marginal): a class is **covered** when some compile outside the serving phase (startup or
 warmup, replayed manifests included) used it, **uncovered** otherwise; ``serving_only`` lists
-the classes that only serving compiles met — what warmup missed. A kernel's ratio is covered
-classes / enumerated classes, over all its arguments.
+the classes that only serving compiles met — what warmup missed.
+
+**A kernel's ratio** (the headline of ``jitwatch coverage`` and the metric
+``jitwatch_specialization_coverage_ratio``) counts **keys**, not classes: the keys compiled before
+serving / the keys needed (those, plus the expected keys nothing compiled before serving: serving
+compiles, manifest entries, a previous journal's serving compiles). Serving's launches that hit a
+warmed key compile nothing and are not journaled, so every warmed key counts as needed. 1.0 means
+warmup compiled every key seen or expected. The per-argument share (``classes_covered`` /
+``classes_total``, ``class_ratio``) is a detail: it counts every class Triton could tell apart
+(``i64`` ints, unaligned pointers, ints equal to 1), most of which a given server never passes —
+`jitwatch demo`'s fully warmed slot-mapping kernel reads 1/1 keys but 10/27 classes.
 
 **Compiles without argument classes** are counted by exact key, as the pseudo-argument ``[key]``
 (kind ``key``, one class per key): a *listener-only* Triton compile (a direct ``triton.compile``,
@@ -325,9 +334,27 @@ class KernelCoverage(BaseModel):
     )
     kernel: str
     module: str | None = None
-    covered: int = Field(description="Covered classes, summed over arguments.")
-    total: int = Field(description="Enumerated classes, summed over arguments.")
-    ratio: float = Field(description="covered / total, 0..1 (1.0 when nothing is enumerable).")
+    covered: int = Field(description="Keys needed that were compiled before serving (startup / warmup).")
+    total: int = Field(
+        description="Keys needed: those compiled before serving plus the expected keys nothing compiled before"
+        " serving (``missing``: serving compiles, manifest entries, a previous journal's serving compiles, a"
+        " never-compiled --allow kernel as one)."
+    )
+    ratio: float = Field(
+        description="covered / total, 0..1 (1.0 when nothing is needed): the headline figure and the metric"
+        " jitwatch_specialization_coverage_ratio. 1.0 means warmup compiled every key seen or expected."
+    )
+    classes_covered: int = Field(
+        default=0, description="Detail (Triton): argument classes some compile before serving used, summed."
+    )
+    classes_total: int = Field(
+        default=0,
+        description="Detail (Triton): every argument class Triton can tell apart, summed over arguments; most"
+        " are never passed by a given server (i64 ints, unaligned pointers), so a low share is not a failure.",
+    )
+    class_ratio: float = Field(
+        default=1.0, description="classes_covered / classes_total (1.0 when nothing is enumerable); a detail."
+    )
     warmup_keys: int = Field(description="Distinct specialization keys compiled outside serving.")
     serving_keys: int = Field(description="Distinct keys first compiled during serving.")
     flags_known: bool = Field(description="do_not_specialize flags read from the kernel, not inferred.")
@@ -501,7 +528,7 @@ def coverage_from_events(
                         kernel=name,
                         module=o.module,
                         covered=0,
-                        total=0,
+                        total=1,
                         ratio=0.0,
                         warmup_keys=0,
                         serving_keys=0,
@@ -579,19 +606,24 @@ def coverage_from_events(
             )
         total = sum(len(a.classes) for a in args)
         cov = sum(len(a.covered) for a in args)
+        missing = _missing(name, o)
+        needed = len(o.warm_keys) + len(missing)  # a missing key is never a warm one (_missing)
         report.kernels.append(
             KernelCoverage(
                 kernel=name,
                 module=o.module,
-                covered=cov,
-                total=total,
-                ratio=cov / total if total else 1.0,
+                covered=len(o.warm_keys),
+                total=needed,
+                ratio=len(o.warm_keys) / needed if needed else 1.0,
+                classes_covered=cov,
+                classes_total=total,
+                class_ratio=cov / total if total else 1.0,
                 warmup_keys=len(o.warm_keys),
                 serving_keys=len(o.serving_keys - o.warm_keys),
                 flags_known=fn is not None,
                 arguments=args,
                 uncovered=[f"{a.name}:{c}" for a in args for c in a.uncovered],
-                missing=_missing(name, o),
+                missing=missing,
             )
         )
     report.kernels.sort(key=lambda k: k.kernel)
@@ -710,7 +742,7 @@ def coverage_ratio_samples(report: CoverageReport, labels: Mapping[str, str] | N
 
     ``labels`` maps kernel names to their metric label (``Journal.stats()`` ``.label``:
     kernels past ``JITWATCH_MAX_KERNELS`` share ``_other``); kernels folded into one label are
-    pooled (sum of covered / sum of enumerated classes).
+    pooled (sum of keys compiled before serving / sum of keys needed).
     """
     pooled: dict[str, list[int]] = {}
     for k in report.kernels:
