@@ -73,3 +73,161 @@ def test_readme_links_every_docs_page() -> None:
     assert not missing, f"docs pages not linked from README.md: {missing}"
     if any((ROOT / "docs" / "backends").glob("*.md")):
         assert "docs/backends/" in linked
+
+
+# --- Captured transcripts keep the shape of today's output -------------------------------------
+#
+# README.md and docs/*.md paste real `jitwatch why` / `coverage` / `status` output. Each block is
+# checked against the same command run now on a real journal (compile-only Triton compiles): the
+# `why` time stamps and line labels, the `status` header lines, and every rich table's title and
+# column names. Numbers, kernels and times differ from run to run and are not compared.
+
+_TRANSCRIPT_PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "benchmarks.md")]
+
+
+def _transcripts(command: str) -> list[tuple[str, list[str]]]:
+    """``(where, output lines)`` of each ``$ jitwatch <command> …`` in a fenced block, its output
+    running to the next ``$ `` line or the end of the block (commands without output are left out)."""
+    out: list[tuple[str, list[str]]] = []
+    for page in _TRANSCRIPT_PAGES:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        fenced = False
+        for i, line in enumerate(lines):
+            if line.startswith("```"):
+                fenced = not fenced
+                continue
+            if not (fenced and line.startswith(f"$ jitwatch {command}")):
+                continue
+            body: list[str] = []
+            for nxt in lines[i + 1 :]:
+                if nxt.startswith("```") or nxt.startswith("$ "):
+                    break
+                body.append(nxt)
+            if body:
+                out.append((f"{page.name}:{i + 1}", body))
+    return out
+
+
+def _tables(lines: list[str]) -> list[tuple[str, str, list[str]]]:
+    """Rich tables in ``lines``: ``(text above it, its title's last line, column names)``. The text
+    above runs from the previous table's bottom border (a title wrapped over lines is in it, joined
+    by spaces); a header cell wrapped over lines is joined likewise."""
+    tables: list[tuple[str, str, list[str]]] = []
+    above: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith("└"):
+            above = []
+            continue
+        if not line.startswith("┏"):
+            if line.strip() and not line.startswith(("│", "┃", "┡", "┗")):
+                above.append(line.strip())
+            continue
+        cols: list[list[str]] = []
+        for head in lines[i + 1 :]:
+            if not head.startswith("┃"):
+                break
+            cells = [c.strip() for c in head.strip().strip("┃").split("┃")]
+            cols = cols or [[] for _ in cells]
+            for col, cell in zip(cols, cells, strict=True):
+                if cell:
+                    col.append(cell)
+        tables.append((" ".join(above), above[-1] if above else "", [" ".join(c) for c in cols]))
+        above = []
+    return tables
+
+
+@pytest.fixture(scope="module")
+def served_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A journal with a warmup compile and a serving compile of one kernel (in a request)."""
+    import sys
+
+    from jitwatch.testing import fresh_kernel_cache, monitored
+    from tests._paths import TRITON_TESTS
+
+    sys.path.insert(0, str(TRITON_TESTS))
+    import kernels_fieldcases as kf
+
+    jdir = tmp_path_factory.mktemp("journal")
+    fresh_kernel_cache(kf.slot_mapping)
+    with monitored("warn", journal_dir=jdir, triton_cache_dir=tmp_path_factory.mktemp("triton")) as h:
+        with h.monitor.warmup():
+            kf.CASES["slot_mapping"]["warmup"][0]()
+        with h.monitor.request():
+            kf.CASES["slot_mapping"]["serving"][0]()
+        h.monitor.flush()
+    return jdir
+
+
+def _cli(*args: str, columns: int) -> list[str]:
+    from typer.testing import CliRunner
+
+    from jitwatch.cli import app
+
+    res = CliRunner().invoke(app, list(args), env={"COLUMNS": str(columns)})
+    assert res.exit_code in (0, 1), res.output
+    return res.output.splitlines()
+
+
+def _check_tables(where: str, doc: list[str], real: list[list[str]]) -> None:
+    """Each table of the ``doc`` block is in one of the ``real`` outputs: a table whose title ends
+    with the doc table's title (rich wraps a title wider than its table) and with the same columns."""
+    documented = _tables(doc)
+    assert documented or not any(line.startswith("┏") for line in doc), where
+    for _, title, columns in documented:
+        now = [cols for out in real for above, _, cols in _tables(out) if above.endswith(title)]
+        assert now, f"{where}: table {title!r} is not in today's output"
+        assert columns in now, f"{where}: table {title!r} has columns {columns}, today's {now}"
+
+
+def test_coverage_transcripts_have_todays_tables(served_journal: Path) -> None:
+    real = [_cli("coverage", "--journal-dir", str(served_journal), columns=w) for w in (100, 130)]
+    found = _transcripts("coverage")
+    assert found, "no `$ jitwatch coverage` transcript found in the docs"
+    for where, doc in found:
+        _check_tables(where, doc, real)
+
+
+def test_why_transcripts_have_todays_line_shapes(served_journal: Path) -> None:
+    real = _cli("why", "--journal-dir", str(served_journal), columns=100)
+    head = real[0]
+    stamp = head.index(" rank ")  # the time stamp before it, its digits as 9s
+    shape = re.sub(r"\d", "9", head[:stamp])
+    labels = {line.split(":")[0].strip() for line in real if line.startswith("  ")}
+    found = _transcripts("why")
+    assert found, "no `$ jitwatch why` transcript found in the docs"
+    for where, doc in found:
+        assert not doc[0].startswith(" "), f"{where}: starts with {doc[0]!r}"
+        for line in doc:
+            if line.startswith("  "):
+                assert line.split(":")[0].strip() in labels, f"{where}: {line!r} (today's labels: {labels})"
+            else:
+                assert re.sub(r"\d", "9", line[:stamp]) == shape and line[stamp:].startswith(" rank "), (
+                    f"{where}: {line!r} is not today's shape {head!r}"
+                )
+
+
+def test_status_transcripts_have_todays_header_and_tables(served_journal: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from jitwatch.cli.render import render_status
+    from jitwatch.store.journal import Journal
+    from jitwatch.views.status import build_status
+
+    url = "http://127.0.0.1:9400"
+    with Journal(served_journal, readonly=True) as j:
+        status = build_status(j).model_copy(update={"journal_dir": str(served_journal)})
+    real = []
+    for width in (100, 130):
+        buf = io.StringIO()
+        render_status(status, Console(file=buf, width=width, color_system=None), url)
+        real.append(buf.getvalue().splitlines())
+    line1, line2 = real[0][:2]
+    journal_line = re.escape(line2).replace(re.escape(str(served_journal)), ".+").replace(re.escape(url), r"\S+")
+    found = _transcripts("status")
+    assert found, "no `$ jitwatch status` transcript found in the docs"
+    for where, doc in found:
+        assert doc[0] == line1, f"{where}: {doc[0]!r}, today: {line1!r}"
+        assert re.fullmatch(journal_line, doc[1]), f"{where}: {doc[1]!r}, today: {line2!r}"
+        _check_tables(where, doc, real)
