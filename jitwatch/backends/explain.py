@@ -171,6 +171,10 @@ as stored: a worker resolves it against its own working directory); :func:`runna
 the manifest's absolute path there."""
 
 
+_MANIFEST_COMMANDS = re.compile(f"{re.escape(MANIFEST_EXPORT)}|{re.escape(MANIFEST_REPLAY)}")
+"""The stored commands :func:`runnable_fix` shows for a journal."""
+
+
 def shell_path(path: str | os.PathLike[str]) -> str:
     """``path`` made absolute (against the working directory) and redacted
     (:func:`jitwatch.redact.redact`: a home directory as ``~``, the user name as ``<user>``), as
@@ -206,8 +210,13 @@ def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
         manifest = shell_path(os.path.join(directory, MANIFEST_FILE))
     except (TypeError, ValueError):
         return fix
-    export = f"`jitwatch manifest export --journal-dir {shown_dir} -o {manifest}`"
-    return fix.replace(MANIFEST_EXPORT, export).replace(MANIFEST_REPLAY, f"`JITWATCH_MANIFEST={manifest} ")
+    shown = {
+        MANIFEST_EXPORT: f"`jitwatch manifest export --journal-dir {shown_dir} -o {manifest}`",
+        MANIFEST_REPLAY: f"`JITWATCH_MANIFEST={manifest} ",
+    }
+    # One pass over the stored text: a path is never searched again (a directory named like the
+    # replay's text would have had its quoting cut open by a second replace).
+    return _MANIFEST_COMMANDS.sub(lambda m: shown[m.group(0)], fix)
 
 
 def warm_fix(

@@ -193,3 +193,55 @@ def test_a_fix_shown_for_a_journal_names_it_and_one_absolute_manifest_as_the_she
         assert runnable_fix(other, tmp_path) == other
     finally:
         redact_mod._patterns.cache_clear()
+
+
+def _shown_commands(text: str) -> tuple[str, str]:
+    """The record and replay commands of a never-warmed fix as shown, by the words around them
+    (the directory itself may hold backquotes)."""
+    import re
+
+    m = re.search(
+        r"record a manifest \(`(.*)`\) and replay it inside the worker's warmup \(`(.*)` with the vLLM plugin",
+        text,
+        re.DOTALL,
+    )
+    assert m is not None, text
+    return m.group(1), m.group(2)
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "bash"])
+def test_a_journal_directory_named_like_the_replay_command_runs_nothing_else(tmp_path: Path, shell: str) -> None:
+    """A journal directory whose name holds the stored replay command's text (``JITWATCH_MANIFEST=
+    manifest.json``) and shell syntax: the record command as shown, pasted into a shell, passes that
+    directory and its ``manifest.json`` as two arguments and runs nothing else. (``runnable_fix``
+    replaced the replay's text in the record command it had just written, so the path's quoting was
+    cut open there and ``touch`` ran.)"""
+    import shlex
+    import subprocess
+
+    from jitwatch.backends.explain import runnable_fix, warm_fix
+
+    journal = tmp_path / "a`JITWATCH_MANIFEST=manifest.json ;touch PWNED;#"
+    text = runnable_fix(warm_fix("k", "triton", module="pkg.mod"), journal)
+    export, replay = _shown_commands(text)
+    assert export.startswith("jitwatch manifest export "), export
+    script = f"set -- {export.removeprefix('jitwatch manifest export ')}; printf '%s\\n' \"$@\"; "
+    script += f"{replay} env | grep ^JITWATCH_MANIFEST | sort"
+    sh = subprocess.run(
+        [shell, "-c", script],
+        cwd=tmp_path,
+        env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert not (tmp_path / "PWNED").exists(), (text, sh.stdout, sh.stderr)
+    assert sh.returncode == 0, sh.stderr
+    manifest = str(journal / "manifest.json")
+    assert sh.stdout.splitlines() == [
+        "--journal-dir",
+        str(journal),
+        "-o",
+        manifest,
+        f"JITWATCH_MANIFEST={manifest}",
+        "JITWATCH_MANIFEST_ALLOW=pkg.mod",
+    ], (text, shlex.split(export))
