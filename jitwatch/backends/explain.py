@@ -175,19 +175,51 @@ _MANIFEST_COMMANDS = re.compile(f"{re.escape(MANIFEST_EXPORT)}|{re.escape(MANIFE
 """The stored commands :func:`runnable_fix` shows for a journal."""
 
 
+OTHER_HOME = "<home>"
+"""How :func:`shell_path` shows a home directory that is not the shell's ``~`` (another user's
+``/home/<name>``): a placeholder to type in, as the redacted user name (``<user>``)."""
+
+
+def _shell_homes() -> tuple[str, ...]:
+    """The directory a shell expands ``~`` to (``$HOME``, else the passwd entry's), and its real
+    path (a home that is a symbolic link). Never raises; ``()`` without a home."""
+    try:
+        home = os.path.expanduser("~")
+    except (KeyError, OSError, ValueError):  # no $HOME and no passwd entry
+        return ()
+    if not os.path.isabs(home) or home.rstrip("/") == "":
+        return ()
+    home = home.rstrip("/")
+    try:
+        real = os.path.realpath(home)
+    except (OSError, ValueError):
+        real = home
+    return tuple(dict.fromkeys(h for h in (home, real) if h != "/"))
+
+
 def shell_path(path: str | os.PathLike[str]) -> str:
     """``path`` made absolute (against the working directory) and redacted
     (:func:`jitwatch.redact.redact`: a home directory as ``~``, the user name as ``<user>``), as
-    one shell word: ``~/`` followed by the rest quoted (``~/'state dir/jw'``; the tilde stays
-    unquoted at the start of the word, where the shell expands it, in an argument and after a
-    variable assignment's ``=``), else quoted whole (:func:`shlex.quote`). The home directory's
-    full path is never in it. Raises ``TypeError``/``ValueError`` for a value that is not a path."""
-    text = redact(os.path.abspath(os.fspath(path)))
-    if text == REDACTED_HOME:
-        return text
-    if text.startswith(REDACTED_HOME + "/"):
-        rest = text[len(REDACTED_HOME) + 1 :]
-        return f"{REDACTED_HOME}/{shlex.quote(rest) if rest else ''}"
+    one shell word: a path in the shell's own home (``$HOME``, where the shell expands ``~``) as
+    ``~/`` followed by the rest quoted (``~/'state dir/jw'``; the tilde stays unquoted at the start
+    of the word, where the shell expands it, in an argument and after a variable assignment's
+    ``=``), else quoted whole (:func:`shlex.quote`), with a home that is not the shell's ``~``
+    (another user's ``/home/<name>``) shown as :data:`OTHER_HOME` (``'<home>/jw'``, to type in:
+    ``~`` would name this user's home). No home directory's full path is ever in it. Raises
+    ``TypeError``/``ValueError`` for a value that is not a path."""
+    real = os.path.abspath(os.fspath(path))
+    for home in _shell_homes():
+        if real == home or real.startswith(home + "/"):
+            rest = real[len(home) :]  # "" or "/..."
+            if not rest:
+                return REDACTED_HOME
+            shown = redact(rest)  # the user name as <user>; a home further down as a placeholder
+            if shown.startswith(REDACTED_HOME):
+                shown = "/" + OTHER_HOME + shown[len(REDACTED_HOME) :]
+            return f"{REDACTED_HOME}/{shlex.quote(shown[1:]) if shown[1:] else ''}"
+    text = redact(real)
+    if text.startswith(REDACTED_HOME):  # a home, but not where this shell's ~ leads
+        text = OTHER_HOME + text[len(REDACTED_HOME) :]
     return shlex.quote(text)
 
 
@@ -421,6 +453,7 @@ __all__ = [
     "MANIFEST_EXPORT",
     "MANIFEST_FILE",
     "MANIFEST_REPLAY",
+    "OTHER_HOME",
     "REASON_KINDS",
     "Change",
     "ExactKeyFixes",

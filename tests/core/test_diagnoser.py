@@ -245,3 +245,44 @@ def test_a_journal_directory_named_like_the_replay_command_runs_nothing_else(tmp
         f"JITWATCH_MANIFEST={manifest}",
         "JITWATCH_MANIFEST_ALLOW=pkg.mod",
     ], (text, shlex.split(export))
+
+
+def test_a_journal_outside_the_shells_home_is_never_shown_as_a_path_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~`` is where the shell expands it, the current ``$HOME``: a journal in another user's home
+    (``/home/bob/jw``) or in a directory whose name starts with the home's (``<home> 2/jw``) was
+    shown as ``~/jw`` / ``'~ 2/jw'`` (redaction's ``~`` for any home), so the commands as pasted
+    read or wrote another directory: this user's ``~/jw``, or a relative ``~ 2/jw``. Such a path is
+    shown with a ``<home>`` placeholder to type in (as ``<user>``), quoted; neither the other home
+    nor its user's name is printed. A journal in the home itself is still ``~/…``."""
+    import subprocess
+
+    from jitwatch import redact as redact_mod
+    from jitwatch.backends.explain import runnable_fix, warm_fix
+
+    home = tmp_path / "home" / "alice"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    redact_mod._patterns.cache_clear()
+    try:
+        fix = warm_fix("k", "triton", module="pkg.mod")
+        for journal in [Path("/home/bob/jw"), tmp_path / "home" / "alice 2" / "jw", home / "jw"]:
+            text = runnable_fix(fix, journal)
+            assert "bob" not in text and str(home) not in text, text
+            export, _ = _shown_commands(text)
+            word = export.removeprefix("jitwatch manifest export --journal-dir ").split(" -o ")[0]
+            sh = subprocess.run(
+                ["/bin/sh", "-c", f"printf '%s' {word}"],
+                cwd=tmp_path,
+                env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                capture_output=True,
+                text=True,
+            )
+            assert sh.returncode == 0, sh.stderr
+            if journal.parent == home:
+                assert sh.stdout == str(journal) and word == "~/jw", text
+            else:  # never another directory than the journal, silently: a placeholder to type in
+                assert sh.stdout.startswith("<home>") and sh.stdout.endswith("/jw"), (sh.stdout, text)
+    finally:
+        redact_mod._patterns.cache_clear()
