@@ -1048,3 +1048,28 @@ def test_status_refuses_a_jitwatch_host_with_a_userinfo(server: str, monkeypatch
     assert res.exit_code == 2 and len(lines) == 1, res.output
     assert lines[0].startswith("jitwatch: JITWATCH_HOST makes the URL http://***@127.0.0.1:"), lines
     assert "alice" not in res.output, res.output
+
+
+def test_status_never_prints_a_password_holding_an_at_sign_or_a_slash(tmp_path: Path) -> None:
+    """A password with an unencoded ``@`` (``http://alice:p@ss@HOST``: the userinfo ends at the
+    authority's *last* ``@``, as httpx reads it) was shown as ``http://***@ss@HOST``, and the URL
+    to pass instead was ``http://ss@HOST`` (a userinfo again: refused again); one with a ``/``, or a
+    URL without ``http://``, is not a URL httpx can read and was printed whole in ``invalid
+    --url '…'`` (with httpx's ``Invalid port: 'pa'``, the password's first part). No part of the
+    password is printed, one line, exit 2, no request (the port is closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        where = f"127.0.0.1:{s.getsockname()[1]}"
+    for url, secret in [
+        (f"http://alice:p@ss-w0rd@{where}", "ss-w0rd"),
+        (f"http://alice:x@y@ss-w0rd@{where}/", "ss-w0rd"),
+        (f"http://alice:pa55/w0rd@{where}", "pa55"),
+        (f"alice:s3cret-pw@{where}", "s3cret-pw"),
+        (f"http://alice:s3cret-pw@[::1@{where}", "s3cret-pw"),
+    ]:
+        res = runner.invoke(app, ["status", "--url", url, "--timeout", "1"])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1 and res.stdout == "", (url, res.output)
+        assert secret not in res.output and "w0rd" not in res.output, (url, res.output)
+        if url.startswith("http://alice:p") and "/w0rd" not in url:  # a URL httpx reads: the one to pass
+            assert f"pass --url http://{where} and the token" in lines[0], lines

@@ -458,6 +458,13 @@ def status(
         params = {"backend": backend} if backend is not None else {}
         resp = httpx.get(url.rstrip("/") + "/jit", headers=headers, params=params, timeout=timeout)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        masked = _url_shown(url, unparsed=True)
+        if masked != _url_shown(url, "", unparsed=True):  # httpx's reason may quote a part of a password
+            raise _fail(
+                f"invalid --url {masked!r} (shown without the part up to its last @, which may hold a password):"
+                f" the sidecar takes no user:password: pass --url http://HOST:PORT and the token as --token or"
+                f" {config.JITWATCH_TOKEN}"
+            ) from None
         raise _fail(f"invalid --url {shown!r}: {exc}") from None
     except httpx.ConnectError as exc:
         hint = _start_hint(url, exc) + _live_demo_hint(url, exc, settings)
@@ -498,17 +505,24 @@ running", as ``systemctl status``): 0 is READY, 1 no answer (unreachable, 401, n
 usage or configuration error."""
 
 
-_USERINFO = r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@"
-"""A URL's scheme and userinfo (``http://user:password@``), for :func:`_url_shown`."""
+_USERINFO = r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@"
+"""A URL's scheme and userinfo (``http://user:password@``), for :func:`_url_shown`: the userinfo
+ends at the authority's last ``@`` (a password may hold one unencoded; httpx reads it so)."""
+
+_UNPARSED_USERINFO = r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^\s]*@"
+"""For a URL httpx cannot read: everything up to its last ``@`` (with or without a scheme)."""
 
 
-def _url_shown(url: str, userinfo: str = "***@") -> str:
+def _url_shown(url: str, userinfo: str = "***@", *, unparsed: bool = False) -> str:
     """``url`` as ``jitwatch status`` prints it, without a trailing ``/`` and with any userinfo
-    (``user:password@``) shown as ``userinfo`` (``***@``; ``""`` drops it): the password is never
-    printed. Never raises (an unparsable URL is printed as given)."""
+    (``user:password@``, up to the authority's last ``@``) shown as ``userinfo`` (``***@``; ``""``
+    drops it): the password is never printed. ``unparsed``: ``url`` is not a URL httpx can read
+    (a password with an unencoded ``/``, no ``http://``), so everything up to its last ``@`` is
+    taken as the userinfo. Never raises."""
     import re
 
-    return re.sub(_USERINFO, lambda m: m.group(1) + userinfo, url.strip()).rstrip("/")
+    pattern = _UNPARSED_USERINFO if unparsed else _USERINFO
+    return re.sub(pattern, lambda m: m.group(1) + userinfo, url.strip()).rstrip("/")
 
 
 def _refuse_userinfo(url: str, url_from: str) -> None:
