@@ -1073,3 +1073,27 @@ def test_status_never_prints_a_password_holding_an_at_sign_or_a_slash(tmp_path: 
         assert secret not in res.output and "w0rd" not in res.output, (url, res.output)
         if url.startswith("http://alice:p") and "/w0rd" not in url:  # a URL httpx reads: the one to pass
             assert f"pass --url http://{where} and the token" in lines[0], lines
+
+
+@pytest.mark.parametrize("userinfo", ["alice:s3cret-pw", "alice:p@ss-w0rd", "alice"])
+def test_status_names_the_url_to_pass_for_a_jitwatch_host_with_a_password(
+    server: str, monkeypatch: pytest.MonkeyPatch, userinfo: str
+) -> None:
+    """``JITWATCH_HOST=alice:pw@127.0.0.1``: the ``:`` made the host look like an IPv6 address, so
+    the URL was ``http://[alice:pw@127.0.0.1]:PORT`` and the refusal named ``http://***@127.0.0.1]:PORT``
+    and told to pass ``--url http://127.0.0.1]:PORT``, which is no URL. The host is the part after
+    the userinfo (its last ``@``): the URL to pass is ``http://127.0.0.1:PORT``, which answers."""
+    port = server.rsplit(":", 1)[1]
+    monkeypatch.setenv("JITWATCH_HOST", f"{userinfo}@127.0.0.1")
+    monkeypatch.setenv("JITWATCH_PORT", port)
+    monkeypatch.setenv("JITWATCH_TOKEN", TOKEN)
+    res = runner.invoke(app, ["status", "--json"])
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0].startswith(f"jitwatch: JITWATCH_HOST makes the URL http://***@127.0.0.1:{port}"), lines
+    assert "alice" not in res.output and "s3cret" not in res.output and "w0rd" not in res.output, res.output
+    (bare,) = [w for w in lines[0].split() if w.startswith("http://") and "***" not in w]
+    monkeypatch.delenv("JITWATCH_HOST")
+    monkeypatch.delenv("JITWATCH_PORT")
+    res = runner.invoke(app, ["status", "--url", bare, "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["ready"] is True, (bare, res.output)

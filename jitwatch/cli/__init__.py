@@ -447,7 +447,9 @@ def status(
     settings = _settings(*uses) if uses else Settings.from_env(strict=False)
     url_from = "--url"
     if url is None:
-        url = f"http://{local_url_host(settings.host)}:{port if port is not None else settings.port}"
+        # A user:password@ in JITWATCH_HOST (refused below) precedes the host: its ":" is no IPv6's.
+        userinfo, at, host = settings.host.rpartition("@")
+        url = f"http://{userinfo}{at}{local_url_host(host)}:{port if port is not None else settings.port}"
         url_from = config.JITWATCH_HOST
     _refuse_userinfo(url, url_from)
     token = token if token is not None else settings.token
