@@ -171,7 +171,13 @@ as stored: a worker resolves it against its own working directory); :func:`runna
 the manifest's absolute path there."""
 
 
-_MANIFEST_COMMANDS = re.compile(f"{re.escape(MANIFEST_EXPORT)}|{re.escape(MANIFEST_REPLAY)}")
+MANIFEST_REPLAY_AT_STARTUP = f"`jitwatch warmup replay {MANIFEST_FILE}`"
+"""The replay command of an older version's fix ("replay it at startup"), which journals of that
+version hold: :func:`runnable_fix` names the same manifest there as in the record command."""
+
+_MANIFEST_COMMANDS = re.compile(
+    "|".join(re.escape(c) for c in (MANIFEST_EXPORT, MANIFEST_REPLAY, MANIFEST_REPLAY_AT_STARTUP))
+)
 """The stored commands :func:`runnable_fix` shows for a journal."""
 
 
@@ -229,13 +235,15 @@ def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
     (:data:`MANIFEST_EXPORT`) becomes ``jitwatch manifest export --journal-dir <dir> -o
     <dir>/manifest.json`` and the replay's ``JITWATCH_MANIFEST=manifest.json`` names that same
     absolute file, so neither depends on the directory a command runs in (the worker's is not
-    the operator's). Paths are shown by :func:`shell_path` (home as ``~``, quoted).
+    the operator's); so does an older version's ``jitwatch warmup replay manifest.json``
+    (:data:`MANIFEST_REPLAY_AT_STARTUP`). Paths are shown by :func:`shell_path` (home as ``~``,
+    quoted).
 
     Returns ``fix`` unchanged when ``journal_dir`` is ``None``, when ``fix`` holds neither command
     (other backends' fixes, a fix already shown with a journal), or when ``journal_dir`` is not a
     path. Never raises."""
     if journal_dir is None or (MANIFEST_EXPORT not in fix and MANIFEST_REPLAY not in fix):
-        return fix
+        return fix  # an older version's replay comes with its record command
     try:
         directory = os.path.abspath(os.fspath(journal_dir))
         shown_dir = shell_path(directory)
@@ -245,6 +253,7 @@ def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
     shown = {
         MANIFEST_EXPORT: f"`jitwatch manifest export --journal-dir {shown_dir} -o {manifest}`",
         MANIFEST_REPLAY: f"`JITWATCH_MANIFEST={manifest} ",
+        MANIFEST_REPLAY_AT_STARTUP: f"`jitwatch warmup replay {manifest}`",
     }
     # One pass over the stored text: a path is never searched again (a directory named like the
     # replay's text would have had its quoting cut open by a second replace).
@@ -453,6 +462,7 @@ __all__ = [
     "MANIFEST_EXPORT",
     "MANIFEST_FILE",
     "MANIFEST_REPLAY",
+    "MANIFEST_REPLAY_AT_STARTUP",
     "OTHER_HOME",
     "REASON_KINDS",
     "Change",

@@ -286,3 +286,45 @@ def test_a_journal_outside_the_shells_home_is_never_shown_as_a_path_in_it(
                 assert sh.stdout.startswith("<home>") and sh.stdout.endswith("/jw"), (sh.stdout, text)
     finally:
         redact_mod._patterns.cache_clear()
+
+
+def test_a_fix_of_an_older_version_names_one_manifest_in_its_record_and_replay(tmp_path: Path) -> None:
+    """Journals of the version that said "replay it at startup (`jitwatch warmup replay
+    manifest.json`)" hold that text. `jitwatch why` showed their record command with the journal
+    and ``-o <journal dir>/manifest.json`` but left the replay at ``manifest.json``, read against the
+    directory the replay runs in: not the file the record wrote. Both now name that one file."""
+    import json
+    import re
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from jitwatch.cli import app
+    from jitwatch.store.journal import Journal
+    from jitwatch.testing import make_event
+
+    old_fix = (
+        "call k in warmup with serving's arguments, or record a manifest (`jitwatch manifest export -o manifest.json`)"
+        " and replay it at startup (`jitwatch warmup replay manifest.json`)"
+    )
+    journal_dir = tmp_path / "old run"
+    with Journal(journal_dir) as j:
+        j.write(
+            [
+                make_event(
+                    EventKind.COMPILE,
+                    1.0,
+                    phase=Phase.SERVING,
+                    kernel="k",
+                    key="k1",
+                    attrs={"reason": "never warmed", "reason_kind": "never_warmed", "fixes": [old_fix]},
+                )
+            ]
+        )
+    res = CliRunner().invoke(app, ["why", "--journal-dir", str(journal_dir), "--json"])
+    assert res.exit_code == 0, res.output
+    (fix,) = json.loads(res.stdout)[0]["fixes"]
+    export, replay = re.findall(r"`([^`]+)`", fix)
+    manifest = str(journal_dir / "manifest.json")
+    assert shlex.split(export)[-2:] == ["-o", manifest], fix
+    assert shlex.split(replay) == ["jitwatch", "warmup", "replay", manifest], fix
