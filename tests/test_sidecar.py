@@ -858,3 +858,42 @@ def test_readyz_follows_a_deleted_replaced_or_unsafe_journal(tmp_path: Path) -> 
     os.symlink(tmp_path / "moved.db", jdir / JOURNAL_FILE)
     r = get(app, "/readyz")
     assert r.status_code == 503 and "unreadable" in r.json()["reason"]
+
+
+def test_jit_fixes_grow_by_at_most_the_journal_path_per_compile(tmp_path: Path) -> None:
+    """``/jit`` shows a serving compile's fixes with their manifest commands naming the journal
+    (``runnable_fix``): each occurrence of the stored record command became two paths, so a fixes
+    list holding it many times (up to the journal's 64 Ki characters of attrs) in a journal with a
+    long directory made ``/jit`` many times the journal's text (0.9 MB more per compile, 18 MB for
+    twenty, with a 380-character path). Only the commands of one fix per compile are shown for the
+    journal, each once: the document grows by at most three paths per compile."""
+    from jitwatch.backends.explain import MANIFEST_EXPORT, MANIFEST_REPLAY, shell_path
+    from jitwatch.store.journal import MAX_ATTRS_CHARS
+    from tests.test_cli import TOKEN as CLI_TOKEN
+    from tests.test_cli import serving
+
+    journal_dir = tmp_path.joinpath(*["d" * 100] * 3)  # SQLite opens paths of up to 512 bytes
+    stored = [MANIFEST_EXPORT + " " + MANIFEST_REPLAY] * (MAX_ATTRS_CHARS // 80)
+    with Journal(journal_dir) as j:
+        j.write([make_event(EventKind.WORKER_START, 1.0, attrs={"mode": "warn"})])
+        j.write(
+            [
+                make_event(
+                    EventKind.COMPILE,
+                    2.0 + i,
+                    phase=Phase.SERVING,
+                    kernel=f"k{i}",
+                    key="k",
+                    attrs={"reason": "never warmed", "reason_kind": "never_warmed", "fixes": stored},
+                )
+                for i in range(20)
+            ]
+        )
+    with serving(journal_dir) as base:
+        doc = httpx.get(base + "/jit", headers={"Authorization": f"Bearer {CLI_TOKEN}"}, timeout=60).json()
+    recent = doc["recent_serving_compiles"]
+    assert len(recent) == 20 and all(len(c["fixes"]) == len(stored) for c in recent), len(recent)
+    path = len(shell_path(journal_dir / "manifest.json"))
+    for c in recent:
+        grown = sum(map(len, c["fixes"])) - sum(map(len, stored))
+        assert 0 < grown <= 3 * path, grown

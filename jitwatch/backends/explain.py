@@ -241,7 +241,7 @@ def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
 
     Returns ``fix`` unchanged when ``journal_dir`` is ``None``, when ``fix`` holds neither command
     (other backends' fixes, a fix already shown with a journal), or when ``journal_dir`` is not a
-    path. Never raises."""
+    path. Each command is shown so once (the first occurrence). Never raises."""
     if journal_dir is None or (MANIFEST_EXPORT not in fix and MANIFEST_REPLAY not in fix):
         return fix  # an older version's replay comes with its record command
     try:
@@ -256,8 +256,34 @@ def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
         MANIFEST_REPLAY_AT_STARTUP: f"`jitwatch warmup replay {manifest}`",
     }
     # One pass over the stored text: a path is never searched again (a directory named like the
-    # replay's text would have had its quoting cut open by a second replace).
-    return _MANIFEST_COMMANDS.sub(lambda m: shown[m.group(0)], fix)
+    # replay's text would have had its quoting cut open by a second replace). Each command once, as
+    # warm_fix writes it: the text grows by at most three paths, however often a stored text holds it.
+    done: set[str] = set()
+
+    def show(m: re.Match[str]) -> str:
+        command = m.group(0)
+        if command in done:
+            return command
+        done.add(command)
+        return shown[command]
+
+    return _MANIFEST_COMMANDS.sub(show, fix)
+
+
+def runnable_fixes(fixes: object, journal_dir: str | os.PathLike[str] | None) -> list[str]:
+    """An event's ``attrs["fixes"]`` as shown for the journal in ``journal_dir``: its strings (other
+    items are left out), the first one holding a manifest command made runnable by
+    :func:`runnable_fix` and the rest as stored (a fix as built holds them once, in one fix of
+    the event), so what is shown grows by at most three paths per event. Never raises."""
+    out: list[str] = []
+    pending = journal_dir is not None
+    for f in fixes if isinstance(fixes, list | tuple) else ():
+        if not isinstance(f, str):
+            continue
+        if pending and (MANIFEST_EXPORT in f or MANIFEST_REPLAY in f):
+            f, pending = runnable_fix(f, journal_dir), False
+        out.append(f)
+    return out
 
 
 def warm_fix(
@@ -483,6 +509,7 @@ __all__ = [
     "new_key",
     "new_key_fix",
     "runnable_fix",
+    "runnable_fixes",
     "shell_path",
     "warm_fix",
 ]

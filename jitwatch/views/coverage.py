@@ -74,7 +74,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key, runnable_fix
+from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key, runnable_fixes
 from jitwatch.backends.triton.explain import by_exact_key, exact_key_fixes
 from jitwatch.backends.triton.explain import explain as explain_key
 from jitwatch.backends.triton.keys import parse_key
@@ -653,7 +653,7 @@ def coverage_for_journal(
         report.kernels.extend(coverage_by_key(keyed))
     for k in report.kernels:
         for m in k.missing:
-            m.fixes = [runnable_fix(f, journal.directory) for f in m.fixes]
+            m.fixes = runnable_fixes(m.fixes, journal.directory)
     return report
 
 

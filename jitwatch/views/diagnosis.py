@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from jitwatch.backends.explain import Explainer, ExplainFn, runnable_fix
+from jitwatch.backends.explain import Explainer, ExplainFn, runnable_fixes
 from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
 from jitwatch.core.events import Event, EventKind, Phase
@@ -170,7 +170,7 @@ def _as_reason(e: Event, journal_dir: str | os.PathLike[str] | None = None) -> C
         reason=str(a.get("reason") or "not explained"),
         reason_kind=str(a.get("reason_kind") or "unknown"),
         changes=[ReasonChange.model_validate(c) for c in changes or [] if isinstance(c, dict)],
-        fixes=[runnable_fix(f, journal_dir) for f in a.get("fixes") or [] if isinstance(f, str)],
+        fixes=runnable_fixes(a.get("fixes"), journal_dir),
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from jitwatch.backends.explain import runnable_fix
+from jitwatch.backends.explain import runnable_fixes
 from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import ABANDONED_COUNTER, Journal, RecompileRow, StatRow, WorkerRow, backend_counter_of
@@ -730,7 +730,7 @@ def status_parts(
             request=_opt_str(e.attrs.get("request")),
             reason=_opt_str(e.attrs.get("reason")),
             reason_kind=_opt_str(e.attrs.get("reason_kind")),
-            fixes=[runnable_fix(f, journal_dir) for f in e.attrs.get("fixes") or [] if isinstance(f, str)],
+            fixes=runnable_fixes(e.attrs.get("fixes"), journal_dir),
             reason_class=_opt_str(e.attrs.get("reason_class")),
             compile_id=_opt_str(e.attrs.get("compile_id")),
             location=_opt_str(e.attrs.get("location")),
