@@ -1097,3 +1097,19 @@ def test_status_names_the_url_to_pass_for_a_jitwatch_host_with_a_password(
     monkeypatch.delenv("JITWATCH_PORT")
     res = runner.invoke(app, ["status", "--url", bare, "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["ready"] is True, (bare, res.output)
+
+
+def test_status_with_url_and_port_never_prints_a_password_of_an_unreadable_url() -> None:
+    """``--url`` with ``--port`` is refused naming the ``--url`` to pass alone: a URL httpx cannot
+    read (a password with an unencoded ``/``, no ``http://``) was printed whole there, password
+    included. It is shown as ``invalid --url`` shows it: without everything up to its last ``@``."""
+    for url, secret in [
+        ("http://alice:pa55/w0rd@127.0.0.1:9", "pa55"),
+        ("alice:s3cret-pw@127.0.0.1:9", "s3cret-pw"),
+        ("http://alice:p@ss-w0rd@127.0.0.1:9", "ss-w0rd"),
+    ]:
+        res = runner.invoke(app, ["status", "--url", url, "--port", "5"])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, (url, res.output)
+        assert lines[0].startswith("jitwatch: --url and --port are mutually exclusive: pass --url "), lines
+        assert secret not in res.output and "w0rd" not in res.output and "alice" not in res.output, res.output

@@ -515,14 +515,27 @@ _UNPARSED_USERINFO = r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^\s]*@"
 """For a URL httpx cannot read: everything up to its last ``@`` (with or without a scheme)."""
 
 
-def _url_shown(url: str, userinfo: str = "***@", *, unparsed: bool = False) -> str:
+def _url_readable(url: str) -> bool:
+    """Whether httpx reads ``url`` as an ``http``/``https`` URL with a host. Never raises."""
+    import httpx
+
+    try:
+        parsed = httpx.URL(url.strip())
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return False
+    return parsed.scheme in ("http", "https") and bool(parsed.host)
+
+
+def _url_shown(url: str, userinfo: str = "***@", *, unparsed: bool | None = None) -> str:
     """``url`` as ``jitwatch status`` prints it, without a trailing ``/`` and with any userinfo
     (``user:password@``, up to the authority's last ``@``) shown as ``userinfo`` (``***@``; ``""``
     drops it): the password is never printed. ``unparsed``: ``url`` is not a URL httpx can read
     (a password with an unencoded ``/``, no ``http://``), so everything up to its last ``@`` is
-    taken as the userinfo. Never raises."""
+    taken as the userinfo; ``None`` (the default): as :func:`_url_readable` says. Never raises."""
     import re
 
+    if unparsed is None:
+        unparsed = not _url_readable(url)
     pattern = _UNPARSED_USERINFO if unparsed else _USERINFO
     return re.sub(pattern, lambda m: m.group(1) + userinfo, url.strip()).rstrip("/")
 
