@@ -1066,6 +1066,7 @@ def test_status_never_prints_a_password_holding_an_at_sign_or_a_slash(tmp_path: 
         (f"http://alice:pa55/w0rd@{where}", "pa55"),
         (f"alice:s3cret-pw@{where}", "s3cret-pw"),
         (f"http://alice:s3cret-pw@[::1@{where}", "s3cret-pw"),
+        (f"alice:pa55 w0rd@{where}", "pa55"),
     ]:
         res = runner.invoke(app, ["status", "--url", url, "--timeout", "1"])
         lines = res.stderr.strip().splitlines()
@@ -1107,6 +1108,8 @@ def test_status_with_url_and_port_never_prints_a_password_of_an_unreadable_url()
         ("http://alice:pa55/w0rd@127.0.0.1:9", "pa55"),
         ("alice:s3cret-pw@127.0.0.1:9", "s3cret-pw"),
         ("http://alice:p@ss-w0rd@127.0.0.1:9", "ss-w0rd"),
+        ("alice:pa55 w0rd@127.0.0.1:9", "pa55"),  # a space in it: still up to the last @
+        ("http://alice:pa55/s w0rd@127.0.0.1:9", "pa55"),
     ]:
         res = runner.invoke(app, ["status", "--url", url, "--port", "5"])
         lines = res.stderr.strip().splitlines()

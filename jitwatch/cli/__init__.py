@@ -511,7 +511,7 @@ _USERINFO = r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@"
 """A URL's scheme and userinfo (``http://user:password@``), for :func:`_url_shown`: the userinfo
 ends at the authority's last ``@`` (a password may hold one unencoded; httpx reads it so)."""
 
-_UNPARSED_USERINFO = r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^\s]*@"
+_UNPARSED_USERINFO = r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[\s\S]*@"
 """For a URL httpx cannot read: everything up to its last ``@`` (with or without a scheme)."""
 
 
