@@ -131,10 +131,14 @@ def backend_filter(
 
 
 class PrettyJSONResponse(JSONResponse):
-    """JSON indented by two spaces, so ``curl localhost:9400/jit`` is readable as is."""
+    """JSON indented by two spaces, so ``curl localhost:9400/jit`` is readable as is. A byte of a
+    path that is not UTF-8 (a journal directory named ``jw-\\xff``: ``\\udcff`` once decoded) is
+    written as the JSON escape ``\\udcff``, as ``json.dumps`` writes it by default; reading the
+    JSON back gives the path as Python names it."""
 
     def render(self, content: Any) -> bytes:
-        return (json.dumps(content, ensure_ascii=False, allow_nan=False, indent=2) + "\n").encode("utf-8")
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, indent=2) + "\n"
+        return text.encode("utf-8", "backslashreplace")  # lone surrogates only occur inside strings
 
 
 class ErrorDetail(BaseModel):

@@ -1116,3 +1116,72 @@ def test_status_with_url_and_port_never_prints_a_password_of_an_unreadable_url()
         assert res.exit_code == 2 and len(lines) == 1, (url, res.output)
         assert lines[0].startswith("jitwatch: --url and --port are mutually exclusive: pass --url "), lines
         assert secret not in res.output and "w0rd" not in res.output and "alice" not in res.output, res.output
+
+
+# ------------------------------------------------------------------------------ undecodable directory names
+def _cli(args: list[str]) -> Any:
+    """``python -m jitwatch.cli ARGS`` writing strict UTF-8, as in a UTF-8 locale such as
+    en_US.UTF-8 (C.UTF-8 would let Python write the raw undecodable bytes)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), PYTHONIOENCODING="utf-8:strict", COLUMNS="200")
+    env.pop("PYTHONUTF8", None)
+    return subprocess.run([sys.executable, "-m", "jitwatch.cli", *args], env=env, capture_output=True, timeout=120)
+
+
+def test_a_journal_dir_whose_name_is_not_utf8_is_read_and_shown_escaped(tmp_path: Path) -> None:
+    """A journal directory named with a byte that is not UTF-8 (``jw-\\xff``, as ``mkdir $'jw-\\xff'``
+    makes): the journal is written there, but why / why --json / coverage / coverage --json /
+    manifest export were a UnicodeEncodeError traceback (the read-only SQLite URI, then every
+    line naming the path). Now each reads it, its text shows the byte as ``\\xff``, and the fix's
+    record command quotes the directory as ``$'...\\xff'``, which bash reads back as the same bytes."""
+    import subprocess
+
+    jdir = tmp_path / os.fsdecode(b"jw-\xff")
+    fill(jdir)
+    shown = str(tmp_path) + "/jw-\\xff"
+    out = jdir / "manifest.json"
+    for args in (
+        ["why"],
+        ["why", "--json"],
+        ["coverage"],
+        ["coverage", "--json"],
+        ["manifest", "export", "-o", str(out)],
+    ):
+        res = _cli([*args, "--journal-dir", str(jdir)])
+        stdout, stderr = res.stdout.decode(), res.stderr.decode()  # strict: the output is UTF-8
+        assert "Traceback" not in stderr and "UnicodeEncodeError" not in stderr, (args, stderr)
+        assert res.returncode in (0, 1), (args, res.returncode, stderr)
+        if "--json" in args:  # JSON escapes the name's byte (\udcff): loads gives the path back
+            data = json.loads(stdout)
+            fixes = [f for c in data for f in c["fixes"]] if args[0] == "why" else [f"--journal-dir $'{shown}'"]
+            assert any(f"--journal-dir $'{shown}'" in f for f in fixes), stdout
+            continue
+        if args == ["why"]:  # the fix's manifest export names the journal read
+            assert "late_mul" in stdout and f"--journal-dir $'{shown}'" in stdout, stdout
+            word = stdout.split("--journal-dir ", 1)[1].split(" ", 1)[0]  # as pasted into bash: the same bytes
+            echoed = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+            assert echoed == os.fsencode(jdir), (word, echoed)
+        elif args == ["coverage"]:
+            assert res.returncode == 0 and "complete" in stdout, stdout
+        else:  # no Triton kernel with specialization data to write: one line naming the file
+            assert res.returncode == 1 and f"nothing to write to {shown}/manifest.json" in stderr, stderr
+
+
+def test_the_sidecar_of_a_journal_dir_whose_name_is_not_utf8_answers(tmp_path: Path) -> None:
+    """The sidecar (serve, demo) of such a directory: /readyz and /jit were a 500 (UnicodeEncodeError
+    opening the journal, then in the JSON); now they answer, /jit's journal_dir reads back as the
+    path, and ``jitwatch status`` prints the byte as ``\\xff``."""
+    jdir = tmp_path / os.fsdecode(b"jw-\xff")
+    fill(jdir)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with serving(jdir) as base:
+        assert httpx.get(f"{base}/readyz").status_code in (200, 503)
+        jit = httpx.get(f"{base}/jit", headers=headers)
+        assert jit.status_code == 200, jit.text
+        assert jit.json()["journal_dir"] == str(jdir)  # the JSON escape \udcff
+        res = runner.invoke(app, ["status", "--url", base, "--token", TOKEN], env={"COLUMNS": "200"})
+        assert res.exit_code in (0, 3), res.output
+        assert f"journal: {tmp_path}/jw-\\xff, read by" in res.stdout

@@ -700,6 +700,40 @@ def test_a_journal_dir_with_brackets_is_printed_as_it_is(tmp_path: Path) -> None
     assert f"(journal {jdir})" in console.export_text(), console.export_text()
 
 
+def test_a_journal_dir_whose_name_is_not_utf8_is_printed_escaped(tmp_path: Path) -> None:
+    """A journal directory named with a byte that is not UTF-8 (``mkdir $'jw-\\xff'``): the demo's
+    first line and its summary's commands are UTF-8 (they held ``\\udcff``: UnicodeEncodeError on a
+    UTF-8 terminal), the byte shown as ``\\xff``; the commands quote the path as ``$'...'``.
+    The worker is given no time (worker_timeout_s): the demo stops right after the first line."""
+    import io
+
+    from rich.console import Console
+
+    from jitwatch.demo.runner import DemoReport, print_summary
+
+    jdir = tmp_path / os.fsdecode(b"jw-\xff")
+    out = io.StringIO()
+    with pytest.raises(DemoError, match="did not reach"):
+        run_demo(
+            DemoOptions(port=free_port(), journal_dir=jdir, exit_after=True, worker_timeout_s=0.01),
+            console=Console(file=out, width=400),
+        )
+    first = out.getvalue().encode("utf-8").decode()  # strict
+    assert f"(journal {tmp_path}/jw-\\xff)" in first, first
+    jit = {
+        "ranks": [{"rank": 0, "ready": True, "warmup_compiles": 1, "serving_compiles": 1}],
+        "kernels": [],
+        "recent_serving_compiles": [
+            {"backend": "triton", "kernel": "zero_kv_blocks_kernel", "request_id": 3, "duration_s": 0.06}
+        ],
+    }
+    out = io.StringIO()
+    print_summary(DemoReport(journal_dir=jdir, url="http://127.0.0.1:9400", jit=jit), Console(file=out, width=400))
+    text = out.getvalue().encode("utf-8").decode()
+    assert f"why --journal-dir $'{tmp_path}/jw-\\xff'" in text, text
+    assert f"-o $'{tmp_path}/jw-\\xff/manifest.json'" in text, text
+
+
 def test_a_demo_lock_that_is_a_symlink_is_not_followed(tmp_path: Path) -> None:
     """The lock was opened O_RDWR | O_CREAT and truncated to the pid: a demo.lock symlink planted
     in the journal directory (a shared JITWATCH_DIR such as /tmp) emptied the file it pointed at

@@ -203,13 +203,28 @@ def _shell_homes() -> tuple[str, ...]:
     return tuple(dict.fromkeys(h for h in (home, real) if h != "/"))
 
 
+def shell_word(text: str) -> str:
+    """``text`` as one shell word: :func:`shlex.quote`, or, for a name with a byte that is not
+    UTF-8 (``os.fsdecode``'s ``\\udcff`` for 0xFF), bash's ``$'...'`` with every byte outside
+    printable ASCII as ``\\xNN`` (``$'/tmp/jw-\\xff'``): the shell passes the same bytes, and the
+    text is printable (a lone surrogate is no UTF-8)."""
+    if not any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+        return shlex.quote(text)
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # another lone surrogate: no file name decodes to it
+        return shlex.quote(text)
+    body = "".join("\\" + chr(b) if chr(b) in "\\'" else chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in data)
+    return f"$'{body}'"
+
+
 def shell_path(path: str | os.PathLike[str]) -> str:
     """``path`` made absolute (against the working directory) and redacted
     (:func:`jitwatch.redact.redact`: a home directory as ``~``, the user name as ``<user>``), as
     one shell word: a path in the shell's own home (``$HOME``, where the shell expands ``~``) as
     ``~/`` followed by the rest quoted (``~/'state dir/jw'``; the tilde stays unquoted at the start
     of the word, where the shell expands it, in an argument and after a variable assignment's
-    ``=``), else quoted whole (:func:`shlex.quote`), with a home that is not the shell's ``~``
+    ``=``), else quoted whole (:func:`shell_word`), with a home that is not the shell's ``~``
     (another user's ``/home/<name>``) shown as :data:`OTHER_HOME` (``'<home>/jw'``, to type in:
     ``~`` would name this user's home). No home directory's full path is ever in it. Raises
     ``TypeError``/``ValueError`` for a value that is not a path."""
@@ -222,11 +237,11 @@ def shell_path(path: str | os.PathLike[str]) -> str:
             shown = redact(rest)  # the user name as <user>; a home further down as a placeholder
             if shown.startswith(REDACTED_HOME):
                 shown = "/" + OTHER_HOME + shown[len(REDACTED_HOME) :]
-            return f"{REDACTED_HOME}/{shlex.quote(shown[1:]) if shown[1:] else ''}"
+            return f"{REDACTED_HOME}/{shell_word(shown[1:]) if shown[1:] else ''}"
     text = redact(real)
     if text.startswith(REDACTED_HOME):  # a home, but not where this shell's ~ leads
         text = OTHER_HOME + text[len(REDACTED_HOME) :]
-    return shlex.quote(text)
+    return shell_word(text)
 
 
 def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
@@ -511,5 +526,6 @@ __all__ = [
     "runnable_fix",
     "runnable_fixes",
     "shell_path",
+    "shell_word",
     "warm_fix",
 ]

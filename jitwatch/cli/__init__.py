@@ -58,7 +58,7 @@ class _Command(TyperCommand):
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
     """Print ``jitwatch: <message>`` to stderr; return the :class:`typer.Exit` to raise."""
-    typer.echo(f"jitwatch: {message}", err=True)
+    typer.echo(plain(f"jitwatch: {message}"), err=True)
     return typer.Exit(code)
 
 
@@ -82,7 +82,7 @@ def _journal_error(exc: Exception, journal_dir: Path, origin: str | None = None)
     if isinstance(exc, FileNotFoundError) and not (journal_dir / "journal.db").exists():
         pointer = _demo_journal_pointer(journal_dir)
         message += f" ({pointer})" if pointer else ""
-    typer.echo(message, err=True)
+    typer.echo(plain(message), err=True)
     return typer.Exit(1)
 
 
@@ -742,7 +742,7 @@ def demo(
     try:
         run_demo(opts)
     except DemoError as exc:
-        typer.echo(f"jitwatch demo: {exc}", err=True)
+        typer.echo(plain(f"jitwatch demo: {exc}"), err=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         typer.echo("jitwatch demo: stopped", err=True)
@@ -849,8 +849,10 @@ def manifest_export(
     except StoreError as exc:
         raise _journal_error(exc, jdir) from None
     typer.echo(
-        f"wrote {where}: {plural(len(manifest.entries), 'specialization')} of"
-        f" {plural(len(manifest.kernels()), 'kernel')} ({', '.join(manifest.phases)})"
+        plain(
+            f"wrote {where}: {plural(len(manifest.entries), 'specialization')} of"
+            f" {plural(len(manifest.kernels()), 'kernel')} ({', '.join(manifest.phases)})"
+        )
     )
     for kernel, why in problems.items():
         typer.echo(plain(f"  {kernel}: {why}"), err=True)
@@ -897,7 +899,7 @@ def warmup_merge(
     if as_json:
         typer.echo(json.dumps({"output": where, **report.as_dict()}, indent=2))
     else:
-        typer.echo(f"wrote {where}: {report.summary()}")
+        typer.echo(plain(f"wrote {where}: {report.summary()}"))
         for c in report.conflicts:
             typer.echo(plain(f"  refused: {c.describe()}"), err=True)
     if report.conflicts:

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jitwatch.backends.explain import MANIFEST_BACKENDS
+from jitwatch.backends.explain import MANIFEST_BACKENDS, shell_word
 from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, JITWATCH_HOST, JITWATCH_PORT, Settings
+from jitwatch.core.text import shown_name
 from jitwatch.errors import DemoError, DemoSetupError
 from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.store.safety import make_private_dirs, prepare_writer_dir
@@ -394,7 +395,7 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
     from rich.markup import escape
 
     # the directory is the user's (--journal-dir): text, not markup ("[/b]" raised MarkupError)
-    console.print(f"[bold]jitwatch demo[/bold]: sidecar on {escape(url)} (journal {escape(str(journal_dir))})")
+    console.print(f"[bold]jitwatch demo[/bold]: sidecar on {escape(url)} (journal {escape(shown_name(journal_dir))})")
     proc: subprocess.Popen[str] | None = None
     serving = stopped = False
     try:
@@ -575,8 +576,8 @@ def print_summary(report: DemoReport, console: Any) -> None:
         # And after `make demo` the command is .venv/bin/jitwatch, not on PATH. Each line is a
         # whole command, runnable as printed (manifest export needs its -o).
         jw = jitwatch_command()
-        jdir = shlex.quote(str(report.journal_dir))
-        manifest = shlex.quote(str(report.journal_dir / "manifest.json"))
+        jdir = shell_word(str(report.journal_dir))  # $'...\\xff' for a name that is not UTF-8
+        manifest = shell_word(str(report.journal_dir / "manifest.json"))
         lines += [
             Text(f"the fixes: {jw} why --journal-dir {jdir}"),
             Text(f"coverage: {jw} coverage --journal-dir {jdir}"),
@@ -589,7 +590,7 @@ def print_summary(report: DemoReport, console: Any) -> None:
             Text(
                 f"then replay it in the worker's warmup: JITWATCH_MANIFEST={manifest} "
                 f"JITWATCH_MANIFEST_ALLOW={DEMO_MANIFEST_ALLOW} {jw} demo "
-                + " ".join(shlex.quote(a) for a in report.demo_args or ["--journal-dir", str(report.journal_dir)])
+                + " ".join(shell_word(a) for a in report.demo_args or ["--journal-dir", str(report.journal_dir)])
             ),
         ]
     if source == "reference":

@@ -952,7 +952,8 @@ class Journal:
             self._conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
 
     def _connect_readonly(self, *, immutable: bool, timeout: float) -> sqlite3.Connection:
-        uri = f"file:{quote(str(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
+        # The path's bytes, percent-encoded: a directory name that is not UTF-8 (jw-\xff) too.
+        uri = f"file:{quote(os.fsencode(self.path))}?mode=ro" + ("&immutable=1" if immutable else "")
         self.immutable = immutable
         # check_same_thread=False: a long-lived reader (the sidecar's live aggregates) is used from
         # whichever server thread holds its owner's lock; a Journal is still not thread-safe itself.

@@ -247,6 +247,35 @@ def test_a_journal_directory_named_like_the_replay_command_runs_nothing_else(tmp
     ], (text, shlex.split(export))
 
 
+def test_a_journal_directory_whose_name_is_not_utf8_is_shown_printable_and_runnable(tmp_path: Path) -> None:
+    """A journal directory named with a byte that is not UTF-8 (``\\xff``) and shell syntax: the
+    record command is printable (no lone surrogate, which no UTF-8 output can write) and, pasted
+    into bash, passes the directory's exact bytes and runs nothing else (``$'...\\xff...'``)."""
+    import os
+    import subprocess
+
+    from jitwatch.backends.explain import runnable_fix, warm_fix
+
+    journal = tmp_path / os.fsdecode(b"a'\xff\xc3 `touch PWNED`\\$HOME;x")
+    text = runnable_fix(warm_fix("k", "triton", module="pkg.mod"), journal)
+    text.encode("utf-8")  # strict: printable on any UTF-8 terminal
+    export, replay = _shown_commands(text)
+    script = f"set -- {export.removeprefix('jitwatch manifest export ')}; printf '%s\\n' \"$@\"; "
+    script += f"{replay} env | grep ^JITWATCH_MANIFEST= "
+    sh = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin"}, capture_output=True
+    )
+    assert not (tmp_path / "PWNED").exists() and sh.returncode == 0, (text, sh.stderr)
+    manifest = os.fsencode(journal / "manifest.json")
+    assert sh.stdout.splitlines() == [
+        b"--journal-dir",
+        os.fsencode(journal),
+        b"-o",
+        manifest,
+        b"JITWATCH_MANIFEST=" + manifest,
+    ]
+
+
 def test_a_journal_outside_the_shells_home_is_never_shown_as_a_path_in_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

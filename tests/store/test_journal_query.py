@@ -139,3 +139,19 @@ def test_read_events_refuses_a_bad_kind_before_the_journal_exists(tmp_path: Path
     assert [e.kernel for e in read_events(tmp_path / "j", "compile")] == ["k"]
     with pytest.raises(ConfigError, match="kind='compil'"):
         read_events(tmp_path / "j", "compil")
+
+
+@pytest.mark.parametrize("name", [b"jw-\xff", b"jw-\xe9 50%"])
+def test_a_directory_whose_name_is_not_utf8_is_read(tmp_path: Path, name: bytes) -> None:
+    """A journal written in a directory named with bytes that are not UTF-8 (``mkdir $'jw-\\xff'``)
+    is read back read-only (the sidecar, why, coverage): the read-only ``file:`` URI quoted
+    ``str(path)``, whose ``\\udcff`` cannot be UTF-8 (UnicodeEncodeError); it quotes the path's
+    bytes now. ``%`` in the name stays a literal ``%``."""
+    import os
+
+    directory = tmp_path / os.fsdecode(name)
+    with Journal(directory) as j:
+        j.write([make_event(EventKind.COMPILE, time.time(), kernel="k_bytes", key="k1", phase=Phase.SERVING)])
+    assert os.fsencode(directory) in [os.fsencode(p) for p in tmp_path.iterdir()]
+    with Journal(directory, readonly=True) as r:
+        assert [e.kernel for e in r.events(kind=EventKind.COMPILE, limit=10)] == ["k_bytes"]
