@@ -351,6 +351,20 @@ def test_summary_names_the_demo_journal_for_jitwatch_why(tmp_path: Path) -> None
     assert "--journal-dir" not in console.export_text()
 
 
+@pytest.mark.parametrize(("compiles", "shown"), [(1, "1 compile"), (2, "2 compiles"), (0, "0 compiles")])
+def test_summary_counts_warmup_compiles_in_words(tmp_path: Path, compiles: int, shown: str) -> None:
+    """The warmup line said ``2 compile(s)``; it counts in words as the rest of the CLI does."""
+    from rich.console import Console
+
+    from jitwatch.demo.runner import DemoReport, print_summary
+
+    jit = {"ranks": [{"rank": 0, "ready": True, "warmup_duration_s": 0.5, "warmup_compiles": compiles}], "kernels": []}
+    console = Console(record=True, width=400)
+    print_summary(DemoReport(journal_dir=tmp_path, url="http://127.0.0.1:9400", jit=jit), console)
+    (line,) = [line for line in console.export_text().splitlines() if line.startswith("warmup: ")]
+    assert line.startswith(f"warmup: complete in 0.500s, {shown}") and "(s)" not in line, line
+
+
 def test_summary_offers_a_manifest_only_for_triton_serving_compiles(tmp_path: Path) -> None:
     """The record and replay commands are printed when a Triton kernel compiled in serving (with
     the demo's own options: --port, flags); with torch.compile's serving compiles alone the export

@@ -35,7 +35,7 @@ from typing import Any
 
 from jitwatch.backends.explain import MANIFEST_BACKENDS, shell_word
 from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, JITWATCH_HOST, JITWATCH_PORT, Settings
-from jitwatch.core.text import shown_name
+from jitwatch.core.text import plural, shown_name
 from jitwatch.errors import DemoError, DemoSetupError
 from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.store.safety import make_private_dirs, prepare_writer_dir
@@ -514,6 +514,12 @@ def _short_key(key: str | None, width: int = 70) -> str:
     return key if len(key) <= width else key[: width - 1] + "…"
 
 
+def _compiles(count: object) -> str:
+    """``1 compile``, ``2 compiles`` (:func:`jitwatch.core.text.plural`); ``? compiles`` when /jit
+    had no count."""
+    return plural(count, "compile") if isinstance(count, int) else "? compiles"
+
+
 def print_summary(report: DemoReport, console: Any) -> None:
     """A short rich summary built from ``/jit`` plus the worker's own report. With serving
     compiles, it ends with commands on the demo's journal: ``jitwatch why``, ``coverage`` and, when
@@ -551,7 +557,7 @@ def print_summary(report: DemoReport, console: Any) -> None:
     warm = rank.get("warmup_duration_s")
     lines: list[str | Text] = [
         f"warmup: {'complete' if rank.get('ready') else 'NOT complete'} in "
-        f"{'-' if warm is None else f'{warm:.3f}s'}, {rank.get('warmup_compiles')} compile(s)"
+        f"{'-' if warm is None else f'{warm:.3f}s'}, {_compiles(rank.get('warmup_compiles'))}"
         + ("" if report.warmup.get("ran") else " (--no-warmup: slot-mapping warmup skipped)")
         + (f"; manifest replayed in warmup: {report.warmup['manifest']}" if report.warmup.get("manifest") else ""),
         f"/readyz: {flips}",
