@@ -1046,7 +1046,9 @@ def test_status_refuses_a_jitwatch_host_with_a_userinfo(server: str, monkeypatch
     res = runner.invoke(app, ["status", "--json"])
     lines = res.stderr.strip().splitlines()
     assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert lines[0].startswith("jitwatch: JITWATCH_HOST makes the URL http://***@127.0.0.1:"), lines
+    assert lines[0].startswith(
+        "jitwatch: JITWATCH_HOST has a user name or password (it makes the URL http://***@127.0.0.1:"
+    ), lines
     assert "alice" not in res.output, res.output
 
 
@@ -1091,13 +1093,47 @@ def test_status_names_the_url_to_pass_for_a_jitwatch_host_with_a_password(
     res = runner.invoke(app, ["status", "--json"])
     lines = res.stderr.strip().splitlines()
     assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert lines[0].startswith(f"jitwatch: JITWATCH_HOST makes the URL http://***@127.0.0.1:{port}"), lines
+    assert lines[0].startswith(
+        f"jitwatch: JITWATCH_HOST has a user name or password (it makes the URL http://***@127.0.0.1:{port}),"
+    ), lines
+    assert f"pass --url http://127.0.0.1:{port} and the token as --token or JITWATCH_TOKEN" in lines[0], lines
     assert "alice" not in res.output and "s3cret" not in res.output and "w0rd" not in res.output, res.output
     (bare,) = [w for w in lines[0].split() if w.startswith("http://") and "***" not in w]
     monkeypatch.delenv("JITWATCH_HOST")
     monkeypatch.delenv("JITWATCH_PORT")
     res = runner.invoke(app, ["status", "--url", bare, "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["ready"] is True, (bare, res.output)
+
+
+@pytest.mark.parametrize(
+    ("host", "secret", "expected"),
+    [
+        (
+            "alice:pa55/w0rd@127.0.0.1",
+            "pa55",
+            "jitwatch: JITWATCH_HOST does not make a valid URL ('http://***@127.0.0.1:9', shown without the part"
+            " up to its last @, which may hold a password): the sidecar takes no user:password: set JITWATCH_HOST"
+            " to the host alone, or pass --url http://HOST:PORT, and the token as --token or JITWATCH_TOKEN",
+        ),
+        (
+            "alice:pa55 w0rd@h:1x",
+            "pa55",
+            "jitwatch: JITWATCH_HOST does not make a valid URL ('http://***@[h:1x]:9', shown without the part",
+        ),
+        ("h:1x", None, "jitwatch: JITWATCH_HOST='h:1x' does not make a valid URL ('http://[h:1x]:9'): Invalid IPv6"),
+    ],
+)
+def test_status_names_jitwatch_host_when_the_url_it_makes_is_invalid(
+    host: str, secret: str | None, expected: str
+) -> None:
+    """A default URL httpx cannot read, made from ``JITWATCH_HOST`` (no --url given), was refused
+    as ``invalid --url '…'``: the line names JITWATCH_HOST (its value when no password can be in
+    it), one line, exit 2, no part of a password."""
+    res = runner.invoke(app, ["status", "--timeout", "1"], env={"JITWATCH_HOST": host, "JITWATCH_PORT": "9"})
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and res.stdout == "", (host, res.output)
+    assert lines[0].startswith(expected) and "--url '" not in lines[0] and "invalid --url" not in lines[0], lines
+    assert secret is None or (secret not in res.output and "w0rd" not in res.output and "alice" not in res.output)
 
 
 def test_status_with_url_and_port_never_prints_a_password_of_an_unreadable_url() -> None:

@@ -461,11 +461,25 @@ def status(
         resp = httpx.get(url.rstrip("/") + "/jit", headers=headers, params=params, timeout=timeout)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         masked = _url_shown(url, unparsed=True)
+        from_host = url_from == config.JITWATCH_HOST  # no --url given: the default URL is invalid
         if masked != _url_shown(url, "", unparsed=True):  # httpx's reason may quote a part of a password
+            hidden = f"{masked!r}, shown without the part up to its last @, which may hold a password"
             raise _fail(
-                f"invalid --url {masked!r} (shown without the part up to its last @, which may hold a password):"
-                f" the sidecar takes no user:password: pass --url http://HOST:PORT and the token as --token or"
-                f" {config.JITWATCH_TOKEN}"
+                (
+                    f"{config.JITWATCH_HOST} does not make a valid URL ({hidden}): the sidecar takes no"
+                    f" user:password: set {config.JITWATCH_HOST} to the host alone, or pass --url http://HOST:PORT,"
+                    f" and the token as --token or {config.JITWATCH_TOKEN}"
+                )
+                if from_host
+                else (
+                    f"invalid --url {masked!r} (shown without the part up to its last @, which may hold a password):"
+                    f" the sidecar takes no user:password: pass --url http://HOST:PORT and the token as --token or"
+                    f" {config.JITWATCH_TOKEN}"
+                )
+            ) from None
+        if from_host:  # no @ in it: no password to hide
+            raise _fail(
+                f"{config.JITWATCH_HOST}={settings.host!r} does not make a valid URL ({shown!r}): {exc}"
             ) from None
         raise _fail(f"invalid --url {shown!r}: {exc}") from None
     except httpx.ConnectError as exc:
@@ -546,7 +560,8 @@ def _refuse_userinfo(url: str, url_from: str) -> None:
     httpx sends a URL's userinfo as HTTP Basic auth, which replaces the ``Authorization: Bearer``
     header of ``--token``; the sidecar knows bearer tokens only, so such a request could only be
     answered 401. ``url_from`` is where the URL came from (``--url``, or ``JITWATCH_HOST`` for the
-    default URL), named in the message. A URL httpx cannot parse is left to the request (its own
+    default URL), named in the message (``JITWATCH_HOST has a user name or password (it makes the
+    URL http://***@HOST:PORT), …``). A URL httpx cannot parse is left to the request (its own
     ``invalid --url`` error).
 
     Raises:
@@ -562,11 +577,15 @@ def _refuse_userinfo(url: str, url_from: str) -> None:
     if not userinfo:
         return
     bare = _url_shown(url, "")
-    said = f"--url {_url_shown(url)}" if url_from == "--url" else f"{url_from} makes the URL {_url_shown(url)}"
+    said = (
+        f"--url {_url_shown(url)} has a user name or password"
+        if url_from == "--url"
+        else f"{url_from} has a user name or password (it makes the URL {_url_shown(url)})"
+    )
+    also = f", or set {url_from} to the host alone" if url_from != "--url" else ""
     raise _fail(
-        f"{said} has a user name or password, which the sidecar does not take (it checks a bearer token only,"
-        f" and the user:password would be sent instead of the token): pass --url {bare} and the token as"
-        f" --token or {config.JITWATCH_TOKEN}"
+        f"{said}, which the sidecar does not take (it checks a bearer token only, and the user:password would be"
+        f" sent instead of the token): pass --url {bare} and the token as --token or {config.JITWATCH_TOKEN}{also}"
     )
 
 
