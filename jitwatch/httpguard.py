@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from jitwatch.core.text import plural
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -134,8 +136,8 @@ class _Refused:
         now = time.monotonic()
         if now - self._last_log >= ACCEPT_LOG_INTERVAL_S:
             log.warning(
-                "jitwatch sidecar: connection limit reached; closed %d connection(s) since the last message",
-                self._since_log,
+                "jitwatch sidecar: connection limit reached; closed %s since the last message",
+                plural(self._since_log, "connection"),
             )
             self._last_log, self._since_log = now, 0
 

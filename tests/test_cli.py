@@ -225,7 +225,7 @@ def test_demo_bad_environment_and_directories_are_one_line(tmp_path: Path, monke
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("nosuch", "jitwatch: unknown backend(s) nosuch in JITWATCH_BACKENDS; known: cutedsl, deepgemm,"),
+        ("nosuch", "jitwatch: unknown backend nosuch in JITWATCH_BACKENDS; known: cutedsl, deepgemm,"),
         ("Triton", "jitwatch: JITWATCH_BACKENDS='Triton': 'Triton' is not a backend name"),
     ],
 )

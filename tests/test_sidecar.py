@@ -669,7 +669,7 @@ def test_heartbeat_then_kill_9_makes_the_rank_stale(tmp_path: Path) -> None:
                 time.sleep(0.2)
             body = r.json()
             assert r.status_code == 503 and body["stale_ranks"] == [3] and body["not_ready_ranks"] == [3]
-            assert "rank(s) 3 (last seen" in body["reason"]
+            assert "rank 3 (last seen" in body["reason"]
             st = JitStatus.model_validate(httpx.get(base + "/jit").json())
             (rank,) = st.ranks
             assert rank.stale and not rank.ready and not st.ready and rank.state is Phase.SERVING

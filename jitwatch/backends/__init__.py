@@ -73,13 +73,14 @@ def check_names(names: Sequence[str], known: Mapping[str, object] | None = None)
     it); reads entry-point metadata only, imports nothing.
 
     Raises:
-        BackendError: ``unknown backend(s) ... in JITWATCH_BACKENDS; known: ...``.
+        BackendError: ``unknown backend ... in JITWATCH_BACKENDS; known: ...`` (``backends`` for more than one).
     """
     known = registry() if known is None else known
     unknown = [n for n in names if n not in known]
     if unknown:
         raise BackendError(
-            f"unknown backend(s) {', '.join(unknown)} in JITWATCH_BACKENDS; known: {', '.join(sorted(known))}"
+            f"unknown {'backend' if len(unknown) == 1 else 'backends'} {', '.join(unknown)} in JITWATCH_BACKENDS;"
+            f" known: {', '.join(sorted(known))}"
         )
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from jitwatch.core.text import plural
 from jitwatch.redact import REDACTED_HOME, redact
 
 ReasonKind = Literal["argument", "option", "never_warmed", "new_combination", "compiler", "unknown"]
@@ -375,7 +376,7 @@ def new_key(
     :func:`new_key_fix` (``module``: the kernel's module, or ``None``)."""
     return Reason(
         "unknown",
-        f"new key; {warmed} other key(s) of kernel {name} were warmed",
+        f"new key; {plural(warmed, 'other key')} of kernel {name} {'was' if warmed == 1 else 'were'} warmed",
         fixes=(new_key_fix(name, backend, exact_key=exact_key, module=module),),
     )
 

@@ -390,6 +390,11 @@ def stale_ranks(workers: dict[int, WorkerRow], now: float, stale_after: float) -
     return out
 
 
+def _ranks(count: int) -> str:
+    """``rank`` or ``ranks``, as ``count`` wants (the reasons list the rank numbers after it)."""
+    return "rank" if count == 1 else "ranks"
+
+
 def readiness(
     workers: dict[int, WorkerRow], *, now: float | None = None, stale_after: float = DEFAULT_STALE_SECONDS
 ) -> Readiness:
@@ -404,10 +409,10 @@ def readiness(
     reasons: list[str] = []
     if stale:
         detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in stale.items())
-        reasons.append(f"no heartbeat from rank(s) {detail}: worker gone?")
+        reasons.append(f"no heartbeat from {_ranks(len(stale))} {detail}: worker gone?")
     if waiting:
         detail = ", ".join(f"{r} ({workers[r].state.value})" for r in waiting)
-        reasons.append(f"warmup not complete on rank(s) {detail}")
+        reasons.append(f"warmup not complete on {_ranks(len(waiting))} {detail}")
     if reasons:
         return Readiness(
             status="not ready",

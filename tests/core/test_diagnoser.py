@@ -60,7 +60,7 @@ def test_an_unexplained_new_key_names_its_kernel() -> None:
     ev = _compile(Phase.SERVING, "fused_rmsnorm", "d")
     reason = d.observe(ev)
     assert reason is not None and reason.kind == "unknown"
-    assert ev.attrs["reason"] == "new key; 2 other key(s) of kernel fused_rmsnorm were warmed"
+    assert ev.attrs["reason"] == "new key; 2 other keys of kernel fused_rmsnorm were warmed"
 
 
 def test_a_compile_without_backend_gets_the_triton_fixes() -> None:

@@ -156,7 +156,7 @@ def test_reason_on_every_serving_compile_of_a_backend_without_explain() -> None:
         ("b", "never_warmed"),
         ("a", "compiler"),
     ]
-    assert serving[0].attrs["reason"] == "new key; 1 other key(s) of kernel a were warmed"
+    assert serving[0].attrs["reason"] == "new key; 1 other key of kernel a was warmed"
     # Manifests replay Triton kernels only: no fix of another backend's compile offers one.
     assert serving[0].attrs["fixes"] == [
         "run what compiles a in warmup with serving's arguments and shapes "

@@ -142,7 +142,7 @@ def test_a_jit_key_never_covers_a_cache_hash_and_a_new_hash_is_missing(runs) -> 
     (missing,) = k.missing
     event = serving_events(jdir)[hashes[128]]
     assert (missing.key, missing.reason_kind) == (hashes[128], "unknown")
-    assert missing.reason == event["reason"] == f"new key; 2 other key(s) of kernel {KERNEL} were warmed"
+    assert missing.reason == event["reason"] == f"new key; 2 other keys of kernel {KERNEL} were warmed"
     assert missing.fixes == event["fixes"] == [listener_only_fix(KERNEL)]
     assert f"[key]:{hashes[128]}" in k.uncovered
     assert (k.covered, k.total, k.ratio) == (2, 3, pytest.approx(2 / 3))  # keys: 2 warmed, the 128 hash missing

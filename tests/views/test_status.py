@@ -90,7 +90,7 @@ def test_ranks_kernels_and_serving_compiles(tmp_path: Path) -> None:
     assert st.generated_ts == T0 + 10
     assert st.mode == "warn"
     assert st.ready is False
-    assert "rank(s) 1 (warmup)" in (st.not_ready_reason or "")
+    assert "rank 1 (warmup)" in (st.not_ready_reason or "")
 
     r0, r1 = st.ranks
     assert (r0.rank, r0.state, r0.ready, r0.host, r0.pid) == (0, Phase.SERVING, True, "node-a", 100)
@@ -178,7 +178,7 @@ def test_stale_ranks_are_not_ready(tmp_path: Path) -> None:
         assert readiness(workers, now=T0 + 60, stale_after=60).ready
         late = readiness(workers, now=T0 + 91, stale_after=60)
         assert not late.ready and late.stale_ranks == [0] and late.not_ready_ranks == [0]
-        assert "rank(s) 0 (last seen 90s ago)" in (late.reason or "")
+        assert "rank 0 (last seen 90s ago)" in (late.reason or "")
         assert readiness(workers, now=T0 + 10_000, stale_after=0).ready
         # a heartbeat (one UPDATE) brings it back; it never moves last_ts backwards
         assert j.heartbeat("node-a", 100, 0, T0 + 90)
@@ -188,7 +188,7 @@ def test_stale_ranks_are_not_ready(tmp_path: Path) -> None:
         assert readiness(j.latest_workers(), now=T0 + 91, stale_after=60).ready
         st = build_status(j, now=T0 + 200, stale_after=60)
     assert [(r.rank, r.stale, r.ready) for r in st.ranks] == [(0, True, False), (1, False, True)]
-    assert not st.ready and "rank(s) 0" in (st.not_ready_reason or "")
+    assert not st.ready and "rank 0" in (st.not_ready_reason or "")
     out = Console(record=True, width=200)
     render_status(st, out)
     assert "stale" in out.export_text()

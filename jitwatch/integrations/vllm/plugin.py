@@ -45,6 +45,7 @@ from types import ModuleType
 from typing import Any
 
 from jitwatch.config import Mode, Settings, mode_from_env
+from jitwatch.core.text import plural
 from jitwatch.errors import ConfigError, PluginError
 from jitwatch.importhook import when_imported
 
@@ -300,8 +301,8 @@ class WorkerState:
             return
         self.slot_mapping_slots = warm_worker(self.worker)
         log.info(
-            "jitwatch: slot-mapping warmup ran through %d block table(s) with block id 1: slots %s",
-            len(self.slot_mapping_slots),
+            "jitwatch: slot-mapping warmup ran through %s with block id 1: slots %s",
+            plural(len(self.slot_mapping_slots), "block table"),
             self.slot_mapping_slots,
         )
 

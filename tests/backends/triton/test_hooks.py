@@ -859,7 +859,7 @@ def test_listener_only_new_key_fix_warms_its_code_path(tmp_path, triton_cache) -
         _direct_compile(64)
         (late,) = h.compiles(Phase.SERVING)
     assert late.attrs["reason_kind"] == "unknown"
-    assert late.attrs["reason"] == "new key; 1 other key(s) of kernel hk_add were warmed"
+    assert late.attrs["reason"] == "new key; 1 other key of kernel hk_add was warmed"
     assert late.attrs["fixes"] == [listener_only_fix("hk_add")]
 
 

@@ -80,7 +80,7 @@ def test_sidecar_jit_and_readyz_agree(offline_run: tuple[Path, dict, str]) -> No
 def test_plugin_log_and_warmup_span(offline_run: tuple[Path, dict, str]) -> None:
     _, _, out = offline_run
     assert "jitwatch: monitoring vLLM worker rank=0 tp=0 pp=0 dp=0" in out
-    assert "slot-mapping warmup ran through 1 block table(s) with block id 1" in out
+    assert "slot-mapping warmup ran through 1 block table with block id 1" in out
     # The console exporter prints the span JSON from the worker process.
     assert '"name": "jitwatch.warmup"' in out
     span = out[out.index('"name": "jitwatch.warmup"') :]
