@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from jitwatch.core.text import plural
+from jitwatch.text import plural
 
 log = logging.getLogger(__name__)
 

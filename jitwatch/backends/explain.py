@@ -31,8 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from jitwatch.core.text import plural
 from jitwatch.redact import REDACTED_HOME, redact
+from jitwatch.text import plural
 
 ReasonKind = Literal["argument", "option", "never_warmed", "new_combination", "compiler", "unknown"]
 REASON_KINDS: tuple[str, ...] = ("argument", "option", "never_warmed", "new_combination", "compiler", "unknown")

@@ -27,9 +27,9 @@ from jitwatch import config
 from jitwatch._version import __version__
 from jitwatch.cli.text import plain, utc_time
 from jitwatch.config import ConfigError, Settings
-from jitwatch.core.text import plural
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.store.journal import JOURNAL_FILE
+from jitwatch.text import plural
 
 app = typer.Typer(
     name="jitwatch",

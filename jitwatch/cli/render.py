@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jitwatch.cli.text import plain, utc_time
-from jitwatch.core.text import plural
+from jitwatch.text import plural
 from jitwatch.views.coverage import CoverageReport
 from jitwatch.views.status import JitStatus
 

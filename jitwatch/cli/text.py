@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from jitwatch.core.text import UNDECODABLE
+from jitwatch.text import UNDECODABLE
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
-_CONTROL.update(UNDECODABLE)  # a byte of a file name that is not UTF-8 as \xNN too (core.text.shown_name)
+_CONTROL.update(UNDECODABLE)  # a byte of a file name that is not UTF-8 as \xNN too (jitwatch.text.shown_name)
 
 
 def plain(text: object) -> str:

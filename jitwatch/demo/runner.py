@@ -35,10 +35,10 @@ from typing import Any
 
 from jitwatch.backends.explain import MANIFEST_BACKENDS, shell_word
 from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, JITWATCH_HOST, JITWATCH_PORT, Settings
-from jitwatch.core.text import plural, shown_name
 from jitwatch.errors import DemoError, DemoSetupError
 from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.store.safety import make_private_dirs, prepare_writer_dir
+from jitwatch.text import plural, shown_name
 
 DEMO_SUBDIR = "demo"
 """Default journal directory: ``<JITWATCH_DIR>/demo-<port>``."""
@@ -515,7 +515,7 @@ def _short_key(key: str | None, width: int = 70) -> str:
 
 
 def _compiles(count: object) -> str:
-    """``1 compile``, ``2 compiles`` (:func:`jitwatch.core.text.plural`); ``? compiles`` when /jit
+    """``1 compile``, ``2 compiles`` (:func:`jitwatch.text.plural`); ``? compiles`` when /jit
     had no count."""
     return plural(count, "compile") if isinstance(count, int) else "? compiles"
 

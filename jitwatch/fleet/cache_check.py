@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from jitwatch.core.text import plural
 from jitwatch.errors import StoreError
 from jitwatch.fleet.stores import safe_location
+from jitwatch.text import plural
 from jitwatch.warmup.manifest import Manifest
 
 Status = Literal["ok", "missing", "corrupt", "unknown"]

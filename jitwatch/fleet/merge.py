@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jitwatch._version import __version__
-from jitwatch.core.text import plural
+from jitwatch.text import plural
 from jitwatch.warmup.manifest import MAX_ENTRIES, Manifest, ManifestEntry
 
 Identity = tuple[str, str, str, str]

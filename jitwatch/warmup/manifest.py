@@ -52,9 +52,9 @@ from jitwatch.backends.triton.resolve import DOTTED_NAME, resolve_kernel
 from jitwatch.backends.triton.specialization import check_options, split_key
 from jitwatch.config import JITWATCH_MANIFEST_KEY
 from jitwatch.core.events import BYTES_LIKE, EventKind, Phase, as_member
-from jitwatch.core.text import plural
 from jitwatch.errors import KernelNotResolved, ManifestEntryRefused, ManifestError, ManifestVersionError
 from jitwatch.store.journal import Journal
+from jitwatch.text import plural
 
 FORMAT: Literal["jitwatch.manifest"] = "jitwatch.manifest"
 VERSION = 2

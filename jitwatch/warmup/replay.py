@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from jitwatch.backends.triton.resolve import module_allowed, resolve_kernel
 from jitwatch.backends.triton.specialization import verified_preload_data
 from jitwatch.config import JITWATCH_MANIFEST, JITWATCH_MANIFEST_ALLOW, Settings
-from jitwatch.core.text import plural
 from jitwatch.errors import ConfigError, KernelNotResolved, ManifestEntryRefused, ManifestError
+from jitwatch.text import plural
 from jitwatch.warmup.manifest import Manifest, ManifestEntry, load
 
 if TYPE_CHECKING:

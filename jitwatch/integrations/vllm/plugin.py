@@ -45,9 +45,9 @@ from types import ModuleType
 from typing import Any
 
 from jitwatch.config import Mode, Settings, mode_from_env
-from jitwatch.core.text import plural
 from jitwatch.errors import ConfigError, PluginError
 from jitwatch.importhook import when_imported
+from jitwatch.text import plural
 
 log = logging.getLogger("vllm.jitwatch")
 """Under vLLM's ``vllm`` logger, so lines show with vLLM's handler and process prefix."""

@@ -1,10 +1,10 @@
-"""jitwatch.core.text: counts read right in messages ("1 kernel", not "1 kernels")."""
+"""jitwatch.text: counts read right in messages ("1 kernel", not "1 kernels")."""
 
 from __future__ import annotations
 
 import pytest
 
-from jitwatch.core.text import plural
+from jitwatch.text import plural
 
 
 @pytest.mark.parametrize(
