@@ -49,8 +49,10 @@ def test_builtins_are_known_and_created_by_name() -> None:
 
 
 def test_unknown_backend_is_a_clear_error() -> None:
-    with pytest.raises(BackendError, match=r"unknown backend\(s\) tritn in JITWATCH_BACKENDS; known: .*triton"):
+    with pytest.raises(BackendError, match=r"unknown backend tritn in JITWATCH_BACKENDS; known: .*triton"):
         create(["tritn"])
+    with pytest.raises(BackendError, match=r"unknown backends tritn, nosuch in JITWATCH_BACKENDS; known: .*triton"):
+        create(["tritn", "triton", "nosuch"])
 
 
 def _distribution(site: Path) -> None:
