@@ -625,19 +625,28 @@ def test_require_complete_on_a_journal_without_compiles_fails(tmp_path: Path) ->
     Journal(tmp_path / "empty").close()
     with Journal(tmp_path / "no-compiles") as j:
         j.write([ev(EventKind.WORKER_START, T0, attrs={"mode": "warn"})])
-    for name in ("empty", "no-compiles"):
+    reasons = {
+        "empty": "no events in the journal at {}",
+        "no-compiles": "no compile events in the journal at {} (1 other event)",
+    }
+    for name, reason in reasons.items():
         res = runner.invoke(app, ["coverage", "--require-complete", "--journal-dir", str(tmp_path / name)])
         assert res.exit_code == 1, (name, res.output)
         lines = res.stderr.strip().splitlines()
         assert lines == [
-            f"jitwatch: coverage --require-complete: nothing to check: the journal in {tmp_path / name} has no"
-            " compile events (is it the journal the workers write? --journal-dir / JITWATCH_DIR)"
+            f"jitwatch: coverage --require-complete: nothing to check: {reason.format(tmp_path / name)}"
+            " (is it the journal the workers write? --journal-dir / JITWATCH_DIR)"
         ], lines
         # without --require-complete it is a report, not a gate: exit 0
         assert runner.invoke(app, ["coverage", "--journal-dir", str(tmp_path / name)]).exit_code == 0
-    fill(tmp_path / "run")
+    with Journal(tmp_path / "run") as j:  # a Triton compile in warmup, none in serving: complete
+        j.write([ev(EventKind.COMPILE, T0, phase=Phase.WARMUP, backend="triton", kernel="fused_add", key="k16")])
     res = runner.invoke(app, ["coverage", "--require-complete", "--journal-dir", str(tmp_path / "run")])
     assert res.exit_code == 0, res.output
+    # compiles coverage cannot count (no backend, as no worker writes them) are not an all-clear
+    fill(tmp_path / "unnamed")
+    res = runner.invoke(app, ["coverage", "--require-complete", "--journal-dir", str(tmp_path / "unnamed")])
+    assert res.exit_code == 1 and "nothing to check: no compile event in the journal at" in res.stderr, res.output
 
 
 # ------------------------------------------------------------------ --journal-dir as JITWATCH_DIR
@@ -1200,8 +1209,9 @@ def test_a_journal_dir_whose_name_is_not_utf8_is_read_and_shown_escaped(tmp_path
             word = stdout.split("--journal-dir ", 1)[1].split(" ", 1)[0]  # as pasted into bash: the same bytes
             echoed = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
             assert echoed == os.fsencode(jdir), (word, echoed)
-        elif args == ["coverage"]:
-            assert res.returncode == 0 and "complete" in stdout, stdout
+        elif args == ["coverage"]:  # fill()'s compiles name no backend: nothing coverage can count
+            assert res.returncode == 0 and f"nothing to check: no compile event in the journal at {shown} " in stdout
+            assert f"JITWATCH_DIR=$'{shown}'," in stdout, stdout
         else:  # no Triton kernel with specialization data to write: one line naming the file
             assert res.returncode == 1 and f"nothing to write to {shown}/manifest.json" in stderr, stderr
 

@@ -1147,9 +1147,9 @@ def coverage(
 
     from rich.console import Console
 
+    from jitwatch.backends.explain import shell_word
     from jitwatch.backends.triton.resolve import module_allowed
     from jitwatch.cli.render import render_coverage
-    from jitwatch.core.events import EventKind
     from jitwatch.errors import ManifestError, StoreError
     from jitwatch.fleet.stores import read_one
     from jitwatch.store.journal import Journal
@@ -1190,21 +1190,32 @@ def coverage(
             except JOURNAL_READ_ERRORS as exc:
                 raise _fail(f"--expect-journal {Path(prev)}: {exc}", 1) from None
         with Journal(jdir, readonly=True) as journal:
-            compiles = sum(row.count for row in journal.stats() if row.kind == EventKind.COMPILE.value)
             known = known_kernels(modules)
             report = coverage_for_journal(journal, expected=expected, known=known)
             if _allow(allow):
                 report = coverage_for_journal(
                     journal, kernels=kernels_for_report(report, _allow(allow)), expected=expected, known=known
                 )
-    if as_json:
-        typer.echo(json.dumps({**report.model_dump(mode="json"), "complete": report.complete}, indent=2))
-    else:
+    pointer = _demo_journal_pointer(jdir) if report.nothing_to_check else None
+    if as_json:  # complete, nothing_to_check and its reason included (CoverageReport's computed fields)
+        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
+    elif not (report.nothing_to_check and require_complete):  # else the one line below says it all
         render_coverage(report, Console(), verbose=verbose)
-    if require_complete and report.complete and not compiles:
-        pointer = _demo_journal_pointer(jdir)
+        if report.nothing_to_check:  # what writes a journal, and an example of one
+            typer.echo(
+                plain(
+                    "  workers write the journal in their JITWATCH_DIR (jitwatch.install(), the vLLM plugin):"
+                    f" run them with JITWATCH_DIR={shell_word(str(jdir))}, or read theirs with --journal-dir"
+                )
+            )
+            typer.echo(
+                f"  {pointer}"
+                if pointer
+                else "  an example: jitwatch demo --exit writes a journal and prints the coverage command that reads it"
+            )
+    if require_complete and report.nothing_to_check:
         raise _fail(
-            f"coverage --require-complete: nothing to check: the journal in {jdir} has no compile events"
+            f"coverage --require-complete: nothing to check: {report.nothing_to_check_reason}"
             + (f" ({pointer})" if pointer else " (is it the journal the workers write? --journal-dir / JITWATCH_DIR)"),
             1,
         )

@@ -182,9 +182,16 @@ class _Grid:
 
 
 def render_coverage(report: CoverageReport, console: Console, *, verbose: bool = False) -> None:
-    """Print one table row per kernel (and, with ``verbose``, per argument) with rich."""
+    """Print one table row per kernel (and, with ``verbose``, per argument) with rich, then the
+    expected keys missing, or ``complete: ...`` with how many keys of how many kernels were checked.
+    A report with nothing to check (:attr:`CoverageReport.nothing_to_check`) is one line,
+    ``nothing to check: <reason>``: no table, never ``complete``."""
     from rich.markup import escape
 
+    if report.nothing_to_check:
+        reason = report.nothing_to_check_reason or "no kernel in the report"
+        console.print(cell(f"nothing to check: {reason}"), soft_wrap=True)  # unwrapped: its path can be copied
+        return
     narrow = console.width < NARROW
     table = _Grid(
         "Specialization coverage (keys compiled before serving / keys needed)",
@@ -221,7 +228,11 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
             t.add(cell(k.kernel), cell(m.source), cell(m.reason))
         console.print(t.table)
     else:
-        console.print("complete: every expected key was compiled before serving")
+        keys = plural(sum(k.total for k in report.kernels), "key")
+        console.print(
+            f"complete: every expected key was compiled before serving ({keys} of"
+            f" {plural(len(report.kernels), 'kernel')})"
+        )
     if not verbose:
         return
     for k in report.kernels:

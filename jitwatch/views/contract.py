@@ -249,7 +249,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "compiled in serving; 1 = warmup compiled every key the kernel needed, below 1 = serving compiled "
         "some (jitwatch coverage lists them). Listener-only compiles (a direct triton.compile, Inductor's "
         "kernels) count by exact key. The per-argument class share is a detail of jitwatch coverage and "
-        "/jit, not this metric.",
+        "/jit, not this metric. A kernel has a sample once it compiled; a journal with no Triton compile has "
+        "none (absent, never 1: nothing checked is not covered).",
     ),
     MetricSpec(
         "jitwatch_hook_errors_total",

@@ -59,7 +59,8 @@ expected keys are the serving compiles in the journal, the entries of the manife
 (``--manifest``), and the serving compiles of a previous run's journal (``--expect-journal``).
 Kernels known to exist but never compiled before serving — manifest entries, a previous journal's
 kernels, ``@triton.jit`` functions of the modules allowed with ``--allow`` — are listed too.
-:attr:`CoverageReport.complete` is false while anything is missing:
+:attr:`CoverageReport.complete` is false while anything is missing, and when nothing was checked
+(:attr:`CoverageReport.nothing_to_check`: no kernel row, e.g. an empty journal):
 ``jitwatch coverage --require-complete`` exits 1 with the list (for CI, as Triton's own test
 suite does for its warmup), and passes once warmup (or a replayed manifest) compiles every
 expected key. Launch options (``num_warps``, ``num_stages``, …) are classes like arguments.
@@ -72,7 +73,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key, runnable_fixes
 from jitwatch.backends.triton.explain import by_exact_key, exact_key_fixes
@@ -82,6 +83,7 @@ from jitwatch.backends.triton.resolve import resolve_kernel
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.errors import KernelNotResolved
 from jitwatch.store.journal import OTHER_KERNEL, Journal, StatRow
+from jitwatch.text import plural
 
 ArgKind = Literal["pointer", "int", "constexpr", "float", "bool", "unknown"]
 
@@ -376,14 +378,30 @@ class CoverageReport(BaseModel):
     generated_ts: float = Field(default_factory=time.time)
     int_widths: list[str] = Field(default_factory=lambda: list(DEFAULT_INT_WIDTHS))
     kernels: list[KernelCoverage] = Field(default_factory=list)
+    nothing_to_check_reason: str | None = Field(
+        default=None,
+        description="Why there is nothing to check (no kernel row: no compile event to count and no expected"
+        " key), e.g. 'no events in the journal at DIR'; null when there is something to check.",
+    )
 
     def by_kernel(self) -> dict[str, KernelCoverage]:
         return {k.kernel: k for k in self.kernels}
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def complete(self) -> bool:
-        """No kernel misses an expected key (see the module docstring)."""
-        return all(k.complete for k in self.kernels)
+        """Something was checked (:attr:`nothing_to_check` is false) and no kernel misses an
+        expected key (see the module docstring). An empty report is *not* complete: nothing in
+        it says warmup compiled anything."""
+        return bool(self.kernels) and all(k.complete for k in self.kernels)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def nothing_to_check(self) -> bool:
+        """No kernel row: no compile event coverage can count and no expected key (an empty
+        journal, the wrong journal, a worker that compiled nothing). Then :attr:`complete` is
+        false and :attr:`nothing_to_check_reason` says why."""
+        return not self.kernels
 
     def incomplete(self) -> list[str]:
         """One line per missing key: ``kernel [source]: reason``."""
@@ -627,6 +645,8 @@ def coverage_from_events(
             )
         )
     report.kernels.sort(key=lambda k: k.kernel)
+    if not report.kernels:
+        report.nothing_to_check_reason = "no compile event with a kernel name and a key, and no expected key"
     return report
 
 
@@ -654,7 +674,29 @@ def coverage_for_journal(
     for k in report.kernels:
         for m in k.missing:
             m.fixes = runnable_fixes(m.fixes, journal.directory)
+    report.nothing_to_check_reason = None if report.kernels else nothing_to_check_reason(journal)
     return report
+
+
+def nothing_to_check_reason(journal: Journal) -> str:
+    """Why a coverage report of ``journal`` has no kernel row, naming its directory:
+    ``no events in the journal at DIR`` (never written: an empty ``journal.db``, as a sidecar
+    started first leaves it, or the wrong directory), ``no events in the journal at DIR (N events
+    written, none left: pruned by retention)``, ``no compile events in the journal at DIR (N other
+    events)`` (workers registered, compiled nothing), or ``... N compile events, none with a
+    backend, a kernel name and a key``. Read-only; raises ``sqlite3.Error`` only; cheap (counts
+    and one indexed lookup)."""
+    where = f"the journal at {journal.directory}"
+    written = journal.event_watermark()
+    if written == 0:
+        return f"no events in {where}"
+    kept = journal.count_events()
+    if kept == 0:
+        return f"no events in {where} ({plural(written, 'event')} written, none left: pruned by retention)"
+    if not journal.events(kind=EventKind.COMPILE, limit=1):
+        return f"no compile events in {where} ({plural(kept, 'other event')})"
+    compiles = sum(row.count for row in journal.stats() if row.kind == EventKind.COMPILE.value)
+    return f"no compile event in {where} has a backend, a kernel name and a key ({plural(compiles, 'compile event')})"
 
 
 def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
@@ -804,4 +846,5 @@ __all__ = [
     "journal_coverage_ratios",
     "kernels_for_report",
     "known_kernels",
+    "nothing_to_check_reason",
 ]
