@@ -180,7 +180,7 @@ def _check_tables(where: str, doc: list[str], real: list[list[str]]) -> None:
 
 
 def test_coverage_transcripts_have_todays_tables(served_journal: Path) -> None:
-    real = [_cli("coverage", "--journal-dir", str(served_journal), columns=w) for w in (100, 130)]
+    real = [_cli("coverage", "--journal-dir", str(served_journal), columns=w) for w in (100, 130, 150)]
     found = _transcripts("coverage")
     assert found, "no `$ jitwatch coverage` transcript found in the docs"
     for where, doc in found:

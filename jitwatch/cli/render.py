@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 NARROW = 120
 """Below this console width the tables leave out secondary columns (``--json`` has everything)."""
 
+COVERAGE_DETAIL = 150
+"""Below this console width ``jitwatch coverage``'s kernel table leaves out its class detail
+(``arg classes (detail)``), so that the backend, kernel and ``met only in serving`` columns keep
+their width (at 130 columns the seven of them folded kernel names and classes mid-word)."""
+
 
 def cell(text: object) -> Text:
     """A table cell holding ``text`` literally: no rich markup (``[num_warps]``, ``[/]`` stay
@@ -166,26 +171,37 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
 
 class _Grid:
     """A rich table whose cells wrap (``overflow="fold"``: nothing is cut with ``…``); a column
-    named ``"*name"`` is secondary and left out when ``narrow`` (:meth:`add` drops its cell)."""
+    named ``"*name"`` is secondary and left out when ``narrow`` (:meth:`add` drops its cell); one
+    named ``"=name"`` is never folded: as wide as its widest cell (a backend's name, which tells
+    rows of one kernel name apart, stays whole at 80 columns)."""
 
     def __init__(self, title: str, columns: list[str], narrow: bool) -> None:
         from rich.table import Table
 
         self.table = Table(title=title)
         self.keep = [not (col.startswith("*") and narrow) for col in columns]
+        self.whole: dict[int, int] = {}  # kept column index -> widest cell so far
         for col, keep in zip(columns, self.keep, strict=True):
             if keep:
-                self.table.add_column(col.lstrip("*"), overflow="fold")
+                name = col.lstrip("*=")
+                if col.startswith("="):
+                    self.whole[len(self.table.columns)] = len(name)
+                self.table.add_column(name, overflow="fold", no_wrap=col.startswith("="))
 
     def add(self, *row: Any) -> None:
-        self.table.add_row(*(value for value, keep in zip(row, self.keep, strict=True) if keep))
+        cells = [value for value, keep in zip(row, self.keep, strict=True) if keep]
+        for i, widest in self.whole.items():
+            self.whole[i] = max(widest, len(str(cells[i])))
+            self.table.columns[i].min_width = self.whole[i]
+        self.table.add_row(*cells)
 
 
 def render_coverage(report: CoverageReport, console: Console, *, verbose: bool = False) -> None:
-    """Print one table row per kernel (and, with ``verbose``, per argument) with rich, then the
-    expected keys missing, or ``complete: ...`` with how many keys of how many kernels were checked.
-    A report with nothing to check (:attr:`CoverageReport.nothing_to_check`) is one line,
-    ``nothing to check: <reason>``: no table, never ``complete``."""
+    """Print one table row per kernel, its backend first (at every width), then the expected keys
+    missing, or ``complete: ...`` with how many keys of how many kernels were checked; with
+    ``verbose``, a table of each kernel's arguments titled ``<backend> <kernel>``. A report with
+    nothing to check (:attr:`CoverageReport.nothing_to_check`) is one line, ``nothing to check:
+    <reason>``: no table, never ``complete``."""
     from rich.markup import escape
 
     if report.nothing_to_check:
@@ -195,13 +211,22 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
     narrow = console.width < NARROW
     table = _Grid(
         "Specialization coverage (keys compiled before serving / keys needed)",
-        ["kernel", "keys", "coverage", "serving keys", "*arg classes (detail)", "met only in serving (first 6)"],
-        narrow,
+        [
+            "=backend",
+            "kernel",
+            "keys",
+            "coverage",
+            "serving keys",
+            "*arg classes (detail)",
+            "met only in serving (first 6)",
+        ],
+        console.width < COVERAGE_DETAIL,
     )
     for k in report.kernels:
         met = [f"{a.name}:{c}" for a in k.arguments for c in a.serving_only]
         more = f" +{len(met) - 6}" if len(met) > 6 else ""
         row: list[object] = [
+            cell(k.backend),
             cell(k.kernel),
             f"{k.covered}/{k.total}",
             f"{k.ratio:.0%}",
@@ -210,22 +235,27 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
             cell(", ".join(met[:6]) + more),
         ]
         table.add(*row)
-    if not narrow and any(k.classes_total for k in report.kernels):
+    detail = any(k.classes_total for k in report.kernels)
+    if console.width >= COVERAGE_DETAIL and detail:
         table.table.caption_justify = "left"
         table.table.caption = (
             "arg classes: per-argument classes Triton can tell apart that warmup used; most are never"
             " passed by a given server, so a low share is not a failure (-v lists them)"
         )
     console.print(table.table)
+    if console.width < COVERAGE_DETAIL and detail:
+        console.print(
+            f"(arg classes (detail) left out below {COVERAGE_DETAIL} columns; -v or --json show them)", style="dim"
+        )
     missing = [(k, m) for k in report.kernels for m in k.missing]
     if missing:
         t = _Grid(
             "Expected keys not compiled before serving (what --require-complete fails on)",
-            ["kernel", "source", "why it would compile"],
+            ["=backend", "kernel", "source", "why it would compile"],
             narrow,
         )
         for k, m in missing:
-            t.add(cell(k.kernel), cell(m.source), cell(m.reason))
+            t.add(cell(k.backend), cell(k.kernel), cell(m.source), cell(m.reason))
         console.print(t.table)
     else:
         keys = plural(sum(k.total for k in report.kernels), "key")
@@ -235,8 +265,12 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
         )
     if not verbose:
         return
-    for k in report.kernels:
-        title = f"{plain(k.kernel)} ({'flags from kernel' if k.flags_known else 'flags inferred from keys'})"
+    for k in report.kernels:  # titled by backend and kernel: one name can be a kernel of two backends
+        if not k.arguments:  # torch.compile, the DSL backends: no classes, covered by exact key
+            console.print(cell(f"{k.backend} {k.kernel}: no argument classes (covered by exact key)"))
+            continue
+        flags = "flags from kernel" if k.flags_known else "flags inferred from keys"
+        title = f"{plain(k.backend)} {plain(k.kernel)} ({flags})"
         t = _Grid(escape(title), ["argument", "kind", "warmed", "never compiled", "met only in serving"], narrow)
         for a in k.arguments:
             cells = [a.name, a.kind, " ".join(a.covered), " ".join(a.uncovered), " ".join(a.serving_only)]
