@@ -136,7 +136,11 @@ def test_demo_closes_the_loop_with_the_commands_it_prints(tmp_path: Path) -> Non
     (again,) = [line.split(": ", 1)[1] for line in lines if line.startswith("then replay it in the worker's warmup: ")]
     journal_dir = tmp_path / "journal"
     assert f"--journal-dir {journal_dir}" in export and f"-o {journal_dir / 'manifest.json'}" in export
-    assert again.startswith(f"JITWATCH_MANIFEST={journal_dir / 'manifest.json'} JITWATCH_MANIFEST_ALLOW="), again
+    # the narrowest allow prefix, the kernel's own module, as the warn line's and `why`'s fix name it
+    allow = "JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks"
+    assert again.startswith(f"JITWATCH_MANIFEST={journal_dir / 'manifest.json'} {allow} "), again
+    (warned,) = [line for line in lines if line.startswith("jitwatch: post-warmup compile of Triton kernel")]
+    assert f"{allow}`" in warned, warned
     assert " demo --journal-dir " in again and " --exit" in again, again
     env = demo_env(tmp_path)
     res = subprocess.run(["/bin/sh", "-c", export], env=env, capture_output=True, text=True, timeout=120)
@@ -388,6 +392,43 @@ def test_summary_offers_a_manifest_only_for_triton_serving_compiles(tmp_path: Pa
     assert f"JITWATCH_MANIFEST={tmp_path / 'manifest.json'} JITWATCH_MANIFEST_ALLOW=jitwatch.kernels " in line
 
 
+def test_the_summary_s_replay_allows_the_modules_the_fix_names(demo_like_journal: Path, tmp_path: Path) -> None:
+    """The summary's replay line allows the modules of the kernels the exported manifest holds,
+    each kernel's own module, as the never-warmed fix (`jitwatch why`) names it: it allowed the
+    demo's whole package, `jitwatch.kernels`, while the fix said `jitwatch.kernels.kv_blocks` (both
+    work, as prefixes; a user comparing them was confused). Without a readable journal it falls
+    back to the package."""
+    import re
+
+    from rich.console import Console
+
+    from jitwatch.demo.runner import DemoReport, manifest_modules, print_summary
+
+    modules = manifest_modules(demo_like_journal)
+    assert modules == ["jitwatch.kernels.kv_blocks"]
+    assert manifest_modules(tmp_path / "none") == []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    why = subprocess.run(
+        [sys.executable, "-m", "jitwatch.cli", "why", "--journal-dir", str(demo_like_journal)],
+        env={**env, "PYTHONPATH": str(ROOT), "COLUMNS": "400"},
+        capture_output=True,
+        text=True,
+    )
+    assert why.returncode == 0, why.stderr
+    (fix_allow,) = set(re.findall(r"JITWATCH_MANIFEST_ALLOW=(\S+?)`", why.stdout))
+    zero = {"backend": "triton", "kernel": "zero_kv_blocks_kernel", "request_id": 3}
+    jit = {"ranks": [{"rank": 0, "ready": True}], "kernels": [], "recent_serving_compiles": [zero]}
+    lines = []
+    for given in (modules, []):
+        report = DemoReport(journal_dir=demo_like_journal, url="http://x", jit=jit, manifest_modules=given)
+        console = Console(record=True, width=400)
+        print_summary(report, console)
+        (line,) = [x for x in console.export_text().splitlines() if x.startswith("then replay it")]
+        lines.append(line)
+    assert f" JITWATCH_MANIFEST_ALLOW={fix_allow} " in lines[0], (lines[0], fix_allow)
+    assert " JITWATCH_MANIFEST_ALLOW=jitwatch.kernels " in lines[1], lines[1]
+
+
 def test_summary_lists_serving_compiles_oldest_first(tmp_path: Path) -> None:
     """/jit's recent_serving_compiles are newest first; the summary lists them oldest first, as
     `jitwatch why` does (it listed them newest first)."""
@@ -515,7 +556,10 @@ def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_j
     assert [c.split()[0] for c in commands] == [
         "jitwatch",
         f"JITWATCH_MANIFEST={shlex.quote(str(manifest))}".split()[0],
-        "jitwatch.warmup.replay()",
+        "jitwatch",
+        "jitwatch.warmup.replay.replay_from_env()",
+        "Monitor.warmup()",
+        "jitwatch.warmup.replay.replay()",
         "Monitor.warmup()",
     ], fix
     export, replay_env = commands[0], commands[1]

@@ -29,7 +29,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeGuard
 
 from jitwatch.redact import REDACTED_HOME, redact
 from jitwatch.text import plural
@@ -302,15 +302,29 @@ def runnable_fixes(fixes: object, journal_dir: str | os.PathLike[str] | None) ->
     return out
 
 
+REPLAY_FROM_ENV = (
+    "the vLLM plugin, `jitwatch demo`, or any worker that calls "
+    "`jitwatch.warmup.replay.replay_from_env()` inside `Monitor.warmup()`"
+)
+"""Who reads the replay command's ``JITWATCH_MANIFEST`` and ``JITWATCH_MANIFEST_ALLOW`` (as
+:func:`warm_fix` says it): every worker that calls :func:`jitwatch.warmup.replay.replay_from_env` in
+its warmup, the vLLM plugin and ``jitwatch demo``'s worker among them."""
+
+REPLAY_CALL = "`jitwatch.warmup.replay.replay()`"
+"""The Python call :func:`warm_fix` offers beside the variables (:func:`jitwatch.warmup.replay.replay`)."""
+
+
 def warm_fix(
     name: str, backend: str | None = None, *, exact_key: ExactKeyFixes | None = None, module: str | None = None
 ) -> str:
     """The fix for a serving compile of ``name`` that warmup missed: warm it, or (Triton, and a
     ``backend`` of ``None`` or ``""``: a jitwatch 0.1 journal's compiles, all Triton) record a
     manifest and replay it inside the worker's warmup (``JITWATCH_MANIFEST`` with
-    ``JITWATCH_MANIFEST_ALLOW`` for the vLLM plugin, or ``jitwatch.warmup.replay()`` inside
-    ``Monitor.warmup()``): a replay in another process (``jitwatch warmup replay``) fills Triton's
-    disk cache only, and the worker still compiles in serving. ``module`` (the kernel's module, from
+    ``JITWATCH_MANIFEST_ALLOW`` in the environment of a worker that calls
+    :func:`jitwatch.warmup.replay.replay_from_env` in its warmup, as the vLLM plugin and ``jitwatch
+    demo`` do: :data:`REPLAY_FROM_ENV`; or :data:`REPLAY_CALL` inside ``Monitor.warmup()``): a
+    replay in another process (``jitwatch warmup replay``) fills Triton's disk cache only, and the
+    worker still compiles in serving. ``module`` (the kernel's module, from
     the event's ``attrs["module"]``) is named as the allow prefix when it is a dotted Python name,
     else ``<module prefix>``; a kernel defined in ``__main__`` (a script), which ``manifest export``
     leaves out, is told to be warmed, or moved into an importable module. Other backends' compiles
@@ -326,12 +340,12 @@ def warm_fix(
                 f"call {name} in warmup with serving's arguments (it is defined in __main__, which a "
                 "manifest cannot name: move it into an importable module to record and replay a manifest)"
             )
-        allow = module if isinstance(module, str) and _MODULE_NAME.fullmatch(module) else "<module prefix>"
+        allow = module if is_module_name(module) else "<module prefix>"
         return (
             f"call {name} in warmup with serving's arguments, or record a manifest "
             f"({MANIFEST_EXPORT}) and replay it inside the worker's warmup "
-            f"({MANIFEST_REPLAY}JITWATCH_MANIFEST_ALLOW={allow}` with the vLLM plugin, "
-            "or `jitwatch.warmup.replay()` inside `Monitor.warmup()`)"
+            f"({MANIFEST_REPLAY}JITWATCH_MANIFEST_ALLOW={allow}` for {REPLAY_FROM_ENV}; "
+            f"or {REPLAY_CALL} inside `Monitor.warmup()`)"
         )
     return (
         f"run what compiles {name} in warmup with serving's arguments and shapes "
@@ -346,6 +360,12 @@ def _in_main(module: object) -> bool:
 
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,31}")
 """A dotted Python module name (what :func:`warm_fix` names as the allow prefix)."""
+
+
+def is_module_name(module: object) -> TypeGuard[str]:
+    """Whether :func:`warm_fix` names ``module`` as the allow prefix (``JITWATCH_MANIFEST_ALLOW``): a
+    dotted Python name (at most 32 parts), not ``__main__``. Never raises."""
+    return isinstance(module, str) and not _in_main(module) and _MODULE_NAME.fullmatch(module) is not None
 
 
 def new_key_fix(
@@ -507,6 +527,8 @@ __all__ = [
     "MANIFEST_REPLAY_AT_STARTUP",
     "OTHER_HOME",
     "REASON_KINDS",
+    "REPLAY_CALL",
+    "REPLAY_FROM_ENV",
     "Change",
     "ExactKeyFixes",
     "ExactKeyFixesFn",
@@ -520,6 +542,7 @@ __all__ = [
     "compiled_again",
     "explainer_of",
     "from_changes",
+    "is_module_name",
     "neutral_exact_key_fixes",
     "never_warmed",
     "new_key",

@@ -78,10 +78,32 @@ class DemoReport:
     demo_args: list[str] = field(default_factory=list)
     """The ``jitwatch demo`` options that run this demo again on the same journal and port
     (:func:`demo_args`): the summary's command that replays the manifest."""
+    manifest_modules: list[str] = field(default_factory=list)
+    """The modules of the kernels a manifest exported from this journal holds
+    (:func:`manifest_modules`): the summary's ``JITWATCH_MANIFEST_ALLOW``, the same prefixes the
+    never-warmed fix names (each kernel's own module); empty: :data:`DEMO_MANIFEST_ALLOW`."""
 
 
 DEMO_MANIFEST_ALLOW = "jitwatch.kernels"
-"""The allow prefix of the demo's kernels (``JITWATCH_MANIFEST_ALLOW`` for its manifest replay)."""
+"""The allow prefix of every demo kernel: the summary's ``JITWATCH_MANIFEST_ALLOW`` when the
+journal's manifest could not be read (:attr:`DemoReport.manifest_modules` empty)."""
+
+
+def manifest_modules(journal_dir: Path) -> list[str]:
+    """The distinct modules (dotted names, in entry order) of the entries ``jitwatch manifest
+    export`` would write from the journal in ``journal_dir`` (:func:`jitwatch.warmup.manifest.build`,
+    serving compiles): the narrowest ``JITWATCH_MANIFEST_ALLOW`` that lets the worker's warmup
+    replay them, each kernel's own module, as the never-warmed fix names it
+    (:func:`jitwatch.backends.explain.warm_fix`). Reads the journal; nothing is imported. ``[]``
+    when there is no journal or it cannot be read (never raises)."""
+    from jitwatch.backends.explain import is_module_name
+    from jitwatch.warmup.manifest import build
+
+    try:
+        manifest, _ = build(journal_dir)
+    except Exception:  # noqa: BLE001 - the summary falls back to the demo's package prefix
+        return []
+    return list(dict.fromkeys(e.module for e in manifest.entries if is_module_name(e.module)))
 
 
 def demo_args(opts: DemoOptions, journal_dir: Path) -> list[str]:
@@ -424,6 +446,7 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
                 report.scenario = reader.wait("scenario_done", opts.worker_timeout_s)
                 report.jit = client.get("/jit").json()
                 report.metrics = client.get("/metrics").text
+                report.manifest_modules = manifest_modules(journal_dir)
                 print_summary(report, console)
                 if opts.output_dir is not None:
                     save_report(report, Path(opts.output_dir))
@@ -526,7 +549,8 @@ def print_summary(report: DemoReport, console: Any) -> None:
     a Triton kernel compiled in serving (manifests hold Triton kernels only),
     ``manifest export -o <journal dir>/manifest.json`` and the demo again with that manifest
     replayed in its worker's warmup (``JITWATCH_MANIFEST=<manifest>
-    JITWATCH_MANIFEST_ALLOW=jitwatch.kernels jitwatch demo <the same options>``: the loop closed,
+    JITWATCH_MANIFEST_ALLOW=<the kernels' modules> jitwatch demo <the same options>``, the modules
+    :attr:`DemoReport.manifest_modules`, as the never-warmed fix names them: the loop closed,
     the Triton kernels it recorded compile in warmup), each printed literally (no markup) and
     unwrapped by rich (the terminal wraps it), so it can be copied and run as printed."""
     from rich.table import Table
@@ -595,7 +619,8 @@ def print_summary(report: DemoReport, console: Any) -> None:
             Text(f"a warmup manifest of them: {jw} manifest export --journal-dir {jdir} -o {manifest}"),
             Text(
                 f"then replay it in the worker's warmup: JITWATCH_MANIFEST={manifest} "
-                f"JITWATCH_MANIFEST_ALLOW={DEMO_MANIFEST_ALLOW} {jw} demo "
+                f"JITWATCH_MANIFEST_ALLOW={shell_word(','.join(report.manifest_modules) or DEMO_MANIFEST_ALLOW)} "
+                f"{jw} demo "
                 + " ".join(shell_word(a) for a in report.demo_args or ["--journal-dir", str(report.journal_dir)])
             ),
         ]

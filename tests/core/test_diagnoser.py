@@ -107,6 +107,27 @@ def test_a_never_warmed_triton_kernel_s_fix_replays_in_the_worker_s_warmup_with_
     )
 
 
+def test_the_never_warmed_fix_names_every_worker_that_reads_its_variables_and_real_calls() -> None:
+    """The replay's variables are read by every worker that calls ``replay_from_env`` in its warmup:
+    the vLLM plugin, ``jitwatch demo``'s worker, the user's own. The fix said "with the vLLM plugin"
+    only (a demo user comparing it with the demo's own replay line was confused), and offered
+    ``jitwatch.warmup.replay()``, a module, not a function. Every Python name the fix quotes as a
+    call resolves to a real function."""
+    import importlib
+    import re
+
+    from jitwatch.backends.explain import warm_fix
+
+    fix = warm_fix("zero_kv_blocks_kernel", "triton", module="jitwatch.kernels.kv_blocks")
+    assert "with the vLLM plugin" not in fix, fix
+    assert "` for the vLLM plugin, `jitwatch demo`, or any worker that calls `" in fix, fix
+    calls = re.findall(r"`(jitwatch(?:\.\w+)+)\(\)`", fix)
+    assert calls == ["jitwatch.warmup.replay.replay_from_env", "jitwatch.warmup.replay.replay"], fix
+    for call in calls:
+        module, _, name = call.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), name)), call
+
+
 def test_a_never_warmed_kernel_defined_in_main_is_not_told_to_record_a_manifest() -> None:
     """A kernel of a script run as ``python script.py`` (module ``__main__``): ``manifest export``
     leaves it out ("defined in __main__, which no other process can import"), so the fix does not
@@ -201,7 +222,7 @@ def _shown_commands(text: str) -> tuple[str, str]:
     import re
 
     m = re.search(
-        r"record a manifest \(`(.*)`\) and replay it inside the worker's warmup \(`(.*)` with the vLLM plugin",
+        r"record a manifest \(`(.*)`\) and replay it inside the worker's warmup \(`(.*)` for the vLLM plugin",
         text,
         re.DOTALL,
     )
