@@ -7,7 +7,10 @@ per argument (``n_cols: i32 %16 → ==1 (value 1)``), per launch option (``num_w
 argument class was warmed, never together). The core computes it on the journal writer's thread
 (:class:`jitwatch.core.diagnosis.Diagnoser`), never on the compiling thread.
 
-A backend that can read its own keys offers ``explain(new, baseline)`` (see :class:`Explainer`):
+A backend that can read its own keys offers ``explain(new, baseline)`` (see :class:`Explainer`),
+and may offer ``describe_key(key, attrs)``: the specialization a key stands for, in its own words,
+for the worker's warning line (Triton: ``x_ptr: *fp32 aligned, n: i32 %16, BLOCK: constexpr 64``, in
+place of its raw key):
 ``new`` is the serving compile, ``baseline`` the compiles of the same kernel before serving, each
 as a :class:`Seen` (key + the event's ``attrs``). A backend some of whose keys have no argument
 classes (Triton's listener-only compiles: the key is Triton's cache hash) also offers
@@ -286,6 +289,18 @@ def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
     return _MANIFEST_COMMANDS.sub(show, fix)
 
 
+def why_json_command(journal_dir: str | os.PathLike[str] | None) -> str:
+    """``jitwatch why --journal-dir <dir> --json`` (in backquotes), which prints every serving
+    compile's full key, for the journal in ``journal_dir`` (:func:`shell_path`); without a
+    directory, or one that is not a path, ``jitwatch why --json``. Never raises."""
+    if journal_dir is not None:
+        try:
+            return f"`jitwatch why --journal-dir {shell_path(journal_dir)} --json`"
+        except (TypeError, ValueError):
+            pass
+    return "`jitwatch why --json`"
+
+
 def runnable_fixes(fixes: object, journal_dir: str | os.PathLike[str] | None) -> list[str]:
     """An event's ``attrs["fixes"]`` as shown for the journal in ``journal_dir``: its strings (other
     items are left out), the first one holding a manifest command made runnable by
@@ -445,6 +460,8 @@ ExactKeyFn = Callable[[Mapping[str, Any]], bool]
 """A backend's ``by_exact_key(attrs)``: see :meth:`Explainer.by_exact_key`."""
 ExactKeyFixesFn = Callable[[str], ExactKeyFixes]
 """A backend's ``exact_key_fixes(name)``: see :meth:`Explainer.exact_key_fixes`."""
+DescribeKeyFn = Callable[[str | None, Mapping[str, Any]], str | None]
+"""A backend's ``describe_key(key, attrs)``: see :meth:`Explainer.describe_key`."""
 
 
 class Explainer(Protocol):
@@ -478,25 +495,38 @@ class Explainer(Protocol):
         :func:`neutral_exact_key_fixes`."""
         ...
 
+    def describe_key(self, key: str | None, attrs: Mapping[str, Any]) -> str | None:
+        """The specialization ``key`` (with its event's ``attrs``) stands for, in the backend's
+        words, one line (Triton: :func:`jitwatch.backends.triton.explain.describe_key`, each
+        argument's class and the launch options the key carries): what the worker's warning line
+        shows in place of a raw key; ``None`` when the key says nothing more readable (the line
+        then shows the key). A backend without this method: ``None``."""
+        ...
+
 
 def _never(attrs: Mapping[str, Any]) -> bool:
     return False
 
 
+def _undescribed(key: str | None, attrs: Mapping[str, Any]) -> str | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class KeyExplainer:
     """An :class:`Explainer` made of a backend's functions: ``explain``, ``by_exact_key`` (default:
-    never by exact key, for a backend that offers only ``explain``) and ``exact_key_fixes``
-    (default: :func:`neutral_exact_key_fixes`)."""
+    never by exact key, for a backend that offers only ``explain``), ``exact_key_fixes``
+    (default: :func:`neutral_exact_key_fixes`) and ``describe_key`` (default: no description)."""
 
     explain: ExplainFn
     by_exact_key: ExactKeyFn = _never
     exact_key_fixes: ExactKeyFixesFn = neutral_exact_key_fixes
+    describe_key: DescribeKeyFn = _undescribed
 
 
 def explainer_of(backend: Any) -> Explainer | None:
-    """The :class:`Explainer` of a backend object (its ``explain`` and optional ``by_exact_key``
-    and ``exact_key_fixes`` methods), or of a bare ``explain`` function; ``None`` when it offers no
+    """The :class:`Explainer` of a backend object (its ``explain`` and optional ``by_exact_key``,
+    ``exact_key_fixes`` and ``describe_key`` methods), or of a bare ``explain`` function; ``None`` when it offers no
     ``explain``. A callable without a callable ``explain`` is taken as that bare function: backend
     objects go through :func:`jitwatch.core.diagnosis.explainers_of`, which leaves out one without
     ``explain``.
@@ -508,7 +538,13 @@ def explainer_of(backend: Any) -> Explainer | None:
     if not callable(fn):
         return KeyExplainer(backend) if callable(backend) else None
     exact, fixes = _optional(backend, "by_exact_key"), _optional(backend, "exact_key_fixes")
-    return KeyExplainer(fn, exact if callable(exact) else _never, fixes if callable(fixes) else neutral_exact_key_fixes)
+    described = _optional(backend, "describe_key")
+    return KeyExplainer(
+        fn,
+        exact if callable(exact) else _never,
+        fixes if callable(fixes) else neutral_exact_key_fixes,
+        described if callable(described) else _undescribed,
+    )
 
 
 def _optional(backend: Any, name: str) -> Any:
@@ -530,6 +566,7 @@ __all__ = [
     "REPLAY_CALL",
     "REPLAY_FROM_ENV",
     "Change",
+    "DescribeKeyFn",
     "ExactKeyFixes",
     "ExactKeyFixesFn",
     "ExactKeyFn",
@@ -552,4 +589,5 @@ __all__ = [
     "shell_path",
     "shell_word",
     "warm_fix",
+    "why_json_command",
 ]

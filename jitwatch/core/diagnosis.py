@@ -118,6 +118,20 @@ class Diagnoser:
         event.attrs.update(reason.as_attrs())
         return reason
 
+    def describe_key(self, event: Event) -> str | None:
+        """The specialization ``event``'s key stands for, in its backend's words (the explainer's
+        ``describe_key``: Triton's argument classes), for the warning line; ``None`` when its
+        backend gives none or fails. Runs where :meth:`observe` runs (the journal writer's
+        thread). Never raises."""
+        ex = self.explainers.get(event.backend)
+        if ex is None:
+            return None
+        try:
+            text = ex.describe_key(event.key, event.attrs)
+        except Exception:  # noqa: BLE001 - a backend's description fault: the line shows the key
+            return None
+        return text if isinstance(text, str) and text else None
+
     def explain(self, event: Event) -> Reason:
         """The reason of a serving compile ``event`` (does not modify it)."""
         given = event.attrs.get("reason")

@@ -378,3 +378,32 @@ def test_a_fix_of_an_older_version_names_one_manifest_in_its_record_and_replay(t
     manifest = str(journal_dir / "manifest.json")
     assert shlex.split(export)[-2:] == ["-o", manifest], fix
     assert shlex.split(replay) == ["jitwatch", "warmup", "replay", manifest], fix
+
+
+def test_describe_key_is_the_backend_s_words_or_none_and_never_raises() -> None:
+    """``Diagnoser.describe_key`` (the warning line's specialization) asks the event's backend's
+    explainer: Triton's describes its key per argument; a backend without ``describe_key``, one
+    whose ``describe_key`` raises or answers a non-string, and a key Triton cannot read (a
+    listener-only compile's cache hash) give ``None``, and the line shows the key itself."""
+    from jitwatch.backends.triton import explain as triton_explain
+
+    class Raising:
+        def explain(self, new, baseline):
+            return None
+
+        def describe_key(self, key, attrs):
+            raise RuntimeError("boom")
+
+    class Odd(Raising):
+        def describe_key(self, key, attrs):
+            return 42
+
+    d = Diagnoser({"triton": triton_explain, "bare": lambda new, base: None, "raising": Raising(), "odd": Odd()})
+    key = "[('*fp16', 'D'), ('i32', ''), ('constexpr', 1)]{'debug': False, 'num_warps': 8}"
+    sig = {"x_ptr": "*fp16", "n": "i32", "m": "i32"}
+    assert d.describe_key(_compile(Phase.SERVING, "k", key, signature=sig)) == (
+        "x_ptr: *fp16 aligned, n: i32 other, m: ==1 (value 1), num_warps=8"
+    )
+    assert d.describe_key(_compile(Phase.SERVING, "k", "9f8e7d" * 10, source="compilation_listener")) is None
+    for backend in ("bare", "raising", "odd", "nosuch"):
+        assert d.describe_key(_compile(Phase.SERVING, "k", key, backend)) is None, backend

@@ -552,6 +552,11 @@ class TritonBackend(LibraryBackend):
         :func:`jitwatch.backends.triton.explain.exact_key_fixes`."""
         return _explain.exact_key_fixes(name)
 
+    def describe_key(self, key: str | None, attrs: Mapping[str, Any]) -> str | None:
+        """The specialization a key stands for, for the warning line (writer thread):
+        :func:`jitwatch.backends.triton.explain.describe_key`."""
+        return _explain.describe_key(key, attrs)
+
     def hook_in(self, module: ModuleType) -> BackendStatus:
         self._lost_reason = None
         hooks = self._hooks = HookSet(self)

@@ -90,6 +90,36 @@ def exact_key_fixes(name: str) -> ExactKeyFixes:
     )
 
 
+DESCRIPTION_MAX_CHARS = 400
+"""The longest :func:`describe_key` text (a kernel with many arguments is cut, with ``…``)."""
+
+
+def describe_key(key: str | None, attrs: Mapping[str, Any]) -> str | None:
+    """Triton's answer to :meth:`jitwatch.backends.explain.Explainer.describe_key`: the
+    specialization ``key`` stands for, each argument named (from ``attrs["signature"]``) with its
+    class in ``jitwatch why``'s words (``x_ptr: *fp32 aligned``, ``n: i32 %16``, ``n: ==1 (value
+    1)``, ``n: i32 (not specialized)``, ``BLOCK: constexpr 64``), then the launch options the key
+    carries (``num_warps=8``; not Triton's debug and instrumentation options), comma-separated, at
+    most :data:`DESCRIPTION_MAX_CHARS` characters. ``None`` for a key that is not a Triton
+    specialization key (a listener-only compile's cache hash). Text only (``ast.literal_eval``);
+    never raises."""
+    if not key:
+        return None
+    try:
+        facts = _facts(Seen(key, attrs))
+        if facts is None:
+            return None
+        sig = attrs.get("signature")
+        types = sig if isinstance(sig, Mapping) else {}
+        parts = [f"{name}: {_describe(entry, _is_int(types.get(name)))}" for name, entry in facts.args.items()]
+        tail = parse_key_options(key) or {}
+        parts += [f"{k}={v!r}" for k, v in tail.items() if k not in _IGNORED_OPTIONS]
+    except Exception:  # noqa: BLE001 - an odd key or attrs: the line shows the key itself
+        return None
+    text = ", ".join(parts)
+    return text if len(text) <= DESCRIPTION_MAX_CHARS else text[: DESCRIPTION_MAX_CHARS - 1] + "…"
+
+
 def compiled_again(name: str) -> Reason:
     """The reason of a listener-only serving compile of ``name`` whose cache hash compiled before
     serving: :func:`jitwatch.backends.explain.compiled_again` with Triton's fix
@@ -244,10 +274,12 @@ def explain(new: Seen, baseline: Sequence[Seen]) -> Reason | None:
 
 
 __all__ = [
+    "DESCRIPTION_MAX_CHARS",
     "LAUNCH_OPTIONS",
     "LISTENER_ONLY_SOURCE",
     "by_exact_key",
     "compiled_again",
+    "describe_key",
     "exact_key_fixes",
     "explain",
     "is_listener_only",

@@ -228,6 +228,42 @@ def test_warn_logs_once_per_kernel_and_key(harness: MonitorHarness, caplog) -> N
     assert len(harness.compiles(Phase.SERVING)) == 3
 
 
+def test_the_warn_line_shows_the_specialization_not_the_raw_key(
+    harness: MonitorHarness, caplog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warn line says what the key means, per argument in `jitwatch why`'s words, and the
+    launch options the key carries; it ended with Triton's raw key, a Python list and dict glued
+    together (``[('*fp32', 'D'), ...]{'debug': False, ...}``). The full key stays in the journal
+    (and `jitwatch why --json`, which the line names with its journal). The description is built
+    on the journal writer's thread, never on the compiling thread."""
+    import threading
+
+    from jitwatch.backends.triton import explain as triton_explain
+
+    described_on: list[str] = []
+    describe = triton_explain.describe_key
+
+    def spy(key: str | None, attrs: Any) -> str | None:
+        described_on.append(threading.current_thread().name)
+        return describe(key, attrs)
+
+    monkeypatch.setattr(triton_explain, "describe_key", spy)
+    harness.monitor.activate()
+    with caplog.at_level(logging.WARNING, logger="jitwatch.core.monitor"):
+        mon_scale.warmup(X, X, 1000, 0.5, BLOCK=64, USE_ALPHA=True, num_warps=8, grid=(1,))
+        harness.monitor.flush()
+    (line,) = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    (event,) = harness.compiles(Phase.SERVING)
+    assert event.key is not None and event.key.startswith("[(") and "num_warps" in event.key
+    assert event.key not in line and "[(" not in line and "{'" not in line, line
+    assert line.endswith(
+        "; specialization out_ptr: *fp32 aligned, x_ptr: *fp32 aligned, n: i32 other, alpha: fp32, "
+        "BLOCK: constexpr 64, USE_ALPHA: constexpr True, num_warps=8 "
+        f"(the full key: `jitwatch why --journal-dir {harness.journal_dir} --json`)"
+    ), line
+    assert described_on and threading.main_thread().name not in described_on, described_on
+
+
 def test_error_mode_raises_records_and_still_chains(tmp_path, triton_cache) -> None:
     calls: list[str] = []
     prev_post = triton.knobs.runtime.jit_post_compile_hook
