@@ -109,6 +109,12 @@ def test_demo_default(tmp_path: Path) -> None:
     # /readyz: 503 first (worker starting / warming up), then 200 — seen by the demo and by us.
     assert [c for _, c in demo["readyz"]] == [503, 200]
     assert r["readyz_polled"][0] == 503 and r["readyz_polled"][-1] == 200
+    # The /readyz times count from the worker's spawn, the warmup's from its start: the line says
+    # so, with the worker's start-up time (the seconds between them), and 200 came after both.
+    started, warm, ready = demo["worker_started_s"], demo["warmup"]["seconds"], demo["readyz"][-1][0]
+    assert 0 < started < ready and started + warm <= ready + 0.05, (started, warm, demo["readyz"])
+    (line,) = [x for x in r["stdout"].splitlines() if x.startswith("/readyz: ")]
+    assert f"(from the worker's spawn: it started in {started:.2f}s" in line, line
     m = r["metrics"]
     assert metric(m, "jitwatch_serving_compiles_total", kernel="zero_kv_blocks_kernel", rank="0") == 1
     assert 'jitwatch_serving_compiles_total{backend="triton",kernel="slot_mapping_kernel"' not in m
@@ -427,6 +433,35 @@ def test_the_summary_s_replay_allows_the_modules_the_fix_names(demo_like_journal
         lines.append(line)
     assert f" JITWATCH_MANIFEST_ALLOW={fix_allow} " in lines[0], (lines[0], fix_allow)
     assert " JITWATCH_MANIFEST_ALLOW=jitwatch.kernels " in lines[1], lines[1]
+
+
+def test_the_readyz_line_says_what_it_waited_for(tmp_path: Path) -> None:
+    """`warmup: complete in 1.285s` then `/readyz: 503 @0.02s → 200 @6.57s` left a new user asking
+    what the other five seconds were: the /readyz times count from the worker's spawn, and the
+    worker spends most of them starting (imports, jitwatch.install()) before its warmup begins.
+    The line says so, and what /readyz waits for; without the start-up time (a worker that never
+    said it started) it still says what the times count from."""
+    from rich.console import Console
+
+    from jitwatch.demo.runner import DemoReport, print_summary
+
+    jit = {"ranks": [{"rank": 0, "ready": True, "warmup_duration_s": 1.285}], "kernels": []}
+    lines = []
+    for started in (5.214, None):
+        report = DemoReport(journal_dir=tmp_path, url="http://x", jit=jit, worker_started_s=started)
+        report.readyz = [(0.02, 503), (6.57, 200)]
+        console = Console(record=True, width=400)
+        print_summary(report, console)
+        (line,) = [x for x in console.export_text().splitlines() if x.startswith("/readyz: ")]
+        lines.append(line)
+    assert lines[0] == (
+        "/readyz: 503 @0.02s → 200 @6.57s (from the worker's spawn: it started in 5.21s, imports and "
+        "jitwatch.install(), then warmed up in 1.285s; /readyz answers 200 once every rank has completed warmup)"
+    )
+    assert lines[1] == (
+        "/readyz: 503 @0.02s → 200 @6.57s (from the worker's spawn; /readyz answers 200 once every rank has "
+        "completed warmup)"
+    )
 
 
 def test_summary_lists_serving_compiles_oldest_first(tmp_path: Path) -> None:

@@ -73,6 +73,10 @@ class DemoReport:
     warmup: dict[str, Any] = field(default_factory=dict)
     scenario: dict[str, Any] = field(default_factory=dict)
     readyz: list[tuple[float, int]] = field(default_factory=list)
+    """``/readyz``'s changes of status, ``(seconds since the worker's spawn, HTTP status)``."""
+    worker_started_s: float | None = None
+    """Seconds from the worker's spawn to its ``started`` message (imports, ``jitwatch.install()``,
+    its engine): the part of the ``/readyz`` times before its warmup began; ``None`` if unknown."""
     jit: dict[str, Any] = field(default_factory=dict)
     metrics: str = ""
     demo_args: list[str] = field(default_factory=list)
@@ -308,6 +312,8 @@ class _LineReader:
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.proc = proc
         self.events: dict[str, dict[str, Any]] = {}
+        self.arrived: dict[str, float] = {}
+        """``time.monotonic()`` when each message arrived."""
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -322,6 +328,7 @@ class _LineReader:
                 continue
             with self.cond:
                 self.events[str(msg.get("event"))] = msg
+                self.arrived[str(msg.get("event"))] = time.monotonic()
                 self.cond.notify_all()
         with self.cond:
             self.events.setdefault("_eof", {})
@@ -425,11 +432,11 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
             try:
                 env = {**os.environ, **cache_env, "PYTHONUNBUFFERED": "1"}
                 env.pop("TRITON_INTERPRET", None)
+                t0 = time.monotonic()  # the /readyz times and the worker's start-up count from here
                 proc = subprocess.Popen(_worker_cmd(opts, journal_dir), env=env, stdout=subprocess.PIPE, text=True)
                 reader = _LineReader(proc)
                 # /readyz from the worker's spawn on: 503 (no worker, then warmup running) until the
                 # warmup completes, then 200. Only changes of status are kept.
-                t0 = time.monotonic()
                 while time.monotonic() - t0 < opts.worker_timeout_s:
                     code = client.get("/readyz").status_code
                     if not report.readyz or report.readyz[-1][1] != code:
@@ -438,6 +445,7 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
                         break
                     time.sleep(0.05)
                 report.worker = reader.wait("started", opts.worker_timeout_s)
+                report.worker_started_s = round(reader.arrived["started"] - t0, 3)
                 console.print(
                     f"worker pid {report.worker.get('pid')} on {report.worker.get('device')}; "
                     f"TRITON_CACHE_DIR={'(yours)' if opts.keep_triton_cache else 'fresh temporary directory'}"
@@ -525,10 +533,23 @@ def save_report(report: DemoReport, directory: Path) -> None:
                 "warmup": report.warmup,
                 "scenario": report.scenario,
                 "readyz": report.readyz,
+                "worker_started_s": report.worker_started_s,
             },
             indent=2,
         )
     )
+
+
+def _readyz_timeline(started: float | None, warmup: object) -> str:
+    """What the ``/readyz`` line's times count from and what ``/readyz`` waits for: the worker's
+    spawn, then its start-up (``started`` seconds: imports, ``jitwatch.install()``) and its warmup
+    (``warmup`` seconds, the rank's ``warmup_duration_s``), and 200 once every rank has completed
+    warmup (:func:`jitwatch.views.status.readiness`)."""
+    waits = "/readyz answers 200 once every rank has completed warmup"
+    if started is None:
+        return f"from the worker's spawn; {waits}"
+    then = f", then warmed up in {warmup:.3f}s" if isinstance(warmup, int | float) else ""
+    return f"from the worker's spawn: it started in {started:.2f}s, imports and jitwatch.install(){then}; {waits}"
 
 
 def _short_key(key: str | None, width: int = 70) -> str:
@@ -584,7 +605,7 @@ def print_summary(report: DemoReport, console: Any) -> None:
         f"{'-' if warm is None else f'{warm:.3f}s'}, {_compiles(rank.get('warmup_compiles'))}"
         + ("" if report.warmup.get("ran") else " (--no-warmup: slot-mapping warmup skipped)")
         + (f"; manifest replayed in warmup: {report.warmup['manifest']}" if report.warmup.get("manifest") else ""),
-        f"/readyz: {flips}",
+        f"/readyz: {flips} ({_readyz_timeline(report.worker_started_s, warm)})",
         f"served {len(steps)} steps, {len(sizes)} different token counts {sizes}; "
         f"serving-phase compiles: {rank.get('serving_compiles')}",
         f"first-request latency: {'-' if first is None else f'{first * 1000:.1f} ms'}",
