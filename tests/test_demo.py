@@ -18,6 +18,7 @@ from jitwatch.config import Settings
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.demo.runner import (
     LOCK_FILE,
+    STOPPED_LINE,
     DemoError,
     DemoOptions,
     DemoSetupError,
@@ -323,9 +324,43 @@ def test_demo_sigterm_prints_stopped(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, "".join(seen) + rest
-    assert "jitwatch demo: stopped" in rest and "Traceback" not in rest
+    assert STOPPED_LINE in rest.splitlines() and "Traceback" not in rest
     with journal_lock(tmp_path / "journal"):  # the lock went with the process
         pass
+
+
+@pytest.mark.slow
+def test_demo_ctrl_c_prints_the_documented_stopped_line(tmp_path: Path) -> None:
+    """Ctrl-C as a terminal sends it: SIGINT to the whole foreground process group, the demo and
+    its worker alike (the worker stops on its own, the demo then stops the sidecar). The demo
+    prints STOPPED_LINE, the line README.md and docs/demo.md quote (README said
+    `jitwatch demo: stopped`), and exits 0."""
+    import signal
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--port", str(port), "--journal-dir", str(tmp_path / "j")]
+    proc = subprocess.Popen(
+        cmd,
+        env=demo_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell's foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # pytest's may be ignored
+    )
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if "Ctrl-C to stop" in line:
+                break
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, (rest, err)
+    assert rest.splitlines()[-1] == STOPPED_LINE, rest
+    assert "Traceback" not in rest + err, err
 
 
 def test_summary_names_the_demo_journal_for_jitwatch_why(tmp_path: Path) -> None:

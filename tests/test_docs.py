@@ -75,6 +75,23 @@ def test_readme_links_every_docs_page() -> None:
         assert "docs/backends/" in linked
 
 
+def test_what_the_docs_say_ctrl_c_prints_is_what_the_demo_prints() -> None:
+    """README.md said Ctrl-C prints `jitwatch demo: stopped`; while serving, the demo prints
+    `jitwatch demo: stopped (worker and sidecar shut down)` (exit 0; the short line, exit 130, is
+    for an interrupt before the scenario finished). Every page that says what the demo prints on
+    Ctrl-C / SIGTERM quotes the line it prints while serving (``STOPPED_LINE``; the slow
+    ``tests/test_demo.py`` interrupt tests check that line against a real run)."""
+    from jitwatch.demo.runner import STOPPED_LINE
+
+    claims = []
+    for page in _TRANSCRIPT_PAGES:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        for m in re.finditer(r"(?:Ctrl-C|SIGTERM)[^.]{0,80}? prints `([^`]*)`", text):
+            claims.append((page.name, m.group(1)))
+    assert claims, "no page says what the demo prints on Ctrl-C"
+    assert all(said == STOPPED_LINE for _, said in claims), claims
+
+
 # --- Captured transcripts keep the shape of today's output -------------------------------------
 #
 # README.md and docs/*.md paste real `jitwatch why` / `coverage` / `status` output. Each block is

@@ -40,6 +40,11 @@ from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.store.safety import make_private_dirs, prepare_writer_dir
 from jitwatch.text import plural, shown_name
 
+STOPPED_LINE = "jitwatch demo: stopped (worker and sidecar shut down)"
+"""What the demo prints (stdout) when Ctrl-C or SIGTERM stops it while it serves after the
+scenario (exit 0). Before the scenario finished the CLI prints ``jitwatch demo: stopped`` on
+stderr (exit 130)."""
+
 DEMO_SUBDIR = "demo"
 """Default journal directory: ``<JITWATCH_DIR>/demo-<port>``."""
 LOCK_FILE = "demo.lock"
@@ -485,7 +490,7 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
         _stop_worker(proc)
         sidecar.stop()
     if stopped:
-        console.print("jitwatch demo: stopped (worker and sidecar shut down)")
+        console.print(STOPPED_LINE)
     return report
 
 
