@@ -47,7 +47,7 @@ from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, CompileKind, LibraryBackend, enter_parent, exit_parent
 from jitwatch.backends.patching import CancelOnFailure, Patch, patch_attribute
-from jitwatch.backends.torch_compile.reasons import FIXES, reason_class
+from jitwatch.backends.torch_compile.reasons import fix_for, reason_class
 from jitwatch.errors import ServingCompileError
 from jitwatch.importhook import when_imported
 
@@ -588,9 +588,6 @@ class TorchCompileBackend(LibraryBackend):
             base["location"] = opened.location
         stages = None
         cache_hit = None
-        fix = FIXES.get(base.get("reason_class", ""))
-        if fix:
-            base["fixes"] = [fix]
         if metrics is not None:
             detail = metrics_detail(metrics)
             stages = _stages(detail)
@@ -602,6 +599,9 @@ class TorchCompileBackend(LibraryBackend):
             base.update(detail)
             if "location" not in base and "frame_location" in base:
                 base["location"] = base["frame_location"]
+        fix = fix_for(opened.reason) if opened.trigger == "DYNAMO" else None  # cached by reason
+        if fix:
+            base["fixes"] = [fix]
         return Capture(
             self.name,
             opened.name,

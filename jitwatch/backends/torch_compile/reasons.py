@@ -15,6 +15,7 @@ it into one of :data:`REASON_CLASSES` so that ``jitwatch_recompiles_total`` keep
 
 from __future__ import annotations
 
+import functools
 import re
 
 from jitwatch.backends.base import RECOMPILE_REASON_CLASSES
@@ -58,9 +59,80 @@ FIXES: dict[str, str] = {
     "identity change": "keep the guarded object alive and the same between calls (or warm the new one)",
     "global state": "serve under the global state warmup used (grad mode, autocast, deterministic algorithms)",
 }
-"""One line of advice per reason class (``attrs.fixes`` of a recompile; shown by ``jitwatch why``)."""
+"""One line of advice per reason class (``attrs.fixes`` of a recompile; shown by ``jitwatch why``),
+unless :func:`fix_for` has a concrete one (a size mismatch with its sizes: :func:`size_fix`)."""
 
 _PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
+
+_SIZE_MISMATCH = re.compile(
+    r"^\s*(?:(?P<graph>\d+/\d+):\s*)?tensor '(?P<tensor>.+)' size mismatch at index (?P<index>\d+)\. "
+    r"expected (?P<expected>\d+), actual (?P<actual>\d+)"
+)
+"""Dynamo's size guard failure (``0/0: tensor 'x' size mismatch at index 0. expected 1, actual 2``)."""
+
+
+@functools.lru_cache(maxsize=256)
+def fix_for(reason: str | None) -> str | None:
+    """The fix of a recompile whose Dynamo ``reason`` is ``reason``: for a size mismatch with its
+    sizes (``tensor 'logits' size mismatch at index 0. expected 1, actual 2``) a concrete one,
+    from the two sizes (:func:`size_fix`); else :data:`FIXES` of its :func:`reason_class`;
+    ``None`` for a first compile or a class without advice. Pure string matching, cached by
+    ``reason`` (a recompile's reason repeats across ranks and restarts)."""
+    if not reason:
+        return None
+    m = _SIZE_MISMATCH.match(reason.splitlines()[0])
+    if m is not None:
+        return size_fix(m["tensor"], int(m["index"]), int(m["expected"]), int(m["actual"]), graph=m["graph"])
+    return FIXES.get(reason_class(reason))
+
+
+def size_fix(tensor: str, index: int, expected: int, actual: int, *, graph: str | None = None) -> str:
+    """The fix of a recompile for a size mismatch of ``tensor``'s dimension ``index``: the graph
+    it failed against (``graph``, Dynamo's compile id, ``0/0``) had size ``expected`` there, this
+    call ``actual``. Dynamo (``automatic_dynamic_shapes``, the default) compiles the first size it
+    sees for that size only and, at the second, one graph dynamic in that dimension for every size
+    of 2 or more; sizes 0 and 1 are always specialized (neither ``mark_dynamic`` nor
+    ``torch.compile(dynamic=True)`` covers them). So:
+
+    * ``expected`` 0 or 1, ``actual`` 2 or more (warmup ran a batch of 1): warm with a batch of at
+      least 2 as well (dimension 0; another dimension: that tensor at a size of at least 2 there);
+    * ``actual`` 0 or 1: warm that size too;
+    * both 2 or more: warm two different sizes, or ``mark_dynamic`` the dimension before the first
+      call.
+
+    Under ``torch.compile(dynamic=False)`` (which the compile's event does not say) no dimension
+    turns dynamic: each text says so, warm every size served.
+    """
+    where = f"graph {graph}" if graph else "the graph it failed against"
+    static = "(under torch.compile(dynamic=False) every size compiles on its own: warm each one served)"
+    dim = "the batch dimension (index 0)" if index == 0 else f"dimension {index}"
+    if expected <= 1 < actual:
+        subject = (
+            "a batch of at least 2" if index == 0 else f"tensor '{tensor}' at a size of at least 2 in dimension {index}"
+        )
+        return (
+            f"warm with {subject} as well: {where} has '{tensor}' at size {expected} in {dim}, a size Dynamo "
+            "always specializes (mark_dynamic and torch.compile(dynamic=True) do not change that), so the "
+            "first size of 2 or more compiles again, one graph dynamic in that dimension for every size of 2 or "
+            f"more {static}"
+        )
+    if actual <= 1:
+        subject = f"a batch of {actual}" if index == 0 else f"tensor '{tensor}' at size {actual} in dimension {index}"
+        return (
+            f"warm with {subject} too: Dynamo always specializes sizes 0 and 1, so no dynamic graph covers it "
+            "(mark_dynamic and torch.compile(dynamic=True) included)"
+        )
+    subject = (
+        f"two different batch sizes of at least 2 (e.g. {expected} and {actual})"
+        if index == 0
+        else f"tensor '{tensor}' at two different sizes of at least 2 in dimension {index} "
+        f"(e.g. {expected} and {actual})"
+    )
+    return (
+        f"warm with {subject}: Dynamo compiles the first size it sees for that size only and makes "
+        f"{dim} dynamic at the second; or mark it dynamic before the first call "
+        f"(torch._dynamo.mark_dynamic(<tensor>, {index})); sizes 0 and 1 stay specialized {static}"
+    )
 
 
 def reason_class(reason: str | None) -> str:
@@ -77,4 +149,4 @@ def reason_class(reason: str | None) -> str:
     return "other"
 
 
-__all__ = ["FIRST_COMPILE", "FIXES", "REASON_CLASSES", "reason_class"]
+__all__ = ["FIRST_COMPILE", "FIXES", "REASON_CLASSES", "fix_for", "reason_class", "size_fix"]

@@ -468,3 +468,78 @@ def test_reset_keeps_every_monitor_registered_whoever_wrapped_clear(fresh_dynamo
         assert not any(getattr(cb, "__self__", None) for cb in handler.start_callbacks if "jitwatch" in repr(cb))
     finally:
         del handler.clear
+
+
+def sample_probs(logits: Any, temperature: float) -> Any:
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def test_a_batch_1_warmup_s_recompile_fix_says_warm_a_batch_of_at_least_2_and_that_works(
+    tc: MonitorHarness,
+) -> None:
+    """Warmed with one request (a batch of 1, which Dynamo always specializes), the first batch of 2
+    recompiles in serving. Its fix says so concretely, `warm with a batch of at least 2 as well`
+    (it said `warm this size, or mark the dimension dynamic (...)`, and neither mark_dynamic nor
+    dynamic=True avoids this one); and followed, it works: a warmup with batches of 1 and 2 leaves
+    no serving recompile for batches 1 to 64 (real Dynamo)."""
+    f = torch.compile(sample_probs, backend="eager")
+    with tc.monitor.warmup():
+        f(torch.randn(1, 16), 0.7)
+    with tc.monitor.request():
+        f(torch.randn(2, 16), 0.7)
+    (recompile,) = [e for e in _tc_events(tc) if e.phase is Phase.SERVING]
+    assert recompile.attrs["reason"] == "0/0: tensor 'logits' size mismatch at index 0. expected 1, actual 2"
+    (fix,) = recompile.attrs["fixes"]
+    assert fix.startswith("warm with a batch of at least 2 as well: graph 0/0 has 'logits' at size 1 in the batch"), fix
+    torch._dynamo.reset()
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        g = torch.compile(sample_probs, backend="eager")
+        with h.monitor.warmup():
+            for batch in (1, 2):  # the fix, followed
+                g(torch.randn(batch, 16), 0.7)
+        for batch in (1, 2, 3, 5, 64, 1):
+            with h.monitor.request():
+                g(torch.randn(batch, 16), 0.7)
+        assert [e for e in _tc_events(h) if e.phase is Phase.SERVING] == []
+
+
+@pytest.mark.parametrize(
+    ("reason", "starts"),
+    [
+        (
+            "0/0: tensor 'logits' size mismatch at index 0. expected 1, actual 2",
+            "warm with a batch of at least 2 as well: graph 0/0 has 'logits' at size 1 in the batch dimension",
+        ),
+        (
+            "0/1: tensor 'x' size mismatch at index 2. expected 0, actual 7",
+            "warm with tensor 'x' at a size of at least 2 in dimension 2 as well: graph 0/1 has 'x' at size 0",
+        ),
+        ("0/0: tensor 'x' size mismatch at index 0. expected 8, actual 1", "warm with a batch of 1 too: Dynamo"),
+        (
+            "tensor 'x' size mismatch at index 1. expected 8, actual 0",
+            "warm with tensor 'x' at size 0 in dimension 1 too",
+        ),
+        (
+            "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 16",
+            "warm with two different batch sizes of at least 2 (e.g. 8 and 16): Dynamo compiles",
+        ),
+        (
+            "0/0: tensor 'x' size mismatch at index 1. expected 8, actual 16",
+            "warm with tensor 'x' at two different sizes of at least 2 in dimension 1 (e.g. 8 and 16)",
+        ),
+    ],
+)
+def test_a_size_mismatch_fix_is_concrete_from_its_sizes(reason: str, starts: str) -> None:
+    from jitwatch.backends.torch_compile.reasons import FIXES, fix_for
+
+    fix = fix_for(reason)
+    assert fix is not None and fix.startswith(starts), fix
+    assert fix != FIXES["size mismatch"]
+
+
+def test_other_reasons_keep_their_class_fix() -> None:
+    from jitwatch.backends.torch_compile.reasons import FIXES, fix_for
+
+    assert fix_for("0/0: tensor 'x' dtype mismatch. expected Float, actual Double") == FIXES["dtype mismatch"]
+    assert fix_for("0/0: sizes changed somehow") == FIXES["size mismatch"]  # no sizes to read: the class's
+    assert fix_for(None) is None and fix_for("") is None
