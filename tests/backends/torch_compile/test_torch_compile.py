@@ -474,33 +474,32 @@ def sample_probs(logits: Any, temperature: float) -> Any:
     return torch.softmax(logits / temperature, dim=-1)
 
 
-def test_a_batch_1_warmup_s_recompile_fix_says_warm_a_batch_of_at_least_2_and_that_works(
-    tc: MonitorHarness,
-) -> None:
+def test_a_batch_1_warmup_s_recompile_fix_says_warm_a_batch_of_at_least_2_and_that_works(fresh_dynamo: None) -> None:
     """Warmed with one request (a batch of 1, which Dynamo always specializes), the first batch of 2
     recompiles in serving. Its fix says so concretely, `warm with a batch of at least 2 as well`
     (it said `warm this size, or mark the dimension dynamic (...)`, and neither mark_dynamic nor
     dynamic=True avoids this one); and followed, it works: a warmup with batches of 1 and 2 leaves
     no serving recompile for batches 1 to 64 (real Dynamo)."""
-    f = torch.compile(sample_probs, backend="eager")
-    with tc.monitor.warmup():
-        f(torch.randn(1, 16), 0.7)
-    with tc.monitor.request():
-        f(torch.randn(2, 16), 0.7)
-    (recompile,) = [e for e in _tc_events(tc) if e.phase is Phase.SERVING]
-    assert recompile.attrs["reason"] == "0/0: tensor 'logits' size mismatch at index 0. expected 1, actual 2"
-    (fix,) = recompile.attrs["fixes"]
-    assert fix.startswith("warm with a batch of at least 2 as well: graph 0/0 has 'logits' at size 1 in the batch"), fix
-    torch._dynamo.reset()
-    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
-        g = torch.compile(sample_probs, backend="eager")
-        with h.monitor.warmup():
-            for batch in (1, 2):  # the fix, followed
-                g(torch.randn(batch, 16), 0.7)
-        for batch in (1, 2, 3, 5, 64, 1):
-            with h.monitor.request():
-                g(torch.randn(batch, 16), 0.7)
-        assert [e for e in _tc_events(h) if e.phase is Phase.SERVING] == []
+    for warm, serve in (((1,), (2,)), ((1, 2), (1, 2, 3, 5, 64, 1))):
+        torch._dynamo.reset()
+        with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+            f = torch.compile(sample_probs, backend="eager")
+            with h.monitor.warmup():
+                for batch in warm:
+                    f(torch.randn(batch, 16), 0.7)
+            for batch in serve:
+                with h.monitor.request():
+                    f(torch.randn(batch, 16), 0.7)
+            recompiles = [e for e in _tc_events(h) if e.phase is Phase.SERVING]
+        if warm == (1,):
+            (recompile,) = recompiles
+            assert recompile.attrs["reason"] == "0/0: tensor 'logits' size mismatch at index 0. expected 1, actual 2"
+            (fix,) = recompile.attrs["fixes"]
+            assert fix.startswith(
+                "warm with a batch of at least 2 as well: graph 0/0 has 'logits' at size 1 in the batch"
+            ), fix
+        else:  # the fix, followed
+            assert recompiles == []
 
 
 @pytest.mark.parametrize(
