@@ -155,8 +155,13 @@ def _tables(lines: list[str]) -> list[tuple[str, str, list[str]]]:
 
 @pytest.fixture(scope="module")
 def served_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A journal with a warmup compile and a serving compile of one kernel (in a request)."""
+    """A journal with a warmup compile and a serving compile of one Triton kernel (in a request),
+    and a torch.compile graph (Dynamo, the eager backend) warmed and recompiled in that request: a
+    size mismatch, which `jitwatch status` lists under ``Recompiles by reason``."""
     import sys
+
+    import torch
+    import torch._dynamo
 
     from jitwatch.testing import fresh_kernel_cache, monitored
     from tests._paths import TRITON_TESTS
@@ -164,14 +169,24 @@ def served_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sys.path.insert(0, str(TRITON_TESTS))
     import kernels_fieldcases as kf
 
+    def sample_probs(logits: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(logits, dim=-1)
+
     jdir = tmp_path_factory.mktemp("journal")
     fresh_kernel_cache(kf.slot_mapping)
-    with monitored("warn", journal_dir=jdir, triton_cache_dir=tmp_path_factory.mktemp("triton")) as h:
-        with h.monitor.warmup():
-            kf.CASES["slot_mapping"]["warmup"][0]()
-        with h.monitor.request():
-            kf.CASES["slot_mapping"]["serving"][0]()
-        h.monitor.flush()
+    torch._dynamo.reset()
+    graph = torch.compile(sample_probs, backend="eager")
+    try:
+        with monitored("warn", journal_dir=jdir, triton_cache_dir=tmp_path_factory.mktemp("triton")) as h:
+            with h.monitor.warmup():
+                kf.CASES["slot_mapping"]["warmup"][0]()
+                graph(torch.zeros(1, 8))
+            with h.monitor.request():
+                kf.CASES["slot_mapping"]["serving"][0]()
+                graph(torch.zeros(2, 8))  # size mismatch at index 0: Dynamo recompiles
+            h.monitor.flush()
+    finally:
+        torch._dynamo.reset()
     return jdir
 
 
@@ -236,7 +251,7 @@ def test_status_transcripts_have_todays_header_and_tables(served_journal: Path) 
     with Journal(served_journal, readonly=True) as j:
         status = build_status(j).model_copy(update={"journal_dir": str(served_journal)})
     real = []
-    for width in (100, 130):
+    for width in (100, 130, 80):  # the header lines below are the first's (at 80 a journal path may wrap)
         buf = io.StringIO()
         render_status(status, Console(file=buf, width=width, color_system=None), url)
         real.append(buf.getvalue().splitlines())

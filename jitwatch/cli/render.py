@@ -20,6 +20,16 @@ if TYPE_CHECKING:
 NARROW = 120
 """Below this console width the tables leave out secondary columns (``--json`` has everything)."""
 
+STATUS_TIGHT = 100
+"""Below this console width ``jitwatch status`` also leaves out the Kernels table's ``last compile``,
+the serving compiles' ``time`` and ``rank`` and the recompiles' ``seconds``, so that the backend
+column (never folded: it tells a Triton kernel from a torch.compile graph of one name) leaves room
+for the kernel and ``why`` (at 80 columns with them, kernel names folded every 9 characters and
+``why`` one word a line); a dim line below the tables names them."""
+
+STATUS_TIGHT_LEFT_OUT = "the Kernels' last compile, the serving compiles' time and rank, the recompiles' seconds"
+"""What :data:`STATUS_TIGHT` leaves out, as that dim line names it."""
+
 COVERAGE_DETAIL = 150
 """Below this console width ``jitwatch coverage``'s kernel table leaves out its class detail
 (``arg classes (detail)``), so that the backend, kernel and ``met only in serving`` columns keep
@@ -46,10 +56,14 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
     """Print ``status`` as rich tables (what ``jitwatch status`` shows), under a header of two
     lines: readiness (with why not) and the workers' mode; the journal directory the sidecar at
     ``url`` reads (:attr:`JitStatus.journal_dir`, when it names it) and, if it cannot be read, why.
+    The Kernels, serving-compile and recompile tables name each row's backend at every width (one
+    name can be a Triton kernel and a torch.compile graph); below :data:`NARROW` and
+    :data:`STATUS_TIGHT` columns other columns are left out, each time with a dim line saying so.
     """
     from rich.markup import escape
 
     narrow = console.width < NARROW
+    tight = console.width < STATUS_TIGHT
     reason = escape(plain(status.not_ready_reason))
     headline = "[green]READY[/green]" if status.ready else f"[yellow]NOT READY[/yellow]: {reason}"
     console.print(f"status: {headline}; mode {escape(plain(status.mode or '- (no worker)'))}")
@@ -89,17 +103,18 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
     kernels = _Grid(
         "Kernels",
         [
-            "*backend",
+            "=backend",
             "kernel",
             "warmup",
             "serving",
             "compile s (all phases)",  # startup + warmup + serving: KernelStatus.compile_seconds
             "*disk hits",
             "*autotune",
-            "last compile",
+            "~last compile",
             "*last key",
         ],
         narrow,
+        tight,
     )
     for k in status.kernels:
         serving = cell(k.compiles_serving)
@@ -122,8 +137,9 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
     if status.recent_serving_compiles:
         recent = _Grid(
             "Recent serving-phase compiles",
-            ["time", "rank", "*backend", "kernel", "duration", "request", "*id", "why", "*parent"],
+            ["~time", "~rank", "=backend", "kernel", "duration", "request", "*id", "why", "*parent"],
             narrow,
+            tight,
         )
         for c in status.recent_serving_compiles:
             row = [
@@ -142,8 +158,9 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
     if status.recompile_reasons:
         reasons = _Grid(
             "Recompiles by reason",
-            ["*backend", "function", "*phase", "reason class", "count", "seconds", "*ranks", "latest reason"],
+            ["=backend", "function", "*phase", "reason class", "count", "~seconds", "*ranks", "latest reason"],
             narrow,
+            tight,
         )
         for rr in status.recompile_reasons:
             reasons.add(
@@ -159,6 +176,8 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
         console.print(reasons.table)
     if narrow:
         console.print(f"(narrow terminal: some columns left out; {NARROW}+ columns or --json show all)", style="dim")
+    if tight:
+        console.print(f"({STATUS_TIGHT_LEFT_OUT} left out below {STATUS_TIGHT} columns)", style="dim")
     t = status.totals
     console.print(
         f"totals: {t.ranks_ready}/{t.ranks} ranks ready, {plural(t.kernels, 'kernel')}, "
@@ -171,19 +190,20 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
 
 class _Grid:
     """A rich table whose cells wrap (``overflow="fold"``: nothing is cut with ``…``); a column
-    named ``"*name"`` is secondary and left out when ``narrow`` (:meth:`add` drops its cell); one
-    named ``"=name"`` is never folded: as wide as its widest cell (a backend's name, which tells
-    rows of one kernel name apart, stays whole at 80 columns)."""
+    named ``"*name"`` is secondary and left out when ``narrow`` (:meth:`add` drops its cell), one
+    named ``"~name"`` left out when ``tight`` (a narrower terminal still); one named ``"=name"`` is
+    never folded: as wide as its widest cell (a backend's name, which tells rows of one kernel name
+    apart, stays whole at 80 columns)."""
 
-    def __init__(self, title: str, columns: list[str], narrow: bool) -> None:
+    def __init__(self, title: str, columns: list[str], narrow: bool, tight: bool = False) -> None:
         from rich.table import Table
 
         self.table = Table(title=title)
-        self.keep = [not (col.startswith("*") and narrow) for col in columns]
+        self.keep = [not ((col.startswith("*") and narrow) or (col.startswith("~") and tight)) for col in columns]
         self.whole: dict[int, int] = {}  # kept column index -> widest cell so far
         for col, keep in zip(columns, self.keep, strict=True):
             if keep:
-                name = col.lstrip("*=")
+                name = col.lstrip("*~=")
                 if col.startswith("="):
                     self.whole[len(self.table.columns)] = len(name)
                 self.table.add_column(name, overflow="fold", no_wrap=col.startswith("="))
