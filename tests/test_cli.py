@@ -1231,3 +1231,23 @@ def test_the_sidecar_of_a_journal_dir_whose_name_is_not_utf8_answers(tmp_path: P
         res = runner.invoke(app, ["status", "--url", base, "--token", TOKEN], env={"COLUMNS": "200"})
         assert res.exit_code in (0, 3), res.output
         assert f"journal: {tmp_path}/jw-\\xff, read by" in res.stdout
+
+
+def test_a_journal_dir_named_with_control_characters_is_quoted_so_the_shown_command_runs(tmp_path: Path) -> None:
+    """A journal directory whose name holds terminal control characters (ESC, a newline) and shell
+    syntax: the CLI shows each control character as ``\\xNN`` (journal text never drives the
+    terminal), so a ``'...'``-quoted word printed with it named another directory once pasted
+    (``JITWATCH_DIR='/tmp/jw\\x1b[31m\\x0ax'``: a literal backslash, x, 1, b). The word is bash's
+    ``$'...'`` instead (as for a byte that is not UTF-8): printed unchanged, and bash reads back
+    the directory's exact bytes and runs nothing."""
+    import subprocess
+
+    jdir = tmp_path / "jw\x1b[31mRED\nx $(touch PWNED)'"
+    Journal(jdir).close()  # an empty journal: coverage's nothing-to-check lines name JITWATCH_DIR
+    res = _cli(["coverage", "--journal-dir", str(jdir)])
+    stdout = res.stdout.decode()
+    assert res.returncode == 0 and "\x1b" not in stdout, (res.returncode, stdout, res.stderr)
+    word = stdout.split("JITWATCH_DIR=", 1)[1].split(", or read", 1)[0]
+    assert word.startswith("$'") and word.endswith("'"), word
+    echoed = subprocess.run(["bash", "-c", f"printf %s {word}"], cwd=tmp_path, capture_output=True, check=True)
+    assert echoed.stdout == os.fsencode(jdir) and not (tmp_path / "PWNED").exists(), (word, echoed)

@@ -209,10 +209,13 @@ def _shell_homes() -> tuple[str, ...]:
 
 def shell_word(text: str) -> str:
     """``text`` as one shell word: :func:`shlex.quote`, or, for a name with a byte that is not
-    UTF-8 (``os.fsdecode``'s ``\\udcff`` for 0xFF), bash's ``$'...'`` with every byte outside
-    printable ASCII as ``\\xNN`` (``$'/tmp/jw-\\xff'``): the shell passes the same bytes, and the
-    text is printable (a lone surrogate is no UTF-8)."""
-    if not any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+    UTF-8 (``os.fsdecode``'s ``\\udcff`` for 0xFF) or a terminal control character (ESC, a
+    newline, any other C0 or C1 control, DEL; not tab), bash's ``$'...'`` with every byte outside
+    printable ASCII as ``\\xNN`` (``$'/tmp/jw-\\xff'``, ``$'/tmp/jw\\x1b[31m'``): the shell passes
+    the same bytes, and the text is printable (a lone surrogate is no UTF-8) and unchanged by the
+    CLI's :func:`jitwatch.cli.text.plain`, which shows a control character as ``\\xNN``: inside
+    ``'...'`` that text would be a literal backslash and name another path."""
+    if not any(_needs_ansi_c(c) for c in text):
         return shlex.quote(text)
     try:
         data = text.encode("utf-8", "surrogateescape")
@@ -220,6 +223,11 @@ def shell_word(text: str) -> str:
         return shlex.quote(text)
     body = "".join("\\" + chr(b) if chr(b) in "\\'" else chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in data)
     return f"$'{body}'"
+
+
+def _needs_ansi_c(c: str) -> bool:
+    o = ord(c)
+    return (o < 0x20 and o != 0x09) or 0x7F <= o < 0xA0 or 0xDC80 <= o <= 0xDCFF
 
 
 def shell_path(path: str | os.PathLike[str]) -> str:
