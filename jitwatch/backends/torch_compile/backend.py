@@ -599,7 +599,7 @@ class TorchCompileBackend(LibraryBackend):
             base.update(detail)
             if "location" not in base and "frame_location" in base:
                 base["location"] = base["frame_location"]
-        fix = fix_for(opened.reason) if opened.trigger == "DYNAMO" else None  # cached by reason
+        fix = fix_for(opened.reason) if opened.trigger == "DYNAMO" else None  # cached by its first line; never raises
         if fix:
             base["fixes"] = [fix]
         return Capture(

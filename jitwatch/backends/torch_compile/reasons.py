@@ -65,25 +65,41 @@ unless :func:`fix_for` has a concrete one (a size mismatch with its sizes: :func
 _PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
 
 _SIZE_MISMATCH = re.compile(
-    r"^\s*(?:(?P<graph>\d+/\d+):\s*)?tensor '(?P<tensor>.+)' size mismatch at index (?P<index>\d+)\. "
-    r"expected (?P<expected>\d+), actual (?P<actual>\d+)"
+    r"^\s*(?:(?P<graph>\d+/\d+):\s*)?tensor '(?P<tensor>.+?)' size mismatch at index (?P<index>\d{1,19})\. "
+    r"expected (?P<expected>\d{1,19}), actual (?P<actual>\d{1,19})\b"
 )
-"""Dynamo's size guard failure (``0/0: tensor 'x' size mismatch at index 0. expected 1, actual 2``)."""
+"""Dynamo's size guard failure (``0/0: tensor 'x' size mismatch at index 0. expected 1, actual 2``):
+the first one of the line (``recompiles_verbose`` joins several with ``; ``); sizes of at most 19
+digits (a tensor's sizes are int64: a longer number is no size to read)."""
+
+FIX_CACHE_LINE_MAX = 1024
+"""The longest reason line whose fix :func:`fix_for` caches (a longer one, a tensor with a huge
+source name, is matched each time): the cache holds at most 256 lines of this size."""
 
 
-@functools.lru_cache(maxsize=256)
 def fix_for(reason: str | None) -> str | None:
     """The fix of a recompile whose Dynamo ``reason`` is ``reason``: for a size mismatch with its
     sizes (``tensor 'logits' size mismatch at index 0. expected 1, actual 2``) a concrete one,
     from the two sizes (:func:`size_fix`); else :data:`FIXES` of its :func:`reason_class`;
-    ``None`` for a first compile or a class without advice. Pure string matching, cached by
-    ``reason`` (a recompile's reason repeats across ranks and restarts)."""
+    ``None`` for a first compile or a class without advice. Read from the reason's first line
+    (Dynamo appends the user's stack trace on the next ones); pure string matching, cached by that
+    line (at most 256 lines of up to :data:`FIX_CACHE_LINE_MAX` characters: a recompile's reason
+    repeats across ranks and restarts). Runs on the compiling thread; never raises."""
     if not reason:
         return None
-    m = _SIZE_MISMATCH.match(reason.splitlines()[0])
+    try:
+        line = reason.splitlines()[0]
+        return _fix_of_line(line) if len(line) <= FIX_CACHE_LINE_MAX else _fix_of_line.__wrapped__(line)
+    except Exception:  # noqa: BLE001 - a fix is advice: never an exception in the host's compiled call
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _fix_of_line(line: str) -> str | None:
+    m = _SIZE_MISMATCH.match(line)
     if m is not None:
         return size_fix(m["tensor"], int(m["index"]), int(m["expected"]), int(m["actual"]), graph=m["graph"])
-    return FIXES.get(reason_class(reason))
+    return FIXES.get(reason_class(line))
 
 
 def size_fix(tensor: str, index: int, expected: int, actual: int, *, graph: str | None = None) -> str:

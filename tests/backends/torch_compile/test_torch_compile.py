@@ -542,3 +542,63 @@ def test_other_reasons_keep_their_class_fix() -> None:
     assert fix_for("0/0: tensor 'x' dtype mismatch. expected Float, actual Double") == FIXES["dtype mismatch"]
     assert fix_for("0/0: sizes changed somehow") == FIXES["size mismatch"]  # no sizes to read: the class's
     assert fix_for(None) is None and fix_for("") is None
+
+
+def test_fix_for_never_raises_on_a_reason_with_sizes_too_long_to_read() -> None:
+    """``fix_for`` runs on the compiling thread, inside Dynamo's start callback, whose exceptions
+    reach the host's compiled call: a size of more than 4,300 digits (Python's int-from-text
+    limit) raised ``ValueError`` there. Such a reason gets its class's fix."""
+    from jitwatch.backends.torch_compile.reasons import FIXES, fix_for
+
+    for reason in (
+        "0/0: tensor 'x' size mismatch at index 0. expected " + "1" * 5000 + ", actual 2",
+        "0/0: tensor 'x' size mismatch at index " + "9" * 5000 + ". expected 1, actual 2",
+    ):
+        assert fix_for(reason) == FIXES["size mismatch"]
+
+
+def test_a_verbose_reason_with_two_size_mismatches_names_the_first_tensor() -> None:
+    """With ``TORCH_LOGS=recompiles_verbose`` Dynamo joins every guard failure of a graph on one
+    line (``; ``): the fix names the first tensor and its sizes, not the text up to the last
+    ``' size mismatch`` (``tensor 'x' size mismatch at index 0. expected 1, actual 2; tensor 'y``)."""
+    from jitwatch.backends.torch_compile.reasons import fix_for
+
+    fix = fix_for(
+        "0/0: tensor 'x' size mismatch at index 0. expected 1, actual 2; "
+        "tensor 'y' size mismatch at index 1. expected 3, actual 4"
+    )
+    assert fix is not None and fix.startswith("warm with a batch of at least 2 as well: graph 0/0 has 'x' at size 1"), (
+        fix
+    )
+
+
+def test_fix_for_s_cache_keeps_the_first_line_of_each_reason_only() -> None:
+    """The cache (a recompile's reason repeats across ranks and restarts) is keyed by the line the
+    fix is read from, not the whole reason: Dynamo appends the user's stack trace
+    (``\\nUser stack trace:\\n...``), which made each reason a new entry holding its whole text
+    (256 of them: 226 MB retained for 0.9 MB traces). A stream of distinct long reasons keeps a
+    few hundred short lines, and one line with different traces is one entry."""
+    import gc
+    import tracemalloc
+
+    from jitwatch.backends.torch_compile.reasons import _fix_of_line, fix_for
+
+    _fix_of_line.cache_clear()
+    trace = "\nUser stack trace:\n" + '  File "/srv/model.py", line 12, in forward\n' * 2000  # ~90 KB
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for i in range(300):
+            reason = f"0/0: tensor 'x' size mismatch at index 0. expected 1, actual {i + 2}" + trace + str(i)
+            assert fix_for(reason) is not None
+            del reason
+        gc.collect()
+        retained, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert retained < 2_000_000, retained  # the whole reasons: 256 x 90 KB = 23 MB
+    line = "0/0: tensor 'x' size mismatch at index 0. expected 1, actual 2"
+    _fix_of_line.cache_clear()
+    for i in range(5):
+        fix_for(line + trace + str(i))
+    assert _fix_of_line.cache_info().currsize == 1
