@@ -36,6 +36,12 @@ COVERAGE_DETAIL = 150
 their width (at 130 columns the seven of them folded kernel names and classes mid-word)."""
 
 
+WHOLE_MAX = 13
+"""The widest cell (characters) a ``jitwatch coverage`` backend column keeps whole: ``torch_compile``,
+the longest built-in backend's name. A longer name (a third-party backend's) folds over several
+lines at this width: a wider column cropped the table's last column at 80 columns."""
+
+
 def cell(text: object) -> Text:
     """A table cell holding ``text`` literally: no rich markup (``[num_warps]``, ``[/]`` stay
     text), no terminal control characters (:func:`plain`)."""
@@ -192,8 +198,9 @@ class _Grid:
     """A rich table whose cells wrap (``overflow="fold"``: nothing is cut with ``…``); a column
     named ``"*name"`` is secondary and left out when ``narrow`` (:meth:`add` drops its cell), one
     named ``"~name"`` left out when ``tight`` (a narrower terminal still); one named ``"=name"`` is
-    never folded: as wide as its widest cell (a backend's name, which tells rows of one kernel name
-    apart, stays whole at 80 columns)."""
+    as wide as its widest cell up to :data:`WHOLE_MAX` characters (a backend's name, which tells rows
+    of one kernel name apart, stays whole at 80 columns); a longer cell folds, so that it never
+    pushes the other columns out of the terminal."""
 
     def __init__(self, title: str, columns: list[str], narrow: bool, tight: bool = False) -> None:
         from rich.table import Table
@@ -212,7 +219,9 @@ class _Grid:
         cells = [value for value, keep in zip(row, self.keep, strict=True) if keep]
         for i, widest in self.whole.items():
             self.whole[i] = max(widest, len(str(cells[i])))
-            self.table.columns[i].min_width = self.whole[i]
+            column = self.table.columns[i]
+            column.min_width = min(self.whole[i], WHOLE_MAX)
+            column.no_wrap = self.whole[i] <= WHOLE_MAX  # else it folds, at WHOLE_MAX or wider
         self.table.add_row(*cells)
 
 

@@ -80,6 +80,8 @@ def test_every_coverage_row_names_its_backend(journal: Path, columns: int) -> No
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert max(len(line) for line in out.splitlines()) <= columns, out
+    # rich crops a table wider than the console to its width: the right border tells (the width alone cannot)
+    assert all(line.rstrip()[-1] in "┓┃┩│┘" for line in out.splitlines() if line[:1] in "┏┃┡│└"), out
     assert "…" not in out
     (coverage_cols, coverage_rows), (missing_cols, missing_rows) = tables(out)
     assert coverage_cols[:4] == ["backend", "kernel", "keys", "coverage"], coverage_cols
@@ -108,3 +110,37 @@ def test_the_verbose_tables_are_titled_by_backend(journal: Path) -> None:
     tables_out = tables(res.stdout)
     assert len(tables_out) == 3, res.stdout  # kernels, expected keys, the Triton kernel's arguments
     assert tables_out[2][1] == [["[key]", "key", "k-triton", "", ""]], tables_out[2]
+
+
+def test_a_backend_name_wider_than_the_terminal_folds_and_leaves_the_other_columns(tmp_path: Path) -> None:
+    """The backend column was never folded, as wide as its widest name: a backend named wider than
+    the terminal (a third-party backend's long name, an odd journal) took the whole table, and the
+    kernel, keys and coverage columns were cut off at 80 columns (the row read only ``bbbb…``).
+    A name of up to :data:`jitwatch.cli.render.WHOLE_MAX` characters stays whole; a longer one
+    folds like any cell, and every row keeps its kernel and coverage."""
+    from jitwatch.cli.render import WHOLE_MAX
+
+    long_backend = "dsl_" + "b" * 146
+    with Journal(tmp_path) as j:
+        j.write(
+            [
+                compile_event(T0, "triton", Phase.WARMUP, "k-triton"),
+                compile_event(T0 + 1, long_backend, Phase.WARMUP, "0/0"),
+                compile_event(T0 + 2, long_backend, Phase.SERVING, "0/1"),
+            ]
+        )
+    assert len("torch_compile") <= WHOLE_MAX < len(long_backend)
+    for columns in (80, 150):
+        res = CliRunner().invoke(app, ["coverage", "--journal-dir", str(tmp_path)], env={"COLUMNS": str(columns)})
+        assert res.exit_code == 0, res.output
+        out = res.stdout
+        assert max(len(line) for line in out.splitlines()) <= columns, out
+        # rich crops a table wider than the console: its last column and right border go missing
+        assert all(line.rstrip()[-1] in "┓┃┩│┘" for line in out.splitlines() if line[:1] in "┏┃┡│└"), out
+        first_table = out.split("└", 1)[0]
+        for text in ("kernel", "coverage", "1/2", "50%", "100%", "triton"):
+            assert text in first_table, (columns, text, out)
+        assert first_table.count("sample_probs") == 2, out
+        assert long_backend in "".join(
+            line.strip("│").split("│")[0].strip() for line in first_table.splitlines() if line.startswith("│")
+        ), out
