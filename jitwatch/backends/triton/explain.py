@@ -90,8 +90,10 @@ def exact_key_fixes(name: str) -> ExactKeyFixes:
     )
 
 
-DESCRIPTION_MAX_CHARS = 400
-"""The longest :func:`describe_key` text (a kernel with many arguments is cut, with ``…``)."""
+DESCRIPTION_MAX_CHARS = 2000
+"""The longest :func:`describe_key` text (a kernel with more arguments is cut, with ``…``): the
+2,000 characters of raw key the warning line showed before, so that a kernel shaped like vLLM's
+``fused_moe_kernel`` (about 40 arguments, its block sizes and launch options last) keeps them."""
 
 
 def describe_key(key: str | None, attrs: Mapping[str, Any]) -> str | None:

@@ -406,3 +406,76 @@ def test_async_compile_mode_like_vllm_warmup(
     for c in compiles:
         assert ("cubin" in c.attrs["stages"]) is (c.cache_hit is False)
     assert pending == 0
+
+
+@triton.jit
+def mon_moe_like(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    a_scale_ptr,
+    b_scale_ptr,
+    topk_weights_ptr,
+    sorted_token_ids_ptr,
+    expert_ids_ptr,
+    num_tokens_post_padded_ptr,
+    N,
+    K,
+    EM,
+    num_valid_tokens,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsk,
+    stride_bsn,
+    group_n,
+    group_k,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+):
+    offs = tl.program_id(0) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    x = tl.load(a_ptr + offs * stride_am, mask=offs < EM)
+    tl.store(c_ptr + offs * stride_cm, x, mask=offs < EM)
+
+
+def test_the_warn_line_of_a_kernel_with_many_arguments_keeps_its_block_sizes_and_options(
+    harness: MonitorHarness, caplog
+) -> None:
+    """A never-warmed kernel shaped like vLLM's fused_moe_kernel (27 runtime arguments, then its
+    block sizes as constexprs, then the launch options): its warn line has no reason but "never
+    warmed", so its specialization is what the reader warms from. It was cut at 400 characters,
+    which dropped the block sizes and ``num_warps``, the autotuned part (the raw key the line
+    showed before held them: up to 2,000 characters). Now the line holds them all."""
+    fresh_kernel_cache(mon_moe_like)
+    harness.monitor.activate()
+    t = torch.empty(4096, dtype=torch.float16)
+    ints = [4096, 4096, 1000, 999] + [1] * 12 + [128, 128]
+    with caplog.at_level(logging.WARNING, logger="jitwatch.core.monitor"):
+        mon_moe_like.warmup(
+            *([t] * 9),
+            *ints,
+            BLOCK_SIZE_M=64,
+            BLOCK_SIZE_N=128,
+            BLOCK_SIZE_K=32,
+            GROUP_SIZE_M=8,
+            num_warps=8,
+            grid=(1,),
+        )
+        harness.monitor.flush()
+    (line,) = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    spec = line.split("; specialization ", 1)[1].split(" (the full key: ", 1)[0]
+    assert "…" not in spec, line
+    assert spec.startswith("a_ptr: *fp16 aligned, b_ptr: *fp16 aligned"), spec
+    assert spec.endswith(
+        "BLOCK_SIZE_M: constexpr 64, BLOCK_SIZE_N: constexpr 128, BLOCK_SIZE_K: constexpr 32, "
+        "GROUP_SIZE_M: constexpr 8, num_warps=8"
+    ), spec
