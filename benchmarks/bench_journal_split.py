@@ -8,9 +8,11 @@ Three measures, each per event and summarised as the median over ``--rounds`` fr
   records compressed and inserted) and ``_insert_rows`` (every multi-row ``INSERT``: event rows,
   aggregates, records), and the whole ``Journal.write``. The wrappers add a few calls per batch,
   not per event.
-* **SQL statements** (``--sql``, a separate round per journal): each connection's ``execute``
-  wrapped, its CPU summed by statement (the SQL's first words: the event rows' ``INSERT``, the
-  ``compile_stats`` upsert, ``COMMIT``, the specialization-digest and kernel-label lookups, …).
+* **SQL statements** (a separate round per journal, every run): each connection's ``execute``
+  wrapped, its CPU summed by statement, its rows' stepping included (sqlite3's ``execute`` steps a
+  ``SELECT`` to its first row only; ``fetchall`` and iteration step the rest), by the SQL's first
+  words: the event rows' ``INSERT``, the ``compile_stats`` upsert, ``COMMIT``, the
+  specialization-digest and kernel-label lookups, ….
   The wrapper adds ~1 µs per statement, so its ``write_us`` is not comparable with the others'.
 * **One connection** (the control): the same batches, in the same order, written by one journal
   connection. What the per-rank layout pays beyond it is what several connections to one file
@@ -104,7 +106,9 @@ def _statement(sql: str) -> str:
 
 class _TimedConnection:
     """A ``sqlite3.Connection`` whose ``execute`` (and its cursors' ``execute``) add their CPU to
-    ``spent`` by statement; everything else is passed through."""
+    ``spent`` by statement, the rows' stepping included (``fetchone``/``fetchall``/``fetchmany``,
+    iteration: sqlite3's ``execute`` steps a ``SELECT`` to its first row only); everything else is
+    passed through."""
 
     def __init__(self, conn: Any, spent: defaultdict[str, float]) -> None:
         self._conn, self._spent = conn, spent
@@ -115,7 +119,7 @@ class _TimedConnection:
     def execute(self, sql: str, *args: Any) -> Any:
         t0 = time.thread_time()
         try:
-            return self._conn.execute(sql, *args)
+            return _TimedCursor(self._conn.execute(sql, *args), self._spent, _statement(sql))
         finally:
             self._spent[_statement(sql)] += time.thread_time() - t0
 
@@ -124,9 +128,13 @@ class _TimedConnection:
 
 
 class _TimedCursor:
-    def __init__(self, cur: Any, spent: defaultdict[str, float]) -> None:
+    """A ``sqlite3.Cursor`` whose ``execute`` and row reads add their CPU to ``spent``, the reads
+    under the statement last executed."""
+
+    def __init__(self, cur: Any, spent: defaultdict[str, float], statement: str = "") -> None:
         object.__setattr__(self, "_cur", cur)
         object.__setattr__(self, "_spent", spent)
+        object.__setattr__(self, "_statement", statement)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cur, name)
@@ -136,10 +144,31 @@ class _TimedCursor:
 
     def execute(self, sql: str, *args: Any) -> Any:
         t0 = time.thread_time()
+        object.__setattr__(self, "_statement", _statement(sql))
         try:
-            return self._cur.execute(sql, *args)
+            self._cur.execute(sql, *args)
+            return self
         finally:
-            self._spent[_statement(sql)] += time.thread_time() - t0
+            self._spent[self._statement] += time.thread_time() - t0
+
+    def _read(self, read: Any, *args: Any) -> Any:
+        t0 = time.thread_time()
+        try:
+            return read(*args)
+        finally:
+            self._spent[self._statement] += time.thread_time() - t0
+
+    def fetchone(self) -> Any:
+        return self._read(self._cur.fetchone)
+
+    def fetchall(self) -> Any:
+        return self._read(self._cur.fetchall)
+
+    def fetchmany(self, *args: Any) -> Any:
+        return self._read(self._cur.fetchmany, *args)
+
+    def __iter__(self) -> Any:  # the journal reads rows so (``rows += cur.execute(...)``): all at once, in C
+        return iter(self.fetchall())
 
 
 def _sql_round(events: int, ranks: int, kernels: int) -> dict[str, float]:
