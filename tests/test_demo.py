@@ -28,8 +28,9 @@ from jitwatch.demo.runner import (
     run_demo,
 )
 from jitwatch.errors import ConfigError
-from jitwatch.store.journal import JOURNAL_FILE
+from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.testing import free_port
+from jitwatch.views.status import readiness
 from tests._paths import ROOT
 
 
@@ -109,7 +110,13 @@ def test_demo_default(tmp_path: Path) -> None:
     assert demo["scenario"]["source"] in ("reference", "kernel")
     # /readyz: 503 first (worker starting / warming up), then 200 — seen by the demo and by us.
     assert [c for _, c in demo["readyz"]] == [503, 200]
-    assert r["readyz_polled"][0] == 503 and r["readyz_polled"][-1] == 200
+    # ... and 503 again once the worker has exited (--exit: a clean exit records the rank stopped),
+    # if a poll caught the moment between its exit and the demo stopping the sidecar.
+    assert r["readyz_polled"][:2] == [503, 200] and r["readyz_polled"][2:] in ([], [503]), r["readyz_polled"]
+    with Journal(tmp_path / "journal", readonly=True) as j:  # what `jitwatch serve` on it answers now
+        after = readiness(j.latest_workers())
+    assert after.ranks == {"0": "stopped"} and not after.ready, after
+    assert after.reason is not None and after.reason.startswith("rank 0 stopped (clean exit at ")
     # The /readyz times count from the worker's spawn, the warmup's from its start: the line says
     # so, with the worker's start-up time (the seconds between them), and 200 came after both.
     started, warm, ready = demo["worker_started_s"], demo["warmup"]["seconds"], demo["readyz"][-1][0]

@@ -158,11 +158,13 @@ def served_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A journal with a warmup compile and a serving compile of one Triton kernel (in a request),
     and a torch.compile graph (Dynamo, the eager backend) warmed and recompiled in that request: a
     size mismatch, which `jitwatch status` lists under ``Recompiles by reason``."""
+    import sqlite3
     import sys
 
     import torch
     import torch._dynamo
 
+    from jitwatch.store.journal import JOURNAL_FILE
     from jitwatch.testing import fresh_kernel_cache, monitored
     from tests._paths import TRITON_TESTS
 
@@ -185,9 +187,14 @@ def served_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 kf.CASES["slot_mapping"]["serving"][0]()
                 graph(torch.zeros(2, 8))  # size mismatch at index 0: Dynamo recompiles
             h.monitor.flush()
+            # The transcripts show a serving worker: copy the journal before the monitor's
+            # uninstall records the worker stopped (its rank then is, rightly, not ready).
+            serving = tmp_path_factory.mktemp("serving")
+            with sqlite3.connect(jdir / JOURNAL_FILE) as src, sqlite3.connect(serving / JOURNAL_FILE) as dst:
+                src.backup(dst)
     finally:
         torch._dynamo.reset()
-    return jdir
+    return serving
 
 
 def _cli(*args: str, columns: int) -> list[str]:

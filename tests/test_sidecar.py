@@ -569,12 +569,15 @@ def test_two_worker_processes_and_readiness(tmp_path: Path) -> None:
                     p.kill()
                     p.join(10)
 
+        # Both workers served (warmup complete, a request) and then uninstalled and exited: their
+        # ranks are stopped, not ready (they were "serving", ready, until the stale window passed).
         r = httpx.get(base + "/readyz")
-        assert r.status_code == 200 and r.json()["ranks"] == {"0": "serving", "1": "serving"}
+        assert r.status_code == 503 and r.json()["ranks"] == {"0": "stopped", "1": "stopped"}, r.text
+        assert r.json()["reason"].startswith("ranks 0, 1 stopped (clean exit at ")
         st = JitStatus.model_validate(httpx.get(base + "/jit").json())
-        assert st.ready and [(x.rank, x.state, x.warmup_compiles) for x in st.ranks] == [
-            (0, Phase.SERVING, 1),
-            (1, Phase.SERVING, 1),
+        assert not st.ready and [(x.rank, x.state, x.warmup_compiles) for x in st.ranks] == [
+            (0, "stopped", 1),
+            (1, "stopped", 1),
         ]
         assert all(x.first_request_latency_s is not None for x in st.ranks)
         by_name = {k.name.rsplit(".", 1)[-1]: k for k in st.kernels}
@@ -681,6 +684,143 @@ def test_heartbeat_then_kill_9_makes_the_rank_stale(tmp_path: Path) -> None:
                 if s.name == "jitwatch_worker_last_seen_timestamp_seconds" and s.labels == {"rank": "3"}
             ]
             assert seen == [pytest.approx(rank.last_seen_ts)]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+
+
+# ------------------------------------------------------------------ liveness: clean stop, restart
+STOPPING_WORKER = """
+import sys, time
+from dataclasses import replace
+from pathlib import Path
+from jitwatch.config import Settings
+from jitwatch.worker import create_monitor
+settings = replace(Settings.from_env(), journal_dir=Path(sys.argv[1]), heartbeat_seconds=0.2)
+mon = create_monitor(settings, mode="warn", tracer_provider=False)
+mon.install()
+with mon.warmup():
+    pass
+mon.flush()
+print("serving", flush=True)
+sys.stdin.readline()  # the test's word to stop
+if sys.argv[2] == "uninstall":
+    mon.uninstall()
+    print("uninstalled", flush=True)
+    time.sleep(600)  # the process lives on: uninstall alone says the rank stopped serving
+# "exit": a normal return, no uninstall: the monitor's atexit handler closes the journal writer
+"""
+
+
+def start_stopping_worker(jdir: Path, tmp_path: Path, how: str, rank: int = 3) -> subprocess.Popen[str]:
+    """:data:`STOPPING_WORKER` as a real process of ``rank``, once it serves (warmup journaled)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update({"JITWATCH_RANK": str(rank), "OTEL_SDK_DISABLED": "true", "TRITON_CACHE_DIR": str(tmp_path / "tc")})
+    worker = subprocess.Popen(
+        [sys.executable, "-c", STOPPING_WORKER, str(jdir), how],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None and worker.stdout.readline().strip() == "serving"
+    return worker
+
+
+def wait_readyz(base: str, status: int, within_s: float) -> tuple[httpx.Response, float]:
+    """Poll ``/readyz`` until it answers ``status``; the response and the seconds it took."""
+    t0 = time.monotonic()
+    while (r := httpx.get(base + "/readyz")).status_code != status:
+        assert time.monotonic() - t0 < within_s, f"/readyz still {r.status_code} after {within_s}s: {r.text}"
+        time.sleep(0.05)
+    return r, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("how", ["exit", "uninstall"])
+def test_clean_stop_is_not_ready_at_once_and_a_restart_is_ready_again(tmp_path: Path, how: str) -> None:
+    """A worker that shuts down cleanly (a normal exit: the monitor's atexit handler; or
+    ``uninstall()`` in a process that lives on) records its stop: the sidecar answers 503 within
+    a second or two, long before the stale window (10 s), naming the rank stopped and when, and
+    ``/jit`` shows the rank ``stopped``. A new worker for the same rank (new pid) is ready again
+    after its warmup. Before the stop record existed the rank stayed ready for the whole window."""
+    jdir = tmp_path / "journal"
+    worker = start_stopping_worker(jdir, tmp_path, how)
+    restarted: subprocess.Popen[str] | None = None
+    try:
+        with serve(jdir, tmp_path, None, "--stale-after", "10") as base:
+            wait_readyz(base, 200, 30)
+            assert worker.stdin is not None and worker.stdout is not None
+            before = time.time()
+            worker.stdin.write("stop\n")
+            worker.stdin.flush()
+            if how == "exit":
+                assert worker.wait(10) == 0
+            else:
+                assert worker.stdout.readline().strip() == "uninstalled" and worker.poll() is None
+            r, took = wait_readyz(base, 503, 2.5)
+            print(f"clean {how}: /readyz 503 {took:.2f}s after the word to stop")
+            body = r.json()
+            assert body["ranks"] == {"3": "stopped"} and body["not_ready_ranks"] == [3], body
+            assert body["stale_ranks"] == [], body  # stopped, not presumed dead
+            assert body["reason"].startswith("rank 3 stopped (clean exit at 20") and body["reason"].endswith(" UTC)")
+            st = JitStatus.model_validate(httpx.get(base + "/jit").json())
+            (rank,) = st.ranks
+            assert rank.state == "stopped" and not rank.ready and not rank.stale and not st.ready
+            assert rank.stopped_ts is not None and before - 1 <= rank.stopped_ts <= time.time()
+            assert rank.pid == worker.pid and rank.inflight == []
+            env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")} | {"COLUMNS": "200"}
+            cli = subprocess.run(
+                [sys.executable, "-m", "jitwatch.cli", "status", "--url", base],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert cli.returncode == 3, cli.stdout + cli.stderr  # NOT READY
+            assert "rank 3 stopped (clean exit at 20" in cli.stdout and "│ stopped (20" in cli.stdout, cli.stdout
+            info = [
+                s.labels
+                for f in parse_text(httpx.get(base + "/metrics").text)
+                for s in f.samples
+                if s.name == "jitwatch_worker_info"
+            ]
+            assert [i["state"] for i in info] == ["stopped"], info
+            time.sleep(1.0)  # still 503, and still "stopped" (no flapping back to serving)
+            assert httpx.get(base + "/readyz").json()["ranks"] == {"3": "stopped"}
+
+            restarted = start_stopping_worker(jdir, tmp_path, how)  # same rank, new pid
+            r, _ = wait_readyz(base, 200, 10)
+            assert r.json()["ranks"] == {"3": "serving"}
+            st = JitStatus.model_validate(httpx.get(base + "/jit").json())
+            (rank,) = st.ranks
+            assert rank.pid == restarted.pid and rank.state is Phase.SERVING and rank.ready and rank.stopped_ts is None
+    finally:
+        for proc in (worker, restarted):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def test_kill_9_records_no_stop_and_keeps_the_stale_path(tmp_path: Path) -> None:
+    """``kill -9`` runs no exit handler: nothing is recorded, the rank stays ``serving`` and ready
+    until its heartbeat window (2 s) passes, then it is stale as before the stop record existed."""
+    jdir = tmp_path / "journal"
+    worker = start_stopping_worker(jdir, tmp_path, "exit")
+    try:
+        with serve(jdir, tmp_path, None, "--stale-after", "2") as base:
+            wait_readyz(base, 200, 30)
+            worker.kill()
+            worker.wait(10)
+            r = httpx.get(base + "/readyz")  # no goodbye: still ready inside the window
+            assert r.status_code == 200 and r.json()["ranks"] == {"3": "serving"}, r.text
+            r, _ = wait_readyz(base, 503, 30)
+            body = r.json()
+            assert body["stale_ranks"] == [3] and body["ranks"] == {"3": "serving"}, body
+            assert body["reason"].startswith("no heartbeat from rank 3 (last seen"), body
+            with Journal(jdir, readonly=True) as j:
+                (w,) = j.workers()
+                assert w.stopped_ts is None and w.state is Phase.SERVING
     finally:
         if worker.poll() is None:
             worker.kill()

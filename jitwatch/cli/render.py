@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jitwatch.cli.text import plain, utc_time
+from jitwatch.core.events import Phase
 from jitwatch.text import plural
 from jitwatch.views.coverage import CoverageReport
 from jitwatch.views.status import JitStatus
@@ -88,8 +89,10 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
     )
     for r in status.ranks:
         tpd = "/".join("-" if v is None else str(v) for v in (r.tp_rank, r.pp_rank, r.dp_rank))
-        state = cell(r.state.value)
+        state = cell(r.state.value if isinstance(r.state, Phase) else r.state)
         state.stylize("green" if r.ready else "yellow")
+        if r.stopped_ts is not None:
+            state.append(f" ({_ts(r.stopped_ts)})")
         if r.stale:
             state.append(" stale", style="red").append(f" (last seen {_ts(r.last_seen_ts)})")
         row: list[object] = [

@@ -452,11 +452,23 @@ class Monitor:
         if self.settings.heartbeat_seconds > 0:  # advertised: staleness is judged only for heartbeating workers
             attrs["heartbeat_s"] = self.settings.heartbeat_seconds
         self._emit(EventKind.WORKER_START, attrs=attrs)
-        atexit.register(self.flush)
+        atexit.register(self._at_exit)
         return self
 
+    def _at_exit(self, timeout: float = 5.0) -> None:
+        """``atexit``: the process exits cleanly without :meth:`uninstall`. Flush and close the
+        sink, whose writer records this worker stopped (its rank not ready at once); bounded by
+        ``timeout`` seconds per step (:meth:`JournalWriter.close`), never raises. Backends' hooks
+        stay: the host may still compile in later exit handlers (those events are dropped, counted)."""
+        try:
+            self._submit_all(self.stalls.pending(self.identity.rank, self.identity.attrs()))
+            self.sink.close(timeout)
+        except Exception as exc:  # noqa: BLE001 - nothing may fail at the host's exit
+            log.warning("jitwatch: closing the journal at exit failed: %s: %s", type(exc).__name__, exc)
+
     def uninstall(self) -> None:
-        """Uninstall every backend (restoring the hooks they replaced) and flush and close the sink."""
+        """Uninstall every backend (restoring the hooks they replaced) and flush and close the sink;
+        the journal writer's close records this worker stopped (``/readyz``: its rank not ready)."""
         if self._state != "installed":
             self._state = "uninstalled"
             return
@@ -466,7 +478,7 @@ class Monitor:
                 backend.uninstall()
             except Exception as exc:  # noqa: BLE001
                 log.warning("jitwatch: backend %s failed to uninstall: %s: %s", backend.name, type(exc).__name__, exc)
-        atexit.unregister(self.flush)
+        atexit.unregister(self._at_exit)
         self.sink.close()
 
     def detach_after_fork(self) -> None:
@@ -476,7 +488,7 @@ class Monitor:
         child's exit; closing it could disturb the parent's journal connection). The sink is
         replaced by a :class:`NullSink`; the monitor is ``uninstalled``. Never raises."""
         self._state = "uninstalled"
-        atexit.unregister(self.flush)
+        atexit.unregister(self._at_exit)
         self.sink = NullSink()
         for backend in self.backends:
             try:

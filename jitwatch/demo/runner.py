@@ -306,8 +306,8 @@ def _worker_cmd(opts: DemoOptions, journal_dir: Path) -> list[str]:
         cmd.append("--no-warmup")
     if opts.specialize_num_tokens:
         cmd.append("--specialize-num-tokens")
-    if opts.exit_after:
-        cmd.append("--exit")
+    if opts.exit_after:  # the worker exits once the summary has read it serving (stdin closed)
+        cmd += ["--exit", "--exit-when-stdin-closes"]
     return cmd
 
 
@@ -438,7 +438,9 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
                 env = {**os.environ, **cache_env, "PYTHONUNBUFFERED": "1"}
                 env.pop("TRITON_INTERPRET", None)
                 t0 = time.monotonic()  # the /readyz times and the worker's start-up count from here
-                proc = subprocess.Popen(_worker_cmd(opts, journal_dir), env=env, stdout=subprocess.PIPE, text=True)
+                proc = subprocess.Popen(
+                    _worker_cmd(opts, journal_dir), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+                )
                 reader = _LineReader(proc)
                 # /readyz from the worker's spawn on: 503 (no worker, then warmup running) until the
                 # warmup completes, then 200. Only changes of status are kept.
@@ -464,6 +466,7 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
                 if opts.output_dir is not None:
                     save_report(report, Path(opts.output_dir))
                 if opts.exit_after:
+                    _close_stdin(proc)  # the worker exits: its rank turns stopped (/readyz 503)
                     code = proc.wait(timeout=opts.worker_timeout_s)
                     if code != 0:
                         raise DemoError(f"the worker exited with code {code}")
@@ -494,10 +497,20 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
     return report
 
 
+def _close_stdin(proc: subprocess.Popen[str]) -> None:
+    """Close the worker's stdin (its signal to exit after the scenario); never raises."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except OSError:
+        pass
+
+
 def _stop_worker(proc: subprocess.Popen[str] | None) -> None:
     """Terminate the demo worker (kill after 10 s) and reap it; nothing if it already exited."""
     if proc is None or proc.poll() is not None:
         return
+    _close_stdin(proc)  # a worker waiting for it (--exit) stops at once
     proc.terminate()
     try:
         proc.wait(timeout=10)

@@ -179,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--specialize-num-tokens", action="store_true")
     parser.add_argument("--no-torch-compile", action="store_true", help="leave out the torch.compile sampler")
     parser.add_argument("--exit", action="store_true", help="exit after the scenario")
+    parser.add_argument(
+        "--exit-when-stdin-closes",
+        action="store_true",
+        help="with --exit: after the scenario, exit once stdin closes (jitwatch demo closes it when it has read "
+        "/jit and /metrics of the serving worker; the clean exit then records the rank stopped)",
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between steps after the scenario")
     args = parser.parse_args(argv)
 
@@ -257,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         mon.flush()
         _emit("scenario_done", steps=served, source=served[0]["source"])
 
+        if args.exit and args.exit_when_stdin_closes:
+            sys.stdin.read()  # EOF: the parent has its snapshot of the serving worker
         i = 0
         while not args.exit and not stop["flag"]:
             time.sleep(args.interval)

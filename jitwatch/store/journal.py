@@ -88,6 +88,10 @@ COMPILE_DURATION_BUCKETS: tuple[float, ...] = (
 )
 
 
+STOPPED_TS_ATTR = "stopped_ts"
+"""Key of a worker row's ``attrs`` holding the Unix time of its clean stop (:meth:`Journal.mark_stopped`)."""
+
+
 @dataclass(frozen=True)
 class WorkerRow:
     """One worker process as the journal knows it (latest state)."""
@@ -107,6 +111,14 @@ class WorkerRow:
     first_request_s: float | None
     first_request_ts: float | None
     attrs: dict[str, Any]
+
+    @property
+    def stopped_ts(self) -> float | None:
+        """Unix time (seconds) this worker recorded a clean stop (:meth:`Journal.mark_stopped`:
+        ``jitwatch.uninstall()`` or its exit), else ``None`` (serving, or killed without a word).
+        Kept in ``attrs`` (``stopped_ts``): ``state`` keeps the last phase, so readers that
+        predate it see the row as before."""
+        return readsafe.timestamp(self.attrs.get(STOPPED_TS_ATTR))
 
 
 @dataclass(frozen=True)
@@ -1886,6 +1898,34 @@ class Journal:
                 attrs = {}
             attrs["inflight"] = [{k: v for k, v in i.items() if v is not None} for i in items[:MAX_INFLIGHT]]
             attrs["inflight_ts"] = float(ts)
+            conn.execute(
+                "UPDATE workers SET attrs=?, last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
+                (_store_json(attrs), float(ts), host, pid, rank),
+            )
+        return True
+
+    def mark_stopped(self, host: str, pid: int, rank: int, ts: float) -> bool:
+        """Record that worker ``(host, pid, rank)`` stopped cleanly at ``ts`` (Unix seconds): its
+        row's ``attrs`` gain ``stopped_ts`` and ``exit: "clean"`` and ``last_ts`` advances. The
+        ``state`` column keeps its phase, so a reader that predates the record sees the row as
+        before (stale once its heartbeat window passes). A worker that registers again under the
+        same ``(host, pid, rank)`` replaces the row, and so the record. No event row.
+
+        Returns ``False`` when there is no such worker row (nothing is written). Raises
+        ``PermissionError`` on a read-only journal and ``sqlite3.Error`` like :meth:`write`.
+        """
+        if self.readonly:
+            raise PermissionError("journal opened read-only")
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT attrs FROM workers WHERE host=? AND pid=? AND rank=?", (host, pid, rank)
+            ).fetchone()
+            if row is None:
+                return False
+            attrs = readsafe.json_object(row[0])
+            attrs[STOPPED_TS_ATTR] = float(ts)
+            attrs["exit"] = "clean"
+            attrs.pop("inflight", None)  # nothing runs in a stopped worker
             conn.execute(
                 "UPDATE workers SET attrs=?, last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
                 (_store_json(attrs), float(ts), host, pid, rank),

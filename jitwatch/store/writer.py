@@ -20,7 +20,11 @@ every ``heartbeat_s`` seconds (:meth:`~jitwatch.store.journal.Journal.heartbeat`
 when no event arrives; the sidecar reports a rank ``stale`` (not ready) once that stops (the
 worker died, e.g. ``kill -9``). A failed heartbeat is logged at debug level and retried at the
 next interval; it never counts as a dropped event. The compiles in flight are journaled into the
-same row (:attr:`JournalWriter.inflight_source`) whether or not the worker heartbeats.
+same row (:attr:`JournalWriter.inflight_source`) whether or not the worker heartbeats. At
+:meth:`JournalWriter.close` (``jitwatch.uninstall()``, or the monitor's ``atexit`` handler at a
+clean exit) the thread's last write records the worker stopped
+(:meth:`~jitwatch.store.journal.Journal.mark_stopped`), so its rank is not ready at once rather
+than after the stale window; a ``kill -9`` records nothing and is judged by the heartbeat.
 """
 
 from __future__ import annotations
@@ -127,6 +131,11 @@ class EventExporter(Protocol):
     def shutdown(self) -> None: ...
 
 
+CLOSE_GRACE_S = 1.0
+"""Seconds :meth:`JournalWriter.close` still waits for its thread's last writes (the worker's stop
+record) when the flush used up the whole ``timeout``."""
+
+
 class JournalWriter:
     """Owns a daemon thread that drains a bounded in-memory buffer into the journal.
 
@@ -146,9 +155,9 @@ class JournalWriter:
         queue_size: events buffered before new ones are dropped (and counted).
         rank: rank stamped on the ``dropped`` bookkeeping event.
         journal_kwargs: passed to :class:`~jitwatch.store.journal.Journal` (retention, cap).
-        heartbeat: ``(host, pid, rank)`` of this worker's row: kept alive every ``heartbeat_s``
-            and where the compiles in flight are journaled (:attr:`inflight_source`); ``None``:
-            neither.
+        heartbeat: ``(host, pid, rank)`` of this worker's row: kept alive every ``heartbeat_s``,
+            where the compiles in flight are journaled (:attr:`inflight_source`), and recorded
+            stopped at :meth:`close`; ``None``: none of these.
         heartbeat_s: seconds between heartbeats (``<= 0``: no heartbeat; compiles in flight are
             journaled all the same).
         interval_s: seconds between the writer's timed wake-ups (default :data:`WRITER_INTERVAL_S`).
@@ -191,6 +200,10 @@ class JournalWriter:
         """:attr:`worker_row` when it heartbeats (``heartbeat_s > 0``), else ``None``."""
         self.heartbeat_s = heartbeat_s
         self.heartbeats_total = 0
+        self.stop_recorded = False
+        """Set by the writer thread once :meth:`close` recorded the worker's clean stop."""
+        self.stop_record_errors = 0
+        """Failed attempts to record the worker's clean stop (logged at warning level)."""
         self.interval_s = max(0.001, float(interval_s))
         self.settle_s = max(0.0, float(settle_s))
         self.max_lag_s = max(0.0, float(max_lag_s))
@@ -283,7 +296,16 @@ class JournalWriter:
             return self._done.wait_for(lambda: self._handled >= target, timeout=timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Flush, stop the thread and close the journal. Idempotent."""
+        """Flush, stop the thread and close the journal. Idempotent.
+
+        With a :attr:`worker_row`, the thread's last write records that worker stopped cleanly
+        (:meth:`~jitwatch.store.journal.Journal.mark_stopped`: ``/readyz`` answers 503 for its
+        rank at once instead of after the stale window). Bounded: returns within ``timeout``
+        seconds, or :data:`CLOSE_GRACE_S` after the flush when that took them all; past that
+        the daemon thread is left behind (a locked journal: the record is left undone and the
+        rank turns stale as after a ``kill -9``). A failed record is logged and counted in
+        :attr:`stop_record_errors`, never raised."""
+        deadline = time.monotonic() + timeout
         self.flush(timeout)
         with self._lock:
             if self._closed:
@@ -291,7 +313,7 @@ class JournalWriter:
             self._closed = True
             self._stop = True
         self._wake.set()
-        self._thread.join(timeout)
+        self._thread.join(max(deadline - time.monotonic(), min(timeout, CLOSE_GRACE_S)))
 
     # ------------------------------------------------------------------ writer thread
     def _count_dropped_locked(self, n: int) -> None:
@@ -340,6 +362,8 @@ class JournalWriter:
                 self._write([])  # only the pending ``dropped`` record: has the fault cleared?
             if stop:
                 break
+        if self.worker_row is not None:  # after the last batch, before exporters that may take long
+            self._record_stop()
         for exporter in self.exporters:
             try:
                 exporter.shutdown()  # bounded by the exporter's own timeout
@@ -458,6 +482,23 @@ class JournalWriter:
         except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host
             log.debug("jitwatch heartbeat to %s failed: %s: %s", self.directory, type(exc).__name__, exc)
             self._drop_journal()
+
+    def _record_stop(self) -> None:
+        """The worker's clean stop, at :meth:`close` (writer thread only, after the last batch);
+        a failure is logged and counted (:attr:`stop_record_errors`), never raised."""
+        assert self.worker_row is not None
+        host, pid, rank = self.worker_row
+        try:
+            if self._journal is None:
+                self._journal = open_or_recover(self.directory, **self._journal_kwargs)
+            self._check_replaced()
+            if self._journal.mark_stopped(host, pid, rank, time.time()):
+                self.stop_recorded = True
+        except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host (at its exit)
+            self.stop_record_errors += 1
+            log.warning(
+                "jitwatch: the worker's stop was not journaled in %s: %s: %s", self.directory, type(exc).__name__, exc
+            )
 
     def _drop_journal(self) -> None:
         """Close the journal after a fault (it is reopened on the next write); never raises."""

@@ -485,7 +485,7 @@ def families_from(
                 "pp_rank": _opt(w.attrs.get("pp_rank")),
                 "dp_rank": _opt(w.attrs.get("dp_rank")),
                 "mode": _opt(w.mode),
-                "state": w.state.value,
+                "state": "stopped" if w.stopped_ts is not None else w.state.value,
             },
         )
         for b in backend_infos(w.attrs):

@@ -57,8 +57,16 @@ class RankStatus(BaseModel):
     """The latest worker process of one global rank (a restarted worker replaces the old one)."""
 
     rank: int = Field(description="Global rank (JITWATCH_RANK, RANK or LOCAL_RANK).")
-    state: Phase = Field(description="startup → warmup → serving.")
-    ready: bool = Field(description="True once this worker has completed warmup (state serving) and is not stale.")
+    state: Phase | Literal["stopped"] = Field(
+        description="startup → warmup → serving; stopped once the worker shut down cleanly "
+        "(jitwatch.uninstall() or its exit): not ready until a new worker for the rank completes warmup."
+    )
+    ready: bool = Field(
+        description="True once this worker has completed warmup (state serving), is not stale and has not stopped."
+    )
+    stopped_ts: float | None = Field(
+        default=None, description="Unix time the worker recorded its clean stop, seconds (state stopped)."
+    )
     host: str
     pid: int
     tp_rank: int | None = None
@@ -353,7 +361,9 @@ class Readiness(BaseModel):
     status: Literal["ready", "not ready"]
     ready: bool
     reason: str | None = None
-    ranks: dict[str, Phase] = Field(default_factory=dict, description="State of each rank's latest worker.")
+    ranks: dict[str, Phase | Literal["stopped"]] = Field(
+        default_factory=dict, description="State of each rank's latest worker (stopped: it shut down cleanly)."
+    )
     not_ready_ranks: list[int] = Field(default_factory=list)
     stale_ranks: list[int] = Field(
         default_factory=list, description="Ranks whose latest worker stopped heartbeating (presumed dead)."
@@ -380,10 +390,18 @@ def stale_window(worker: WorkerRow, stale_after: float) -> float | None:
     return max(stale_after, 3 * beat)
 
 
+def worker_state(worker: WorkerRow) -> Phase | Literal["stopped"]:
+    """``"stopped"`` once ``worker`` recorded its clean stop (:attr:`WorkerRow.stopped_ts`), else its phase."""
+    return "stopped" if worker.stopped_ts is not None else worker.state
+
+
 def stale_ranks(workers: dict[int, WorkerRow], now: float, stale_after: float) -> dict[int, float]:
-    """``{rank: seconds since last seen}`` for each rank whose latest worker is stale."""
+    """``{rank: seconds since last seen}`` for each rank whose latest worker is stale; a worker
+    that recorded its clean stop is ``stopped``, never stale (it is known gone, not presumed)."""
     out: dict[int, float] = {}
     for rank, w in sorted(workers.items()):
+        if w.stopped_ts is not None:
+            continue
         window = stale_window(w, stale_after)
         if window is not None and now - w.last_ts > window:
             out[rank] = now - w.last_ts
@@ -398,15 +416,25 @@ def _ranks(count: int) -> str:
 def readiness(
     workers: dict[int, WorkerRow], *, now: float | None = None, stale_after: float = DEFAULT_STALE_SECONDS
 ) -> Readiness:
-    """Ready when at least one rank is known and every rank's latest worker is ``serving`` and not
-    stale (see :func:`stale_window`; ``now`` defaults to ``time.time()``, Unix seconds)."""
-    states = {str(rank): w.state for rank, w in sorted(workers.items())}
+    """Ready when at least one rank is known and every rank's latest worker is ``serving``, not
+    stopped (a clean shutdown it recorded: not ready at once) and not stale (see
+    :func:`stale_window`; ``now`` defaults to ``time.time()``, Unix seconds)."""
+    states = {str(rank): worker_state(w) for rank, w in sorted(workers.items())}
     if not workers:
         return Readiness(status="not ready", ready=False, reason=NO_WORKER_REASON)
     now = time.time() if now is None else now
     stale = stale_ranks(workers, now, stale_after)
-    waiting = [rank for rank, w in sorted(workers.items()) if w.state is not Phase.SERVING and rank not in stale]
+    stopped = {rank: w.stopped_ts for rank, w in sorted(workers.items()) if w.stopped_ts is not None}
+    waiting = [
+        rank
+        for rank, w in sorted(workers.items())
+        if w.state is not Phase.SERVING and rank not in stale and rank not in stopped
+    ]
     reasons: list[str] = []
+    if stopped:
+        at = ", ".join(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) for ts in stopped.values())
+        listed = ", ".join(str(r) for r in stopped)
+        reasons.append(f"{_ranks(len(stopped))} {listed} stopped (clean exit at {at})")
     if stale:
         detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in stale.items())
         reasons.append(f"no heartbeat from {_ranks(len(stale))} {detail}: worker gone?")
@@ -419,7 +447,7 @@ def readiness(
             ready=False,
             reason="; ".join(reasons),
             ranks=states,
-            not_ready_ranks=sorted([*waiting, *stale]),
+            not_ready_ranks=sorted([*stopped, *waiting, *stale]),
             stale_ranks=sorted(stale),
         )
     return Readiness(status="ready", ready=True, ranks=states)
@@ -537,8 +565,9 @@ def build_status(
         ranks.append(
             RankStatus(
                 rank=rank,
-                state=w.state,
-                ready=w.state is Phase.SERVING and rank not in stale,
+                state=worker_state(w),
+                ready=w.state is Phase.SERVING and rank not in stale and w.stopped_ts is None,
+                stopped_ts=w.stopped_ts,
                 stale=rank in stale,
                 host=w.host,
                 pid=w.pid,

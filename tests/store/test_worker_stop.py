@@ -1,0 +1,212 @@
+"""A worker's clean stop in the journal: :meth:`Journal.mark_stopped` and the journal writer's
+close (real SQLite, real writer thread; the sidecar side is in ``tests/test_sidecar.py``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.store.journal import JOURNAL_FILE, Journal
+from jitwatch.store.writer import CLOSE_GRACE_S, JournalWriter
+from jitwatch.views.status import readiness
+
+HOST = "node-a"
+
+
+def register(j: Journal, pid: int, rank: int = 0, ts: float | None = None) -> float:
+    """A worker that registered and completed warmup; returns its start time."""
+    t = time.time() - 10 if ts is None else ts
+    j.write(
+        [
+            Event(kind=EventKind.WORKER_START, ts=t, rank=rank, pid=pid, host=HOST, attrs={"heartbeat_s": 0.2}),
+            Event(kind=EventKind.WARMUP_COMPLETE, ts=t + 1, rank=rank, pid=pid, host=HOST, phase=Phase.SERVING),
+        ]
+    )
+    return t
+
+
+def wait_for(pred, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_mark_stopped_keeps_the_state_column_for_older_readers(tmp_path: Path) -> None:
+    """The record lives in the row's attrs: ``state`` keeps ``serving`` (a reader that predates
+    the record parses the row as before, nothing skipped), this reader sees ``stopped_ts``, the
+    compiles in flight are cleared, and ``last_ts`` advances to the stop."""
+    with Journal(tmp_path) as j:
+        register(j, pid=7)
+        assert j.set_inflight(HOST, 7, 0, [{"backend": "triton", "kernel": "k", "start_ts": time.time()}], time.time())
+        stop = time.time()
+        assert j.mark_stopped(HOST, 7, 0, stop)
+        assert not j.mark_stopped(HOST, 8, 0, stop)  # no such worker: nothing written
+        (w,) = j.workers()
+        assert j.skipped_rows == 0
+        assert w.state is Phase.SERVING and w.stopped_ts == stop and w.last_ts == stop
+        assert w.attrs["exit"] == "clean" and "inflight" not in w.attrs and w.attrs["heartbeat_s"] == 0.2
+    with sqlite3.connect(tmp_path / JOURNAL_FILE) as raw:
+        assert raw.execute("SELECT state, count(*) FROM workers").fetchone() == ("serving", 1)
+    with Journal(tmp_path, readonly=True) as ro, pytest.raises(PermissionError):
+        ro.mark_stopped(HOST, 7, 0, stop)
+
+
+def test_a_worker_registering_again_replaces_the_record(tmp_path: Path) -> None:
+    """The same (host, pid, rank) registering again (a pid reused in a container) is a new
+    worker: its row no longer says stopped; a new pid for the rank is its latest worker."""
+    with Journal(tmp_path) as j:
+        t = register(j, pid=7)
+        assert j.mark_stopped(HOST, 7, 0, t + 2)
+        assert readiness(j.latest_workers(), now=t + 3).ranks == {"0": "stopped"}
+        register(j, pid=7, ts=t + 4)
+        (w,) = j.workers()
+        assert w.stopped_ts is None
+        assert j.mark_stopped(HOST, 7, 0, t + 5)
+        register(j, pid=9, ts=t + 6)  # restarted: a new pid, the same rank
+        latest = j.latest_workers()
+        assert latest[0].pid == 9 and latest[0].stopped_ts is None
+        assert readiness(latest, now=t + 7).ready
+
+
+def test_readiness_names_the_stopped_ranks_and_when(tmp_path: Path) -> None:
+    """Stopped ranks are not ready at once, not stale (known gone, not presumed dead), listed in
+    ``not_ready_ranks`` with their clean-exit times in UTC; the other reasons still apply."""
+    with Journal(tmp_path) as j:
+        t = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+        for rank in (0, 1, 2):
+            register(j, pid=100 + rank, rank=rank, ts=t)
+        assert j.mark_stopped(HOST, 100, 0, t + 5)
+        assert j.mark_stopped(HOST, 102, 2, t + 6)
+        r = readiness(j.latest_workers(), now=t + 7, stale_after=60)
+        assert not r.ready and r.ranks == {"0": "stopped", "1": "serving", "2": "stopped"}
+        assert r.not_ready_ranks == [0, 2] and r.stale_ranks == []
+        assert r.reason == "ranks 0, 2 stopped (clean exit at 2027-01-15 08:00:05 UTC, 2027-01-15 08:00:06 UTC)"
+        r = readiness(j.latest_workers(), now=t + 600, stale_after=60)  # rank 1 silent for 10 min
+        assert r.stale_ranks == [1] and r.not_ready_ranks == [0, 1, 2]
+        assert (
+            r.reason is not None
+            and r.reason.startswith("ranks 0, 2 stopped")
+            and "no heartbeat from rank 1" in r.reason
+        )
+
+
+def test_writer_close_records_the_stop_of_its_worker_row_only(tmp_path: Path) -> None:
+    """A writer given a worker row records it stopped at close (heartbeat or not); one without
+    (a tool writing a journal) records nothing."""
+    w = JournalWriter(tmp_path / "a", heartbeat=(HOST, 7, 0), heartbeat_s=0)
+    assert w.submit(Event(kind=EventKind.WORKER_START, ts=time.time(), rank=0, pid=7, host=HOST))
+    before = time.time()
+    w.close()
+    assert w.stop_recorded and w.stop_record_errors == 0
+    with Journal(tmp_path / "a", readonly=True) as j:
+        (row,) = j.workers()
+        assert row.stopped_ts is not None and before <= row.stopped_ts <= time.time()
+        assert j.count_events() == 1  # no event row for the stop
+
+    w = JournalWriter(tmp_path / "b")
+    assert w.submit(Event(kind=EventKind.WORKER_START, ts=time.time(), rank=0, pid=7, host=HOST))
+    w.close()
+    assert not w.stop_recorded
+    with Journal(tmp_path / "b", readonly=True) as j:
+        assert j.workers()[0].stopped_ts is None
+
+
+def test_a_stop_that_cannot_be_written_is_counted_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A journal that cannot be opened (a file where its directory should be): close returns,
+    the failure is counted and logged once, nothing raised."""
+    caplog.set_level(logging.WARNING, logger="jitwatch")
+    bad = tmp_path / "file"
+    bad.write_text("not a directory")
+    w = JournalWriter(bad, heartbeat=(HOST, 7, 0), heartbeat_s=0)
+    w.close()
+    assert w.stop_record_errors == 1 and not w.stop_recorded
+    assert sum("stop was not journaled" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_close_is_bounded_while_another_process_holds_the_journal(tmp_path: Path) -> None:
+    """Another connection holds the write lock: close gives up on the record within its bound
+    (the daemon thread waits on), and the record lands once the lock is released."""
+    w = JournalWriter(tmp_path, heartbeat=(HOST, 7, 0), heartbeat_s=0)
+    assert w.submit(Event(kind=EventKind.WORKER_START, ts=time.time(), rank=0, pid=7, host=HOST))
+    assert w.flush(10)
+    holder = sqlite3.connect(tmp_path / JOURNAL_FILE, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        t0 = time.monotonic()
+        w.close(timeout=0.5)
+        assert time.monotonic() - t0 < 0.5 + CLOSE_GRACE_S + 0.5
+        assert not w.stop_recorded
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert wait_for(lambda: w.stop_recorded, 15)
+
+
+EXITING_WORKER = """
+import sys
+from dataclasses import replace
+from pathlib import Path
+from jitwatch.config import Settings
+from jitwatch.worker import create_monitor
+settings = replace(Settings.from_env(), journal_dir=Path(sys.argv[1]), heartbeat_seconds=0.2)
+mon = create_monitor(settings, mode="warn", tracer_provider=False)
+mon.install()
+with mon.warmup():
+    pass
+mon.flush()
+print("serving", flush=True)
+sys.stdin.readline()
+print("exiting", flush=True)
+"""
+
+
+def test_process_exit_is_bounded_when_the_record_cannot_be_written(tmp_path: Path) -> None:
+    """A real worker exits normally while another process holds the journal's write lock: the
+    exit handler gives up within its bound (5 s + 1 s grace), exit status 0 and no traceback;
+    the row stays ``serving``, to turn stale as after a ``kill -9``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update({"OTEL_SDK_DISABLED": "true", "TRITON_CACHE_DIR": str(tmp_path / "tc")})
+    worker = subprocess.Popen(
+        [sys.executable, "-c", EXITING_WORKER, str(tmp_path)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdin is not None and worker.stdout is not None
+    try:
+        assert worker.stdout.readline().strip() == "serving"
+        holder = sqlite3.connect(tmp_path / JOURNAL_FILE, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            worker.stdin.write("exit\n")
+            worker.stdin.flush()
+            assert worker.stdout.readline().strip() == "exiting"
+            t0 = time.monotonic()
+            code = worker.wait(30)
+            took = time.monotonic() - t0
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        stderr = worker.stderr.read() if worker.stderr is not None else ""
+        assert code == 0 and "Traceback" not in stderr, stderr
+        assert took < 5.0 + CLOSE_GRACE_S + 2.0, took
+        with Journal(tmp_path, readonly=True) as j:
+            (row,) = j.workers()
+            assert row.stopped_ts is None and row.state is Phase.SERVING
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
