@@ -3,6 +3,12 @@ made printable."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Callable
+
 # Lone surrogates: a byte that is not UTF-8 in a file name (os.fsdecode's surrogateescape: 0xFF is
 # U+DCFF) as that byte, \xff; any other as \udXXX. Written as is, they are an encode error.
 UNDECODABLE = {c: f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\u{c:04x}" for c in range(0xD800, 0xE000)}
@@ -30,4 +36,31 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
 
 
-__all__ = ["UNDECODABLE", "plural", "shown_name"]
+def jitwatch_command(show_path: Callable[[str], str] = shlex.quote) -> str:
+    """The ``jitwatch`` command, runnable in another terminal as printed: ``jitwatch`` when the
+    ``jitwatch`` found on ``PATH`` is this interpreter's; else the path of this interpreter's
+    ``jitwatch`` script (``make demo`` installs it into ``.venv/bin``, which is not on ``PATH``
+    unless the environment is activated); else ``<python> -m jitwatch``. Every command jitwatch
+    prints for this machine follows this rule (the demo's summary, the CLI's hints, the fixes of
+    ``jitwatch why`` and ``coverage``, the worker's warn line); the sidecar's ``/jit``, read on
+    other machines, shows a bare ``jitwatch``.
+
+    Args:
+        show_path: how a path is shown, as one shell word (default :func:`shlex.quote`; the
+            journal's fixes pass :func:`jitwatch.backends.explain.shell_path`: home as ``~``).
+
+    Only ``shutil.which`` and ``os.path.samefile``, nothing is run. Never raises (an error of
+    ``show_path`` aside)."""
+    ours = shutil.which("jitwatch", path=os.path.dirname(sys.executable))
+    found = shutil.which("jitwatch")
+    if ours is None:
+        return f"{show_path(sys.executable)} -m jitwatch"
+    try:
+        if found is not None and os.path.samefile(found, ours):
+            return "jitwatch"
+    except OSError:
+        pass
+    return show_path(os.path.abspath(ours))
+
+
+__all__ = ["UNDECODABLE", "jitwatch_command", "plural", "shown_name"]

@@ -616,7 +616,9 @@ def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_j
     import shlex
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
-    env.update(PYTHONPATH=str(ROOT), COLUMNS="200", JITWATCH_DIR=str(tmp_path / "unused"))
+    # README's `make demo`: .venv not activated, its bin directory not on PATH
+    env.update(PYTHONPATH=str(ROOT), COLUMNS="200", JITWATCH_DIR=str(tmp_path / "unused"), PATH="/usr/bin:/bin")
+    script = shlex.quote(os.path.join(os.path.dirname(sys.executable), "jitwatch"))
     jw = f"{sys.executable} -m jitwatch.cli"
     why = subprocess.run(
         [*jw.split(), "why", "--journal-dir", str(demo_like_journal)], env=env, capture_output=True, text=True
@@ -631,9 +633,9 @@ def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_j
     commands = re.findall(r"`([^`]+)`", fix)
     manifest = demo_like_journal / "manifest.json"
     assert [c.split()[0] for c in commands] == [
-        "jitwatch",
+        "jitwatch",  # names `jitwatch demo` (the vLLM plugin, ...), not a command line
         f"JITWATCH_MANIFEST={shlex.quote(str(manifest))}".split()[0],
-        "jitwatch",
+        script,  # runnable as printed: the bare `jitwatch` was "command not found"
         "jitwatch.warmup.replay.replay_from_env()",
         "Monitor.warmup()",
         "jitwatch.warmup.replay.replay()",
@@ -641,7 +643,7 @@ def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_j
     ], fix
     export, replay_env = commands[0], commands[1]
     assert export == (
-        f"jitwatch manifest export --journal-dir {shlex.quote(str(demo_like_journal))} -o {shlex.quote(str(manifest))}"
+        f"{script} manifest export --journal-dir {shlex.quote(str(demo_like_journal))} -o {shlex.quote(str(manifest))}"
     ), fix
     assert replay_env == (
         f"JITWATCH_MANIFEST={shlex.quote(str(manifest))} JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks"
@@ -651,7 +653,7 @@ def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_j
     ops.mkdir()
     worker_dir.mkdir()
     res = subprocess.run(
-        ["/bin/sh", "-c", export.replace("jitwatch ", jw + " ", 1)],
+        ["/bin/sh", "-c", export],  # as printed
         cwd=ops,
         env=env,
         capture_output=True,
@@ -715,7 +717,7 @@ def test_the_warning_line_and_jit_name_the_journal_in_the_fix(demo_like_journal:
     res = subprocess.run(
         [sys.executable, "-c", worker, str(journal)],
         cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        env={**env, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},  # .venv not activated
         capture_output=True,
         text=True,
         timeout=300,
@@ -723,7 +725,8 @@ def test_the_warning_line_and_jit_name_the_journal_in_the_fix(demo_like_journal:
     assert res.returncode == 0, (res.stdout, res.stderr)
     (line,) = [m for m in res.stdout.splitlines() if m.startswith("jitwatch: post-warmup compile of")]
     manifest = shlex.quote(str(journal / "manifest.json"))
-    export = f"`jitwatch manifest export --journal-dir {shlex.quote(str(journal))} -o {manifest}`"
+    script = shlex.quote(os.path.join(os.path.dirname(sys.executable), "jitwatch"))  # not on PATH
+    export = f"`{script} manifest export --journal-dir {shlex.quote(str(journal))} -o {manifest}`"
     replay = f"`JITWATCH_MANIFEST={manifest} JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks`"
     assert export in line and replay in line, line
     # the journal keeps the fix as every version wrote it; the sidecar names its own journal
@@ -761,6 +764,7 @@ def test_demo_refuses_to_reset_a_journal_it_did_not_create(tmp_path: Path) -> No
 
     jdir = tmp_path / "prod"
     jb = JournalBuilder(jdir)
+    assert line.endswith(f"(the full key: `{script} why --journal-dir {shlex.quote(str(journal))} --json`)"), line
     jb.write(jb.event(EventKind.COMPILE, jb.t0, backend="triton", kernel="k", phase=Phase.SERVING))
     before = (jdir / JOURNAL_FILE).read_bytes()
     res = CliRunner().invoke(app, ["demo", "--exit", "--port", str(free_port()), "--journal-dir", str(jdir)])

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeGuard
 
 from jitwatch.redact import REDACTED_HOME, redact
-from jitwatch.text import plural
+from jitwatch.text import jitwatch_command, plural
 
 ReasonKind = Literal["argument", "option", "never_warmed", "new_combination", "compiler", "unknown"]
 REASON_KINDS: tuple[str, ...] = ("argument", "option", "never_warmed", "new_combination", "compiler", "unknown")
@@ -256,7 +256,23 @@ def shell_path(path: str | os.PathLike[str]) -> str:
     return shell_word(text)
 
 
-def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
+def local_jitwatch() -> str:
+    """The ``jitwatch`` command as shown in a fix printed on this machine
+    (:func:`jitwatch.text.jitwatch_command`, its path shown by :func:`shell_path`: home as ``~``):
+    ``jitwatch`` when it is on ``PATH``, else e.g. ``~/jitwatch/.venv/bin/jitwatch``. What the CLI
+    and the worker's warn line pass as ``command`` to :func:`runnable_fix`; the sidecar's ``/jit``
+    (an export, read on other machines) keeps :data:`BARE_COMMAND`. Never raises."""
+    try:
+        return jitwatch_command(shell_path)
+    except (TypeError, ValueError):  # an interpreter path that is not a path: never seen
+        return BARE_COMMAND
+
+
+BARE_COMMAND = "jitwatch"
+"""The command in a fix as stored, and as ``/jit`` shows it."""
+
+
+def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None, command: str = BARE_COMMAND) -> str:
     """``fix`` (one of a reason's ``fixes``, as built or as a journal stores it) with its manifest
     commands made runnable as printed for the journal in ``journal_dir``: the record command
     (:data:`MANIFEST_EXPORT`) becomes ``jitwatch manifest export --journal-dir <dir> -o
@@ -264,7 +280,8 @@ def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
     absolute file, so neither depends on the directory a command runs in (the worker's is not
     the operator's); so does an older version's ``jitwatch warmup replay manifest.json``
     (:data:`MANIFEST_REPLAY_AT_STARTUP`). Paths are shown by :func:`shell_path` (home as ``~``,
-    quoted).
+    quoted). ``command``: the ``jitwatch`` command shown in them (:func:`local_jitwatch` for
+    what is printed on this machine; default the bare ``jitwatch``, as ``/jit`` shows it).
 
     Returns ``fix`` unchanged when ``journal_dir`` is ``None``, when ``fix`` holds neither command
     (other backends' fixes, a fix already shown with a journal), or when ``journal_dir`` is not a
@@ -278,9 +295,9 @@ def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
     except (TypeError, ValueError):
         return fix
     shown = {
-        MANIFEST_EXPORT: f"`jitwatch manifest export --journal-dir {shown_dir} -o {manifest}`",
+        MANIFEST_EXPORT: f"`{command} manifest export --journal-dir {shown_dir} -o {manifest}`",
         MANIFEST_REPLAY: f"`JITWATCH_MANIFEST={manifest} ",
-        MANIFEST_REPLAY_AT_STARTUP: f"`jitwatch warmup replay {manifest}`",
+        MANIFEST_REPLAY_AT_STARTUP: f"`{command} warmup replay {manifest}`",
     }
     # One pass over the stored text: a path is never searched again (a directory named like the
     # replay's text would have had its quoting cut open by a second replace). Each command once, as
@@ -297,30 +314,32 @@ def runnable_fix(fix: str, journal_dir: str | os.PathLike[str] | None) -> str:
     return _MANIFEST_COMMANDS.sub(show, fix)
 
 
-def why_json_command(journal_dir: str | os.PathLike[str] | None) -> str:
+def why_json_command(journal_dir: str | os.PathLike[str] | None, command: str = BARE_COMMAND) -> str:
     """``jitwatch why --journal-dir <dir> --json`` (in backquotes), which prints every serving
     compile's full key, for the journal in ``journal_dir`` (:func:`shell_path`); without a
-    directory, or one that is not a path, ``jitwatch why --json``. Never raises."""
+    directory, or one that is not a path, ``jitwatch why --json``. ``command``: the ``jitwatch``
+    command shown (:func:`local_jitwatch` on this machine, as the worker's warn line). Never raises."""
     if journal_dir is not None:
         try:
-            return f"`jitwatch why --journal-dir {shell_path(journal_dir)} --json`"
+            return f"`{command} why --journal-dir {shell_path(journal_dir)} --json`"
         except (TypeError, ValueError):
             pass
-    return "`jitwatch why --json`"
+    return f"`{command} why --json`"
 
 
-def runnable_fixes(fixes: object, journal_dir: str | os.PathLike[str] | None) -> list[str]:
+def runnable_fixes(fixes: object, journal_dir: str | os.PathLike[str] | None, command: str = BARE_COMMAND) -> list[str]:
     """An event's ``attrs["fixes"]`` as shown for the journal in ``journal_dir``: its strings (other
     items are left out), the first one holding a manifest command made runnable by
     :func:`runnable_fix` and the rest as stored (a fix as built holds them once, in one fix of
-    the event), so what is shown grows by at most three paths per event. Never raises."""
+    the event), so what is shown grows by at most three paths per event. ``command``: as
+    :func:`runnable_fix`'s. Never raises."""
     out: list[str] = []
     pending = journal_dir is not None
     for f in fixes if isinstance(fixes, list | tuple) else ():
         if not isinstance(f, str):
             continue
         if pending and (MANIFEST_EXPORT in f or MANIFEST_REPLAY in f):
-            f, pending = runnable_fix(f, journal_dir), False
+            f, pending = runnable_fix(f, journal_dir, command), False
         out.append(f)
     return out
 
@@ -564,6 +583,7 @@ def _optional(backend: Any, name: str) -> Any:
 
 
 __all__ = [
+    "BARE_COMMAND",
     "MANIFEST_BACKENDS",
     "MANIFEST_EXPORT",
     "MANIFEST_FILE",
@@ -588,6 +608,7 @@ __all__ = [
     "explainer_of",
     "from_changes",
     "is_module_name",
+    "local_jitwatch",
     "neutral_exact_key_fixes",
     "never_warmed",
     "new_key",

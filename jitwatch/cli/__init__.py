@@ -597,7 +597,7 @@ def _start_hint(url: str, exc: Exception) -> str:
     resolve)."""
     import httpx
 
-    from jitwatch.demo.runner import jitwatch_command
+    from jitwatch.text import jitwatch_command
 
     if "refused" not in str(exc).lower():
         return ""
@@ -629,7 +629,8 @@ def _live_demo_hint(url: str, exc: Exception, settings: Settings) -> str:
     Never raises: an unreadable directory or lock is no demo."""
     import httpx
 
-    from jitwatch.demo.runner import DEMO_SUBDIR, LOCK_FILE, jitwatch_command
+    from jitwatch.demo.runner import DEMO_SUBDIR, LOCK_FILE
+    from jitwatch.text import jitwatch_command
 
     if "refused" not in str(exc).lower():
         return ""
@@ -1059,6 +1060,7 @@ def why(
     disk-cache hit or a cold compile (when the backend says) and where the kernel comes from
     (its module, or file:line with the home directory as ~).
     """
+    from jitwatch.backends.explain import local_jitwatch
     from jitwatch.core.events import EventKind, Phase
     from jitwatch.store.journal import Journal
     from jitwatch.views.diagnosis import serving_reasons
@@ -1066,7 +1068,8 @@ def why(
     _check_backend(backend)
     unfiltered: dict[str, int] = {}  # backend → serving compiles, when the filters found none
     with _read_journal(journal_dir, _journal_settings(journal_dir)) as jdir, Journal(jdir, readonly=True) as journal:
-        reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit)
+        command = local_jitwatch()  # the fixes' commands, runnable as printed (no activated venv)
+        reasons = serving_reasons(journal, kernel=kernel, backend=backend, rank=rank, limit=limit, command=command)
         if not reasons and (kernel is not None or backend is not None or rank is not None):
             for row in journal.stats():
                 if row.kind == EventKind.COMPILE.value and row.phase == Phase.SERVING:
@@ -1147,7 +1150,7 @@ def coverage(
 
     from rich.console import Console
 
-    from jitwatch.backends.explain import shell_word
+    from jitwatch.backends.explain import local_jitwatch, shell_word
     from jitwatch.backends.triton.resolve import module_allowed
     from jitwatch.cli.render import render_coverage
     from jitwatch.errors import ManifestError, StoreError
@@ -1191,10 +1194,15 @@ def coverage(
                 raise _fail(f"--expect-journal {Path(prev)}: {exc}", 1) from None
         with Journal(jdir, readonly=True) as journal:
             known = known_kernels(modules)
-            report = coverage_for_journal(journal, expected=expected, known=known)
+            command = local_jitwatch()  # the fixes' commands, runnable as printed (no activated venv)
+            report = coverage_for_journal(journal, expected=expected, known=known, command=command)
             if _allow(allow):
                 report = coverage_for_journal(
-                    journal, kernels=kernels_for_report(report, _allow(allow)), expected=expected, known=known
+                    journal,
+                    kernels=kernels_for_report(report, _allow(allow)),
+                    expected=expected,
+                    known=known,
+                    command=command,
                 )
     pointer = _demo_journal_pointer(jdir) if report.nothing_to_check else None
     if as_json:  # complete, nothing_to_check and its reason included (CoverageReport's computed fields)

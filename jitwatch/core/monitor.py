@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind, FrameWatcher, current_parent
 from jitwatch.backends.base import parent_marks as _marks
-from jitwatch.backends.explain import runnable_fix, why_json_command
+from jitwatch.backends.explain import local_jitwatch, runnable_fix, why_json_command
 from jitwatch.config import Mode, Settings, parse_mode
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
 from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase, built_event
@@ -229,7 +229,12 @@ def _compile_event(item: tuple[Any, ...]) -> Event:
     if warn is not None and log.isEnabledFor(logging.WARNING):  # on the writer thread: with the reason
         why = f": {reason.text}" if reason is not None else ""
         # the manifest commands name this worker's journal and one absolute manifest (runnable_fix)
-        fix = f" (fix: {runnable_fix(reason.fixes[0], mon.journal_dir)})" if reason is not None and reason.fixes else ""
+        # run as this interpreter's jitwatch (local_jitwatch: .venv/bin/jitwatch when not on PATH)
+        fix = (
+            f" (fix: {runnable_fix(reason.fixes[0], mon.journal_dir, local_jitwatch())})"
+            if reason is not None and reason.fixes
+            else ""
+        )
         key = "" if reason is not None and reason.text == c.key else _key_shown(diagnoser, event, mon.journal_dir)
         log.warning("jitwatch: post-warmup compile of %s on rank %d%s%s%s", warn, ident.rank, why, fix, key)
     return event
@@ -243,7 +248,7 @@ def _key_shown(diagnoser: Diagnoser | None, event: Event, journal_dir: Path) -> 
     described = diagnoser.describe_key(event) if diagnoser is not None else None
     if described is None:
         return f"; key {redact(event.key or '')[:2000]}"
-    return f"; specialization {redact(described)} (the full key: {why_json_command(journal_dir)})"
+    return f"; specialization {redact(described)} (the full key: {why_json_command(journal_dir, local_jitwatch())})"
 
 
 class _CompileEvent(tuple[Any, ...]):

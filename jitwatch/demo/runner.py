@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from jitwatch.config import DEFAULT_HOST, DEFAULT_PORT, JITWATCH_HOST, JITWATCH_
 from jitwatch.errors import DemoError, DemoSetupError
 from jitwatch.store.journal import JOURNAL_FILE, Journal
 from jitwatch.store.safety import make_private_dirs, prepare_writer_dir
-from jitwatch.text import plural, shown_name
+from jitwatch.text import jitwatch_command, plural, shown_name
 
 STOPPED_LINE = "jitwatch demo: stopped (worker and sidecar shut down)"
 """What the demo prints (stdout) when Ctrl-C or SIGTERM stops it while it serves after the
@@ -127,24 +126,6 @@ def demo_args(opts: DemoOptions, journal_dir: Path) -> list[str]:
         (opts.keep_triton_cache, "--keep-triton-cache"),
     )
     return args + [flag for on, flag in flags if on]
-
-
-def jitwatch_command() -> str:
-    """The ``jitwatch`` command as the demo prints it in its hints, runnable in another terminal as
-    printed: ``jitwatch`` when the ``jitwatch`` found on ``PATH`` is this interpreter's; else the
-    path of this interpreter's ``jitwatch`` script (``make demo`` installs it into ``.venv/bin``,
-    which is not on ``PATH`` unless the environment is activated); else ``<python> -m jitwatch``.
-    Shell-quoted; only ``shutil.which`` and ``os.path.samefile``, nothing is run."""
-    ours = shutil.which("jitwatch", path=os.path.dirname(sys.executable))
-    found = shutil.which("jitwatch")
-    if ours is None:
-        return f"{shlex.quote(sys.executable)} -m jitwatch"
-    try:
-        if found is not None and os.path.samefile(found, ours):
-            return "jitwatch"
-    except OSError:
-        pass
-    return shlex.quote(os.path.abspath(ours))
 
 
 def default_journal_dir(port: int = DEFAULT_PORT, settings: Settings | None = None) -> Path:

@@ -659,10 +659,13 @@ def coverage_for_journal(
     limit: int = 20_000,
     expected: Iterable[Expected] = (),
     known: Mapping[str, str | None] | None = None,
+    command: str = "jitwatch",
 ) -> CoverageReport:
     """Coverage of every kernel in the journal's newest ``limit`` ``compile`` events (the event log,
     so also bounded by retention; every rank unless ``rank`` is given). The missing keys' fixes name
-    ``journal.directory`` in their manifest commands (:func:`~jitwatch.backends.explain.runnable_fix`).
+    ``journal.directory`` in their manifest commands (:func:`~jitwatch.backends.explain.runnable_fix`),
+    run as ``command`` (the CLI passes :func:`~jitwatch.backends.explain.local_jitwatch`; ``/jit``
+    keeps the bare ``jitwatch``).
     Read-only; raises ``sqlite3.Error`` only. Cost: one indexed query plus a ``literal_eval`` per
     event (~10k/s)."""
     events = journal.events(kind=EventKind.COMPILE, backend="triton", rank=rank, limit=limit, newest_first=True)
@@ -673,7 +676,7 @@ def coverage_for_journal(
         report.kernels.extend(coverage_by_key(keyed))
     for k in report.kernels:
         for m in k.missing:
-            m.fixes = runnable_fixes(m.fixes, journal.directory)
+            m.fixes = runnable_fixes(m.fixes, journal.directory, command)
     report.nothing_to_check_reason = None if report.kernels else nothing_to_check_reason(journal)
     return report
 

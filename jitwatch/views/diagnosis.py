@@ -148,7 +148,7 @@ def _reasoned(events: list[Event], explainers: Mapping[str, Explainer | ExplainF
     return out
 
 
-def _as_reason(e: Event, journal_dir: str | os.PathLike[str] | None = None) -> CompileReason:
+def _as_reason(e: Event, journal_dir: str | os.PathLike[str] | None = None, command: str = "jitwatch") -> CompileReason:
     a: dict[str, Any] = e.attrs
     rid = a.get("request_id")
     changes = a.get("reason_changes") if isinstance(a.get("reason_changes"), list) else []
@@ -170,7 +170,7 @@ def _as_reason(e: Event, journal_dir: str | os.PathLike[str] | None = None) -> C
         reason=str(a.get("reason") or "not explained"),
         reason_kind=str(a.get("reason_kind") or "unknown"),
         changes=[ReasonChange.model_validate(c) for c in changes or [] if isinstance(c, dict)],
-        fixes=runnable_fixes(a.get("fixes"), journal_dir),
+        fixes=runnable_fixes(a.get("fixes"), journal_dir, command),
     )
 
 
@@ -182,11 +182,13 @@ def serving_reasons(
     rank: int | None = None,
     limit: int = 50,
     explainers: Mapping[str, Explainer | ExplainFn] | None = None,
+    command: str = "jitwatch",
 ) -> list[CompileReason]:
     """The newest ``limit`` serving compiles (newest first) with their reasons. Their fixes name
     ``journal.directory`` in their manifest commands
     (:func:`~jitwatch.backends.explain.runnable_fix`: the export of this journal, and one absolute
-    manifest; the journal keeps them as written). Read-only; raises ``sqlite3.Error`` only."""
+    manifest; the journal keeps them as written), run as ``command`` (the CLI passes
+    :func:`~jitwatch.backends.explain.local_jitwatch`). Read-only; raises ``sqlite3.Error`` only."""
     serving = journal.events(
         kind=EventKind.COMPILE, phase=Phase.SERVING, kernel=kernel, backend=backend, rank=rank, limit=limit
     )
@@ -194,7 +196,7 @@ def serving_reasons(
         every = journal.events(kind=EventKind.COMPILE, kernel=kernel, backend=backend, rank=rank, limit=BASELINE_EVENTS)
         fixed = _reasoned(every, registry_explainers() if explainers is None else explainers)
         serving = [fixed.get(e.id or -1, e) if "reason_kind" not in e.attrs else e for e in serving]
-    return [_as_reason(e, journal.directory) for e in serving]
+    return [_as_reason(e, journal.directory, command) for e in serving]
 
 
 __all__ = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -228,6 +229,35 @@ def test_warn_logs_once_per_kernel_and_key(harness: MonitorHarness, caplog) -> N
     assert len(harness.compiles(Phase.SERVING)) == 3
 
 
+@pytest.mark.parametrize("on_path", [False, True])
+def test_the_warn_line_commands_run_as_printed_without_an_activated_venv(
+    harness: MonitorHarness, caplog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, on_path: bool
+) -> None:
+    """The warn line's fix (record a manifest) and its pointer to the full key (`why --json`) name
+    this interpreter's jitwatch: README's `make demo` leaves .venv not activated, where a bare
+    `jitwatch` is "command not found". With this interpreter's jitwatch first on PATH, the bare
+    command. The journal keeps the fix as written (bare, relative)."""
+    from jitwatch.backends.explain import MANIFEST_EXPORT
+
+    bindir = os.path.dirname(sys.executable)
+    script = os.path.join(bindir, "jitwatch")
+    if not os.path.exists(script):
+        pytest.skip("no jitwatch script next to this interpreter")
+    monkeypatch.setenv("PATH", (bindir + os.pathsep if on_path else "") + str(tmp_path))
+    jw = "jitwatch" if on_path else shlex.quote(script)  # /work/... (not under a home here)
+    harness.monitor.activate()
+    with caplog.at_level(logging.WARNING, logger="jitwatch.core.monitor"):
+        compile_scale()  # never warmed: the fix records and replays a manifest
+        harness.monitor.flush()
+    (line,) = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    jdir = shlex.quote(str(harness.journal_dir))
+    assert f"record a manifest (`{jw} manifest export --journal-dir {jdir} -o {jdir}/manifest.json`)" in line, line
+    assert line.endswith(f"(the full key: `{jw} why --journal-dir {jdir} --json`)"), line
+    assert ("`jitwatch manifest export" in line and "`jitwatch why" in line) is on_path, line
+    (event,) = harness.compiles(Phase.SERVING)
+    assert MANIFEST_EXPORT in event.attrs["fixes"][0]  # stored as written
+
+
 def test_the_warn_line_shows_the_specialization_not_the_raw_key(
     harness: MonitorHarness, caplog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,6 +268,7 @@ def test_the_warn_line_shows_the_specialization_not_the_raw_key(
     on the journal writer's thread, never on the compiling thread."""
     import threading
 
+    from jitwatch.backends.explain import local_jitwatch
     from jitwatch.backends.triton import explain as triton_explain
 
     described_on: list[str] = []
@@ -259,7 +290,7 @@ def test_the_warn_line_shows_the_specialization_not_the_raw_key(
     assert line.endswith(
         "; specialization out_ptr: *fp32 aligned, x_ptr: *fp32 aligned, n: i32 other, alpha: fp32, "
         "BLOCK: constexpr 64, USE_ALPHA: constexpr True, num_warps=8 "
-        f"(the full key: `jitwatch why --journal-dir {harness.journal_dir} --json`)"
+        f"(the full key: `{local_jitwatch()} why --journal-dir {harness.journal_dir} --json`)"
     ), line
     assert described_on and threading.main_thread().name not in described_on, described_on
 
