@@ -146,7 +146,7 @@ def test_demo_closes_the_loop_with_the_commands_it_prints(tmp_path: Path) -> Non
     first = run_demo_cli(tmp_path)
     assert kernel(first["jit"], "zero_kv_blocks_kernel")["compiles_serving"] == 1
     lines = first["stdout"].splitlines()
-    (export,) = [line.split(": ", 1)[1] for line in lines if line.startswith("a warmup manifest of them: ")]
+    (export,) = [line.split(": ", 1)[1] for line in lines if line.startswith("a warmup manifest of the Triton one: ")]
     (again,) = [line.split(": ", 1)[1] for line in lines if line.startswith("then replay it in the worker's warmup: ")]
     journal_dir = tmp_path / "journal"
     assert f"--journal-dir {journal_dir}" in export and f"-o {journal_dir / 'manifest.json'}" in export
@@ -598,6 +598,41 @@ def test_every_hint_runs_as_printed(demo_like_journal: Path, tmp_path: Path, on_
     assert outputs[2].startswith(f"wrote {manifest}: 1 specialization of 1 kernel (serving)"), outputs[2]
 
 
+@pytest.mark.parametrize("with_torch_compile", [False, True])
+def test_the_summary_says_what_the_manifest_covers(tmp_path: Path, with_torch_compile: bool) -> None:
+    """Manifests record Triton kernels only: with a Triton and a torch.compile serving compile
+    (the demo's run), the export line says it covers the Triton one (it said "a warmup manifest of
+    them": 1 of 2, and the replay left the torch.compile recompile), and the torch.compile one gets
+    its own fix, as /jit gives it; with Triton compiles only, "of them"."""
+    from rich.console import Console
+
+    from jitwatch.demo.runner import DemoReport, print_summary
+
+    tc_fix = "warm with a batch of at least 2 as well (torch.compile specializes on the first size)"
+    serving = [
+        {"backend": "torch_compile", "kernel": "make_sampler.<locals>.sample_probs", "request_id": 3,
+         "duration_s": 0.1, "reason": "0/0: tensor 'logits' size mismatch at index 0. expected 1, actual 2",
+         "fixes": [tc_fix]},
+        {"backend": "triton", "kernel": "zero_kv_blocks_kernel", "request_id": 3, "duration_s": 0.06,
+         "reason": "never warmed (no compile of this kernel before serving)"},
+    ][0 if with_torch_compile else 1 :]  # fmt: skip
+    jit = {"ranks": [{"rank": 0, "ready": True, "serving_compiles": len(serving)}], "kernels": [],
+           "recent_serving_compiles": serving}  # fmt: skip
+    console = Console(record=True, width=300)
+    print_summary(DemoReport(journal_dir=tmp_path, url="http://127.0.0.1:9400", jit=jit), console)
+    lines = console.export_text().splitlines()
+    (export,) = [line for line in lines if line.startswith("a warmup manifest of ")]
+    others = [line for line in lines if line.startswith("not in the manifest")]
+    if with_torch_compile:
+        assert export.startswith("a warmup manifest of the Triton one: "), export
+        assert others == [
+            "not in the manifest (it holds Triton kernels only): torch_compile "
+            f"make_sampler.<locals>.sample_probs; its fix: {tc_fix}"
+        ], lines
+    else:
+        assert export.startswith("a warmup manifest of them: ") and others == [], lines
+
+
 def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_journal: Path, tmp_path: Path) -> None:
     """`jitwatch why`'s fix of a kernel warmup never compiled, followed as printed, removes the
     serving compile: its record command (with the journal `why` read, and -o) writes a manifest;
@@ -633,9 +668,9 @@ def test_the_fix_of_a_never_warmed_kernel_closes_the_loop_as_printed(demo_like_j
     commands = re.findall(r"`([^`]+)`", fix)
     manifest = demo_like_journal / "manifest.json"
     assert [c.split()[0] for c in commands] == [
-        "jitwatch",  # names `jitwatch demo` (the vLLM plugin, ...), not a command line
-        f"JITWATCH_MANIFEST={shlex.quote(str(manifest))}".split()[0],
         script,  # runnable as printed: the bare `jitwatch` was "command not found"
+        f"JITWATCH_MANIFEST={shlex.quote(str(manifest))}".split()[0],
+        "jitwatch",  # names `jitwatch demo` (the vLLM plugin, ...), not a command line
         "jitwatch.warmup.replay.replay_from_env()",
         "Monitor.warmup()",
         "jitwatch.warmup.replay.replay()",
@@ -729,6 +764,7 @@ def test_the_warning_line_and_jit_name_the_journal_in_the_fix(demo_like_journal:
     export = f"`{script} manifest export --journal-dir {shlex.quote(str(journal))} -o {manifest}`"
     replay = f"`JITWATCH_MANIFEST={manifest} JITWATCH_MANIFEST_ALLOW=jitwatch.kernels.kv_blocks`"
     assert export in line and replay in line, line
+    assert line.endswith(f"(the full key: `{script} why --journal-dir {shlex.quote(str(journal))} --json`)"), line
     # the journal keeps the fix as every version wrote it; the sidecar names its own journal
     with serving(demo_like_journal) as base:
         doc = httpx.get(base + "/jit", headers={"Authorization": f"Bearer {TOKEN}"}).json()
@@ -764,7 +800,6 @@ def test_demo_refuses_to_reset_a_journal_it_did_not_create(tmp_path: Path) -> No
 
     jdir = tmp_path / "prod"
     jb = JournalBuilder(jdir)
-    assert line.endswith(f"(the full key: `{script} why --journal-dir {shlex.quote(str(journal))} --json`)"), line
     jb.write(jb.event(EventKind.COMPILE, jb.t0, backend="triton", kernel="k", phase=Phase.SERVING))
     before = (jdir / JOURNAL_FILE).read_bytes()
     res = CliRunner().invoke(app, ["demo", "--exit", "--port", str(free_port()), "--journal-dir", str(jdir)])

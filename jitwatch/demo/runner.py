@@ -572,7 +572,10 @@ def print_summary(report: DemoReport, console: Any) -> None:
     JITWATCH_MANIFEST_ALLOW=<the kernels' modules> jitwatch demo <the same options>``, the modules
     :attr:`DemoReport.manifest_modules`, as the never-warmed fix names them: the loop closed,
     the Triton kernels it recorded compile in warmup), each printed literally (no markup) and
-    unwrapped by rich (the terminal wraps it), so it can be copied and run as printed."""
+    unwrapped by rich (the terminal wraps it), so it can be copied and run as printed. The export
+    line says what the manifest covers: ``of them`` when every serving compile is Triton's, else
+    ``of the Triton one(s)``, followed by one ``not in the manifest`` line per other serving
+    compile (torch.compile's) with its own fix, from ``/jit``."""
     from rich.table import Table
     from rich.text import Text
 
@@ -632,11 +635,15 @@ def print_summary(report: DemoReport, console: Any) -> None:
             Text(f"the fixes: {jw} why --journal-dir {jdir}"),
             Text(f"coverage: {jw} coverage --journal-dir {jdir}"),
         ]
-    if any(c.get("backend", "triton") in ("", *MANIFEST_BACKENDS) for c in serving):
+    in_manifest = [c for c in reversed(serving) if c.get("backend", "triton") in ("", *MANIFEST_BACKENDS)]
+    if in_manifest:
         # Manifests hold Triton kernels only: with serving compiles of torch.compile alone the
-        # export has nothing to write (exit 1), and a replay nothing to warm.
+        # export has nothing to write (exit 1), and a replay nothing to warm. With both, the line
+        # says which ones the manifest covers, and the others' own fixes follow.
+        others = len(serving) - len(in_manifest)
+        which = "them" if not others else "the Triton one" + ("s" if len(in_manifest) > 1 else "")
         lines += [
-            Text(f"a warmup manifest of them: {jw} manifest export --journal-dir {jdir} -o {manifest}"),
+            Text(f"a warmup manifest of {which}: {jw} manifest export --journal-dir {jdir} -o {manifest}"),
             Text(
                 f"then replay it in the worker's warmup: JITWATCH_MANIFEST={manifest} "
                 f"JITWATCH_MANIFEST_ALLOW={shell_word(','.join(report.manifest_modules) or DEMO_MANIFEST_ALLOW)} "
@@ -644,6 +651,14 @@ def print_summary(report: DemoReport, console: Any) -> None:
                 + " ".join(shell_word(a) for a in report.demo_args or ["--journal-dir", str(report.journal_dir)])
             ),
         ]
+    for c in reversed(serving) if in_manifest else ():
+        if c.get("backend", "triton") in ("", *MANIFEST_BACKENDS):
+            continue
+        fixes = [f for f in c.get("fixes") or () if isinstance(f, str)]
+        lines.append(
+            f"not in the manifest (it holds Triton kernels only): {c.get('backend')} {c.get('kernel')}; "
+            + (f"its fix: {fixes[0]}" if fixes else "`jitwatch why` has its fix")
+        )
     if source == "reference":
         lines.append(
             "no GPU: kernels were compiled for real (compile-only driver, sm_90 cubins) but not launched; "
