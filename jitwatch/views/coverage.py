@@ -683,8 +683,8 @@ def coverage_for_journal(
 
 def nothing_to_check_reason(journal: Journal) -> str:
     """Why a coverage report of ``journal`` has no kernel row, naming its directory:
-    ``no events in the journal at DIR`` (never written: an empty ``journal.db``, as a sidecar
-    started first leaves it, or the wrong directory), ``no events in the journal at DIR (N events
+    ``no events in the journal at DIR`` (never written: a ``journal.db`` a writer opened and
+    stopped before its first event; ``jitwatch serve`` never creates one), ``no events in the journal at DIR (N events
     written, none left: pruned by retention)``, ``no compile events in the journal at DIR (N other
     events)`` (workers registered, compiled nothing), or ``... N compile events, none with a
     backend, a kernel name and a key``. Read-only; raises ``sqlite3.Error`` only; cheap (counts

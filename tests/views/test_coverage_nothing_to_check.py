@@ -34,7 +34,7 @@ def coverage(*args: str, env: dict[str, str | None] | None = None) -> tuple[int,
 
 
 def empty_journal(where: Path) -> Path:
-    Journal(where).close()  # a journal.db with no event, as a sidecar started first leaves it
+    Journal(where).close()  # a journal.db with no event: a writer opened it and stopped before its first event
     return where
 
 
@@ -186,3 +186,22 @@ def test_the_sidecar_reports_no_coverage_for_an_empty_journal(tmp_path: Path) ->
     assert "# TYPE jitwatch_specialization_coverage_ratio gauge" in metrics  # the family, with no sample
     samples = [ln for ln in metrics.splitlines() if ln.startswith("jitwatch_specialization_coverage_ratio")]
     assert samples == [], samples
+
+
+def test_a_directory_without_a_journal_is_an_error_in_every_variant(tmp_path: Path) -> None:
+    """docs/coverage.md said `--json` still prints JSON and a plain run exits 0 for nothing to
+    check: true of a `journal.db` with no event only. A directory without `journal.db` is an
+    error in every variant, one line on stderr, exit 1, nothing on stdout (no JSON: a journal
+    command's errors are never JSON). And a sidecar started first does not create the file the
+    docs said it leaves empty: `/jit` answers, the directory stays without `journal.db`."""
+    jdir = tmp_path / "no worker yet"
+    jdir.mkdir()
+    with serving(jdir) as base:
+        res = httpx.get(base + "/jit", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert res.status_code == 200, res.text
+    assert not (jdir / "journal.db").exists(), sorted(p.name for p in jdir.iterdir())
+    for variant in ([], ["--json"], ["--require-complete"], ["--json", "--require-complete"]):
+        code, out, err = coverage("--journal-dir", str(jdir), *variant)
+        assert (code, out) == (1, ""), (variant, out, err)
+        assert err.splitlines() == [f"jitwatch: no journal at {jdir / 'journal.db'}"], (variant, err)
+    assert not (jdir / "journal.db").exists()
