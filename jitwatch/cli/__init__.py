@@ -830,11 +830,21 @@ def manifest_export(
             **FLAG,
         ),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace a manifest file even when it holds specializations this export leaves out.",
+            **FLAG,
+        ),
+    ] = False,
 ) -> None:
     """Write the journal's serving-phase compiles (or all) as a warmup manifest (file, directory or Redis).
 
     Exit 1, writing nothing, when no compile could be recorded (none in the journal, or every one
-    left out: the lines on stderr say why), unless --allow-empty.
+    left out: the lines on stderr say why), unless --allow-empty. Exit 1, writing nothing, when the
+    -o file is a manifest holding specializations this export leaves out (a replayed entry compiles
+    in warmup, not serving: --all-phases records it again), unless --force.
     """
     import socket
 
@@ -859,6 +869,8 @@ def manifest_export(
             + " (--allow-empty writes an empty manifest)",
             1,
         )
+    if not force:
+        _refuse_to_drop_entries(output, manifest, settings=_settings(config.JITWATCH_MANIFEST_KEY))
     try:
         where = write_manifest(
             output,
@@ -876,6 +888,45 @@ def manifest_export(
     )
     for kernel, why in problems.items():
         typer.echo(plain(f"  {kernel}: {why}"), err=True)
+
+
+def _refuse_to_drop_entries(output: str, manifest: Any, *, settings: Settings) -> None:
+    """Exit 1 (one line, nothing written) when ``output`` is a ``.json`` file holding a readable
+    manifest with specializations ``manifest`` lacks: re-exporting serving-phase compiles after a
+    replay (the replayed keys compiled in warmup) would drop them. A missing file, a store location
+    (directory, Redis: one name per host) or a file that is not a readable manifest: no check.
+
+    Raises:
+        typer.Exit: code 1, after one line naming what keeps the entries.
+    """
+    from jitwatch.backends.explain import local_jitwatch
+    from jitwatch.errors import JitwatchError
+    from jitwatch.fleet.stores import parse_location
+    from jitwatch.warmup.manifest import load
+
+    try:
+        loc = parse_location(output)
+        if loc.file is None or not os.path.isfile(loc.file):
+            return
+        old = load(loc.file, key=settings.manifest_key)
+    except (JitwatchError, OSError, ValueError):
+        return  # not one readable manifest: written over as before
+    kept = {e.identity() for e in manifest.entries}
+    dropped = [e for e in old.entries if e.identity() not in kept]
+    if not dropped:
+        return
+    kernels = sorted({e.kernel for e in dropped})
+    raise _fail(
+        plain(
+            f"{loc.file} holds {plural(len(dropped), 'specialization')} this export leaves out"
+            f" ({', '.join(kernels[:3])}{', …' if len(kernels) > 3 else ''}; a replayed one compiles in warmup,"
+            " not serving): --all-phases records warmup compiles too,"
+            f" `{local_jitwatch()} warmup merge"
+            f" {shlex.quote(str(loc.file))} NEW.json -o {shlex.quote(str(loc.file))}` keeps both,"
+            " --force replaces it; wrote nothing"
+        ),
+        1,
+    )
 
 
 @warmup_app.command("merge", cls=_Command)

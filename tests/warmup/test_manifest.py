@@ -355,3 +355,61 @@ def test_export_of_a_journal_without_serving_compiles_writes_nothing(tmp_path: P
         f"jitwatch: nothing to write to {out}: no serving-phase compiles of rank 3 in the journal; wrote nothing"
         " (--allow-empty writes an empty manifest)"
     )
+
+
+def test_re_export_after_a_replay_does_not_silently_drop_the_replayed_entries(tmp_path: Path) -> None:
+    """docs/manifests.md's loop, export then replay, run again: run 2 (a new journal, as a new
+    pod's) replays run 1's manifest, so that kernel compiles in warmup, not serving; its export to
+    the same file (serving-phase compiles only) wrote 1 entry over 2 and run 3 compiled run 1's
+    kernel in serving again. Now it refuses, writing nothing, and says what keeps them
+    (--all-phases, `jitwatch warmup merge`) or replaces the file (--force). Real compile-only
+    Triton compiles, each run in a process of its own."""
+    import os
+    import subprocess
+
+    from jitwatch.cli import app
+    from tests._paths import ROOT
+
+    manifest = tmp_path / "warmup.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JITWATCH_", "TRITON_CACHE"))}
+    env["PYTHONPATH"] = str(ROOT)
+    worker = str(Path(__file__).with_name("reexport_worker.py"))
+
+    def run(n: int, dtype: str, **extra: str) -> Path:
+        journal = tmp_path / f"run{n}"
+        res = subprocess.run(
+            [sys.executable, worker, str(journal), dtype],
+            env={**env, "TRITON_CACHE_DIR": str(tmp_path / f"triton{n}"), **extra},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert res.returncode == 0, (res.stdout, res.stderr)
+        return journal
+
+    def export(journal: Path, *more: str):
+        return CliRunner().invoke(
+            app, ["manifest", "export", "--journal-dir", str(journal), "-o", str(manifest), *more]
+        )
+
+    first = export(run(1, "float16"))
+    assert first.exit_code == 0 and first.stdout.startswith(f"wrote {manifest}: 1 specialization"), first.output
+    before = manifest.read_bytes()
+    replay = {"JITWATCH_MANIFEST": str(manifest), "JITWATCH_MANIFEST_ALLOW": "jitwatch.kernels.kv_blocks"}
+    run2 = run(2, "float32", **replay)
+    res = export(run2)
+    assert res.exit_code == 1 and res.stdout == "", res.output
+    assert manifest.read_bytes() == before  # untouched
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(f"jitwatch: {manifest} holds 1 specialization this export leaves out"), line
+    from jitwatch.backends.explain import local_jitwatch  # runnable as printed, as the fixes
+
+    assert "--all-phases" in line and f"`{local_jitwatch()} warmup merge {manifest} " in line, line
+    assert "--force" in line, line
+    res = export(run2, "--all-phases")  # the replayed entry compiled in warmup: recorded again
+    assert res.exit_code == 0 and "2 specializations of 1 kernel" in res.stdout, res.output
+    keys = {e.identity() for e in manifest_mod.load(manifest).entries}
+    assert len(keys) == 2
+    res = export(run2, "--force")  # the operator's choice: serving-phase compiles only
+    assert res.exit_code == 0 and "1 specialization of 1 kernel (serving)" in res.stdout, res.output
+    assert len(manifest_mod.load(manifest).entries) == 1
