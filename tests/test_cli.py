@@ -166,7 +166,7 @@ def test_version() -> None:
 
 def test_help_shows_env_vars_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
-    out = runner.invoke(app, ["serve", "--help"]).output
+    out = " ".join(runner.invoke(app, ["serve", "--help"]).output.split())  # click wraps help at 78
     for text in ("JITWATCH_HOST", "JITWATCH_PORT", "JITWATCH_DIR", "JITWATCH_TOKEN", "JITWATCH_STALE_SECONDS"):
         assert text in out
     assert "JITWATCH_PORT, else 9400" in out and "JITWATCH_HOST, else 127.0.0.1" in out
@@ -175,7 +175,7 @@ def test_help_shows_env_vars_and_defaults(monkeypatch: pytest.MonkeyPatch) -> No
     assert "demo-<port>" in out
     (exit_line,) = [line for line in out.splitlines() if "--exit " in line]
     assert "<bool>" not in exit_line
-    out = runner.invoke(app, ["warmup", "replay", "--help"]).output
+    out = " ".join(runner.invoke(app, ["warmup", "replay", "--help"]).output.split())
     assert "CPU count, at most 8" in out and "JITWATCH_MANIFEST_ALLOW" in out
     assert "JITWATCH_REPLAY_PARALLEL" in out and "JITWATCH_TARGET_ARCH" in out
 
@@ -320,6 +320,51 @@ def test_every_command_has_help() -> None:
         assert "Usage" in res.output
     res = CliRunner().invoke(app, ["cache", "check", "--help"])
     assert "[/DB]" in res.output
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_help_gives_each_option_s_env_var_and_default_whole(monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    """At 80 columns rich's option panels cut ``--specialize-num-toke…``, ``[default:
+    ($JITWATCH_DIR/demo-<…`` and ``(http://$JITWATCH_HOST:$JITWATC…``, and listed ``--help <bool>``.
+    Every command's help now names each option whole, and each ``[default: ...]`` and each
+    ``JITWATCH_*`` variable its option's help record has (read from the click command, not
+    hard-coded) appears whole, wrapped only at spaces (or after a hyphen); no line is wider than the terminal; a group's
+    command list gives each summary whole, not cut with ``...``."""
+    import re
+
+    import typer.main
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    root = typer.main.get_command(app)
+    checked = 0
+    for path in _command_paths(root):
+        res = CliRunner().invoke(app, [*path, "--help"])
+        assert res.exit_code == 0, (path, res.output)
+        out = res.output
+        assert max(len(line) for line in out.splitlines()) <= columns, out
+        assert "<bool>" not in out and "…]" not in out and "╭" not in out, out
+        flat = re.sub(r"(?<=\w-) (?=\w)", "", " ".join(out.split()))  # click wraps at spaces and after hyphens
+        cmd: Any = root
+        for name in path:
+            cmd = cmd.commands[name]
+        ctx = cmd.make_context(path[-1], [], resilient_parsing=True)
+        for param in cmd.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None or param.param_type_name != "option":
+                continue
+            for opt in param.opts:
+                assert re.search(rf"(^|[\s,]){re.escape(opt)}([\s,=]|$)", out, re.M), (path, opt, out)
+            help_text = record[1]
+            for default in re.findall(r"\[default: [^\]]*\]", help_text):
+                assert default in flat, (path, default, out)
+                checked += 1
+            for var in re.findall(r"JITWATCH_[A-Z_]+", help_text):
+                assert var in out, (path, var, out)
+        if getattr(cmd, "commands", None):
+            for name, sub in cmd.commands.items():
+                summary = " ".join(sub.get_short_help_str().split())
+                assert not summary.endswith("...") and f"{name} {summary}" in flat, (path, name, out)
+    assert checked >= 20  # the defaults of serve, status, demo, why, coverage, manifest, warmup, cache
 
 
 def test_usage_lines_name_arguments_without_braces(monkeypatch: pytest.MonkeyPatch) -> None:

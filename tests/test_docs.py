@@ -21,6 +21,32 @@ def test_cli_reference_matches_the_typer_app() -> None:
         assert f"## `jitwatch {name}`" in rendered
 
 
+def test_cli_reference_reads_as_plain_text() -> None:
+    """docs/cli.md had raw HTML entities (``manifest&#x27;s``, ``1&lt;=x&lt;=10000``: typer's rich
+    mode exported help text as HTML) and command summaries cut at 45 characters with ``...``. The
+    text is the help as written: no entity, and each group's summaries are the commands' first
+    sentences whole (read from the app's commands, not hard-coded)."""
+    import typer.main
+
+    from jitwatch.cli import app
+
+    rendered = cli_doc.render()
+    assert not re.search(r"&(#x?[0-9a-fA-F]+|lt|gt|amp|quot);", rendered), rendered
+    assert "<span" not in rendered
+    summaries = re.findall(r"^\* `([a-z][a-z-]*)`: (.*)$", rendered, re.M)
+    assert {name for name, _ in summaries} >= {"serve", "status", "demo", "export", "merge", "replay", "check"}
+    root = typer.main.get_command(app)
+    commands = {
+        **root.commands,
+        **{n: c for g in root.commands.values() for n, c in getattr(g, "commands", {}).items()},
+    }
+    for name, summary in summaries:
+        assert not summary.endswith("..."), (name, summary)
+        first = " ".join((commands[name].help or "").split()).split(". ")[0].rstrip(".")
+        assert summary.rstrip(".") == first, (name, summary, first)
+    assert "manifest's kernels" in rendered and "1<=x<=10000" in rendered
+
+
 def test_cli_reference_does_not_depend_on_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Terminal width and ``JITWATCH_*`` settings of the caller do not change the generated text."""
     plain = cli_doc.render()

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from jitwatch import config
 from jitwatch._version import __version__
@@ -31,18 +31,20 @@ from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.store.journal import JOURNAL_FILE
 from jitwatch.text import plural
 
-app = typer.Typer(
-    name="jitwatch",
-    help="Observability for JIT compilation (Triton, torch.compile, …) in LLM inference workers.",
-    no_args_is_help=True,
-    add_completion=False,
-)
+SUMMARY_MAX = 200
+"""A command's summary in a group's ``--help`` and in docs/cli.md: its help's first sentence, cut
+(``...``) only past this many characters."""
 
 
 class _Command(TyperCommand):
     """A command whose usage line names its arguments as click does, upper-case: ``MANIFEST``,
     ``[NAME]``, ``INPUTS...``; typer 0.29 writes a required one in braces (``{manifest}``), which
     reads as a format string left unfilled."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The help's first sentence, whole up to :data:`SUMMARY_MAX` characters (click's default
+        cut it at 45 with ``...``)."""
+        return super().get_short_help_str(limit=SUMMARY_MAX)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:  # click.Context (typer vendors click since 0.29)
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -54,6 +56,24 @@ class _Command(TyperCommand):
             pieces.append(("" if param.required else "[") + name + ("" if param.required else "]"))
             pieces[-1] += "..." if param.nargs != 1 else ""
         return pieces
+
+
+class _Group(TyperGroup):
+    """A command group whose command list gives each command's first sentence whole (click cut it
+    at 45 characters with ``...``, in ``--help`` and in docs/cli.md)."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return super().get_short_help_str(limit=SUMMARY_MAX)
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="jitwatch",
+    help="Observability for JIT compilation (Triton, torch.compile, …) in LLM inference workers.",
+    no_args_is_help=True,
+    rich_markup_mode=None,  # click's plain help: it wraps at any width (rich's panels cut defaults with …)
+    add_completion=False,
+)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -335,7 +355,7 @@ def _main(
     """Observability for JIT compilation (Triton, torch.compile, …) in LLM inference workers."""
 
 
-@app.command()
+@app.command(cls=_Command)
 def serve(
     host: Annotated[
         str | None, typer.Option(show_default="$JITWATCH_HOST, else 127.0.0.1", help="Bind address.")
@@ -392,7 +412,7 @@ def serve(
         raise _fail(f"{text} ({hint})") from None
 
 
-@app.command()
+@app.command(cls=_Command)
 def status(
     url: Annotated[
         str | None,
@@ -672,7 +692,7 @@ def _live_demo_hint(url: str, exc: Exception, settings: Settings) -> str:
     return f"; jitwatch demos are serving on ports {', '.join(map(str, live))}: {how}"
 
 
-@app.command()
+@app.command(cls=_Command)
 def demo(
     host: Annotated[
         str | None, typer.Option(show_default="$JITWATCH_HOST, else 127.0.0.1", help="Sidecar bind address.")
@@ -770,8 +790,18 @@ def demo(
 
 
 # ---------------------------------------------------------------------------------------- manifests
-manifest_app = typer.Typer(help="Warmup manifests: record what compiled, from the journal.", no_args_is_help=True)
-warmup_app = typer.Typer(help="Warmup: precompile a manifest's kernels before serving.", no_args_is_help=True)
+manifest_app = typer.Typer(
+    cls=_Group,
+    rich_markup_mode=None,
+    help="Warmup manifests: record what compiled, from the journal.",
+    no_args_is_help=True,
+)
+warmup_app = typer.Typer(
+    cls=_Group,
+    rich_markup_mode=None,
+    help="Warmup: precompile a manifest's kernels before serving.",
+    no_args_is_help=True,
+)
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(warmup_app, name="warmup")
 
@@ -803,13 +833,11 @@ def _short(text: str, width: int = 80) -> str:
     return cut + "…"
 
 
-# Help text is rich markup (typer's default): a literal "[" is written "\\[".
-LocationHelp = (
-    "a .json file, a directory (NFS-style store of NAME.json), or redis://HOST:PORT\\[/DB]\\[/NAME]\\[?prefix=P]"
-)
+# Help text is plain (rich_markup_mode=None): "[" is printed as written.
+LocationHelp = "a .json file, a directory (NFS-style store of NAME.json), or redis://HOST:PORT[/DB][/NAME][?prefix=P]"
 
 
-@manifest_app.command("export")
+@manifest_app.command("export", cls=_Command)
 def manifest_export(
     output: Annotated[str, typer.Option("-o", "--output", help=f"Where to write the manifest: {LocationHelp}.")],
     journal_dir: ReadJournalDirOpt = None,
@@ -1092,7 +1120,7 @@ def _modules_needed(manifest: Any, limit: int = 5) -> str:
     return f" (the manifest's: {shown}{', …' if len(names) > limit else ''})"
 
 
-@app.command()
+@app.command(cls=_Command)
 def why(
     journal_dir: ReadJournalDirOpt = None,
     kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel (Triton: fn.name).")] = None,
@@ -1155,7 +1183,7 @@ def why(
             typer.echo(plain(f"  fix: {fix}"))  # its manifest commands name the journal read (runnable_fix)
 
 
-@app.command()
+@app.command(cls=_Command)
 def coverage(
     journal_dir: ReadJournalDirOpt = None,
     allow: AllowOpt = None,
@@ -1290,7 +1318,12 @@ def coverage(
 
 
 # ---------------------------------------------------------------------------------------- caches
-cache_app = typer.Typer(help="Compile caches: check a Triton cache against a manifest.", no_args_is_help=True)
+cache_app = typer.Typer(
+    cls=_Group,
+    rich_markup_mode=None,
+    help="Compile caches: check a Triton cache against a manifest.",
+    no_args_is_help=True,
+)
 app.add_typer(cache_app, name="cache")
 
 
@@ -1316,7 +1349,7 @@ def cache_check(
     ] = None,
     redis_url: Annotated[
         str | None,
-        typer.Option("--redis", help="Triton's Redis remote cache: redis://HOST:PORT\\[/DB] (TRITON_REDIS_HOST/PORT)."),
+        typer.Option("--redis", help="Triton's Redis remote cache: redis://HOST:PORT[/DB] (TRITON_REDIS_HOST/PORT)."),
     ] = None,
     key_format: Annotated[
         str, typer.Option(help="Triton's TRITON_REDIS_KEY_FORMAT of that cache.")
