@@ -15,6 +15,7 @@ from jitwatch.views.status import JitStatus
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
     from rich.text import Text
 
 
@@ -23,13 +24,18 @@ NARROW = 120
 
 STATUS_TIGHT = 100
 """Below this console width ``jitwatch status`` also leaves out the Kernels table's ``last compile``,
-the serving compiles' ``time`` and ``rank`` and the recompiles' ``seconds``, so that the backend
-column (never folded: it tells a Triton kernel from a torch.compile graph of one name) leaves room
-for the kernel and ``why`` (at 80 columns with them, kernel names folded every 9 characters and
-``why`` one word a line); a dim line below the tables names them."""
+the serving compiles' ``time`` and the recompiles' ``seconds``, so that the backend column (it tells
+a Triton kernel from a torch.compile graph of one name) leaves room for the kernel and ``why``; the
+serving compiles keep ``rank`` (under tensor parallelism, which rank compiled is the first
+question); a dim line below the tables names what was left out."""
 
-STATUS_TIGHT_LEFT_OUT = "the Kernels' last compile, the serving compiles' time and rank, the recompiles' seconds"
-"""What :data:`STATUS_TIGHT` leaves out, as that dim line names it."""
+TIGHT_LEFT_OUT = {
+    "Kernels": "the Kernels' last compile",
+    "Recent serving-phase compiles": "the serving compiles' time",
+    "Recompiles by reason": "the recompiles' seconds",
+}
+"""What :data:`STATUS_TIGHT` leaves out of each table, as the dim line names it (only the tables
+printed with rows)."""
 
 COVERAGE_DETAIL = 150
 """Below this console width ``jitwatch coverage``'s kernel table leaves out its class detail
@@ -82,9 +88,20 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
         line += "; [red]unavailable[/red]" + ("" if error == status.not_ready_reason else f": {escape(plain(error))}")
     console.print(line)
 
-    ranks = _Grid(
+    grids: list[Grid] = []
+    ranks = Grid(
         "Ranks",
-        ["rank", "state", "*host", "*pid", "*tp/pp/dp", "warmup", "warmup compiles", "serving compiles", "first req"],
+        [
+            "#rank",
+            "state",
+            "*host",
+            "*#pid",
+            "*#tp/pp/dp",
+            "#warmup",
+            "#warmup compiles",
+            "#serving compiles",
+            "#first req",
+        ],
         narrow,
     )
     for r in status.ranks:
@@ -107,18 +124,19 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
             _secs(r.first_request_latency_s),
         ]
         ranks.add(*row)
-    console.print(ranks.table)
+    console.print(ranks.fit(console.width))
+    grids.append(ranks)
 
-    kernels = _Grid(
+    kernels = Grid(
         "Kernels",
         [
             "=backend",
-            "kernel",
-            "warmup",
-            "serving",
-            "compile s (all phases)",  # startup + warmup + serving: KernelStatus.compile_seconds
-            "*disk hits",
-            "*autotune",
+            "@kernel",
+            "#warmup",
+            "#serving",
+            "#compile s (all phases)",  # startup + warmup + serving: KernelStatus.compile_seconds
+            "*#disk hits",
+            "*#autotune",
             "~last compile",
             "*last key",
         ],
@@ -138,15 +156,16 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
             str(k.disk_cache_hits),
             str(k.autotune_runs),
             _ts(k.last_compile_ts),
-            cell((k.last_key or "-")[:80]),
+            cell(clip(k.last_key or "-", 80)),
         ]
         kernels.add(*row)
-    console.print(kernels.table)
+    console.print(kernels.fit(console.width))
+    grids.append(kernels)
 
     if status.recent_serving_compiles:
-        recent = _Grid(
+        recent = Grid(
             "Recent serving-phase compiles",
-            ["~time", "~rank", "=backend", "kernel", "duration", "request", "*id", "why", "*parent"],
+            ["~time", "#rank", "=backend", "@kernel", "duration", "#request", "*id", "why", "*parent"],
             narrow,
             tight,
         )
@@ -159,15 +178,16 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
                 _secs(c.duration_s) + (" (load)" if c.cache_hit else ""),
                 cell("-" if c.request_id is None else c.request_id),
                 cell(c.compile_id or "-"),
-                cell((c.reason or c.key or "-")[:120]),
+                cell(clip(c.reason or c.key or "-", 120)),
                 cell(c.parent or "-"),
             ]
             recent.add(*row)
-        console.print(recent.table)
+        console.print(recent.fit(console.width))
+        grids.append(recent)
     if status.recompile_reasons:
-        reasons = _Grid(
+        reasons = Grid(
             "Recompiles by reason",
-            ["=backend", "function", "*phase", "reason class", "count", "~seconds", "*ranks", "latest reason"],
+            ["=backend", "@function", "*phase", "reason class", "#count", "~#seconds", "*ranks", "latest reason"],
             narrow,
             tight,
         )
@@ -180,13 +200,15 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
                 str(rr.count),
                 f"{rr.seconds:.3f}",
                 ",".join(str(x) for x in rr.ranks),
-                cell((rr.last_reason or "-")[:120]),
+                cell(clip(rr.last_reason or "-", 120)),
             )
-        console.print(reasons.table)
-    if narrow:
+        console.print(reasons.fit(console.width))
+        grids.append(reasons)
+    if any(g.narrow_out and g.rows for g in grids):  # a note only under a table with rows
         console.print(f"(narrow terminal: some columns left out; {NARROW}+ columns or --json show all)", style="dim")
-    if tight:
-        console.print(f"({STATUS_TIGHT_LEFT_OUT} left out below {STATUS_TIGHT} columns)", style="dim")
+    tight_out = [TIGHT_LEFT_OUT[g.title] for g in grids if g.tight_out and g.rows]
+    if tight_out:
+        console.print(f"({', '.join(tight_out)} left out below {STATUS_TIGHT} columns)", style="dim")
     t = status.totals
     console.print(
         f"totals: {t.ranks_ready}/{t.ranks} ranks ready, {plural(t.kernels, 'kernel')}, "
@@ -197,35 +219,174 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
     )
 
 
-class _Grid:
-    """A rich table whose cells wrap (``overflow="fold"``: nothing is cut with ``…``); a column
-    named ``"*name"`` is secondary and left out when ``narrow`` (:meth:`add` drops its cell), one
-    named ``"~name"`` left out when ``tight`` (a narrower terminal still); one named ``"=name"`` is
-    as wide as its widest cell up to :data:`WHOLE_MAX` characters (a backend's name, which tells rows
-    of one kernel name apart, stays whole at 80 columns); a longer cell folds, so that it never
-    pushes the other columns out of the terminal."""
+BREAK_AFTER = "._:,/-<>([)]"
+"""Characters after which a name or token too wide for its column is broken (an identifier's own
+boundaries: ``make_sampler.<locals>.`` / ``sample_probs``, ``zero_kv_blocks_`` / ``kernel``); a
+segment wider than the column is folded."""
+
+_BREAK_GROUPS = (".:,/)]", "_-<>([")
+
+ROOMY = 24
+"""Flexible columns (names, text) share the width up to this many characters each, then names get
+their whole width, then text what is left; unless every name can be whole while each text column
+keeps :data:`TEXT_FLOOR` characters: then names first (else names as wide as the widest of their
+cells that leaves the text that much)."""
+
+TEXT_FLOOR = 12
+"""See :data:`ROOMY`: a text column's width before names are whole (a time's date, ``2026-12-03``)."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` whole up to ``limit`` characters, else its first ``limit - 1`` and ``…`` (a cut is
+    always shown)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _breaks(line: str, width: int) -> list[int]:
+    """Offsets at which to break ``line`` into pieces of at most ``width`` characters: at the last
+    space that fits, else after the last :data:`BREAK_AFTER` character, else at ``width``."""
+    offsets: list[int] = []
+    start = 0
+    while len(line) - start > width:
+        window = line[start : start + width + 1]
+        cut = window.rfind(" ")
+        for group in _BREAK_GROUPS:  # after a "." before after a "_", unless that leaves a short line
+            if cut > 0:
+                break
+            cut = max(window[:-1].rfind(c) for c in group) + 1
+            cut = cut if cut > width // 3 else 0
+        if cut <= 0:
+            cut = width
+        offsets.append(start + cut)
+        start += cut
+        while start < len(line) and line[start] == " ":
+            start += 1
+            offsets[-1] = start
+    return offsets
+
+
+def _wrapped(text: Text, width: int) -> Text:
+    """``text`` (styles kept) with a newline at each of :func:`_breaks`'s offsets (spaces at a break
+    dropped), so rich prints it as is in a column ``width`` wide."""
+    from rich.text import Text
+
+    offsets = _breaks(text.plain, width)
+    if not offsets:
+        return text
+    pieces = text.divide(offsets)
+    for piece in pieces:
+        piece.rstrip()
+    return Text("\n").join(pieces)
+
+
+class Grid:
+    """A rich table for a terminal of any width. Column names carry a prefix:
+
+    - ``"*name"``: secondary, left out when ``narrow`` (:meth:`add` drops its cell);
+    - ``"~name"``: left out when ``tight`` (a narrower terminal still);
+    - ``"=name"``: a backend's name, as wide as its widest cell up to :data:`WHOLE_MAX` characters
+      (it tells rows of one kernel name apart); a longer one is broken;
+    - ``"#name"``: a number, exactly as wide as its widest cell or its header's longest word (the
+      header wraps over lines instead: ``warmup`` / ``compiles``);
+    - ``"@name"``: a kernel's or function's name, whole when the width allows;
+    - no prefix: text, wrapped at spaces.
+
+    :meth:`fit` sets the widths for a console ``width`` characters wide: numbers and backends take
+    what they need (a number's header on one line when all of them fit so); the names and text share
+    the rest (each up to :data:`ROOMY`, then names whole,
+    then text). A name or token wider than its column is broken after ``.``, ``_``, ``:`` and the
+    like (:data:`BREAK_AFTER`), never cut; a value cut before it reaches the table ends with ``…``
+    (:func:`clip`). :attr:`left_out` says whether a column was left out of a table with rows."""
 
     def __init__(self, title: str, columns: list[str], narrow: bool, tight: bool = False) -> None:
-        from rich.table import Table
-
-        self.table = Table(title=title)
+        self.title = title
         self.keep = [not ((col.startswith("*") and narrow) or (col.startswith("~") and tight)) for col in columns]
-        self.whole: dict[int, int] = {}  # kept column index -> widest cell so far
-        for col, keep in zip(columns, self.keep, strict=True):
-            if keep:
-                name = col.lstrip("*~=")
-                if col.startswith("="):
-                    self.whole[len(self.table.columns)] = len(name)
-                self.table.add_column(name, overflow="fold", no_wrap=col.startswith("="))
+        self.kinds = []
+        for col in columns:
+            body = col.lstrip("*~")
+            self.kinds.append(body[0] if body[:1] in ("=", "#", "@") else "")
+        self.names = [col.lstrip("*~=#@") for col in columns]
+        self.narrow_out = any(c.startswith("*") for c in columns) and narrow
+        self.tight_out = any(c.startswith("~") for c in columns) and tight
+        self.rows: list[list[Text]] = []
+
+    @property
+    def left_out(self) -> bool:
+        """Whether this table has rows and left a column out (narrow or tight)."""
+        return bool(self.rows) and (self.narrow_out or self.tight_out)
 
     def add(self, *row: Any) -> None:
-        cells = [value for value, keep in zip(row, self.keep, strict=True) if keep]
-        for i, widest in self.whole.items():
-            self.whole[i] = max(widest, len(str(cells[i])))
-            column = self.table.columns[i]
-            column.min_width = min(self.whole[i], WHOLE_MAX)
-            column.no_wrap = self.whole[i] <= WHOLE_MAX  # else it folds, at WHOLE_MAX or wider
-        self.table.add_row(*cells)
+        from rich.text import Text
+
+        self.rows.append(
+            [
+                value if isinstance(value, Text) else Text(str(value))
+                for value, keep in zip(row, self.keep, strict=True)
+                if keep
+            ]
+        )
+
+    def fit(self, width: int) -> Table:
+        """The table, its columns sized for a console ``width`` characters wide (see the class)."""
+        from rich.table import Table
+        from rich.text import Text
+
+        kept = [(name, kind) for name, kind, keep in zip(self.names, self.kinds, self.keep, strict=True) if keep]
+        widest = [
+            max([len(line) for row in self.rows for line in row[i].plain.split("\n")] or [0]) for i in range(len(kept))
+        ]
+        word = [max(len(w) for w in (name.split() or [""])) for name, _ in kept]
+        cells_wide = [{len(row[i].plain) for row in self.rows} for i in range(len(kept))]
+        want = [max(word[i], widest[i]) for i in range(len(kept))]
+        fixed: dict[int, int] = {}
+        for i, (_, kind) in enumerate(kept):
+            if kind == "#":
+                fixed[i] = want[i]
+            elif kind == "=":
+                fixed[i] = max(word[i], min(widest[i], WHOLE_MAX))
+        flex = [i for i in range(len(kept)) if i not in fixed]
+        room = width - (3 * len(kept) + 1) - sum(fixed.values())
+        widths = dict(fixed)
+        for i in flex:
+            widths[i] = min(want[i], max(word[i], 4))
+        spare = room - sum(widths[i] for i in flex)
+
+        def fill(columns: list[int], cap: dict[int, int]) -> None:
+            nonlocal spare
+            while spare > 0:
+                open_ = [i for i in columns if widths[i] < cap[i]]
+                if not open_:
+                    return
+                i = min(open_, key=lambda c: widths[c])
+                widths[i] += 1
+                spare -= 1
+
+        names = [i for i in flex if kept[i][1] == "@"]
+        texts = [i for i in flex if kept[i][1] != "@"]
+        floor = {i: min(want[i], TEXT_FLOOR) for i in texts}
+        if sum(want[i] - widths[i] for i in names) + sum(floor[i] - widths[i] for i in texts) <= spare:
+            fill(names, {i: want[i] for i in names})  # every name whole, the text at its floor or wider
+        else:  # names as wide as the widest of their cells that fits beside the text's floors
+            for i in names:
+                spare_names = spare - sum(floor[t] - widths[t] for t in texts)
+                fits = [n for n in cells_wide[i] if widths[i] < n <= widths[i] + spare_names]
+                fill([i], {i: max(fits, default=widths[i])})
+            fill(flex, {i: min(want[i], ROOMY) for i in flex})
+            fill(names, {i: want[i] for i in names})
+        numbers = [i for i, (_, kind) in enumerate(kept) if kind == "#"]
+        widen = sum(max(len(kept[i][0]) - widths[i], 0) for i in numbers)
+        if widen <= spare:  # room left once the names are whole: the numbers' headers on one line
+            for i in numbers:
+                widths[i] = max(widths[i], len(kept[i][0]))
+            spare -= widen
+        fill(flex, {i: want[i] for i in flex})
+        table = Table(title=self.title)
+        for i, (name, _) in enumerate(kept):
+            header = _wrapped(Text(name), max(widths[i], 1))  # over lines at its spaces: "warmup" / "compiles"
+            table.add_column(header, width=max(widths[i], 1), no_wrap=True, overflow="fold")
+        for row in self.rows:
+            table.add_row(*(_wrapped(value, max(widths[i], 1)) for i, value in enumerate(row)))
+        return table
 
 
 def render_coverage(report: CoverageReport, console: Console, *, verbose: bool = False) -> None:
@@ -241,15 +402,15 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
         console.print(cell(f"nothing to check: {reason}"), soft_wrap=True)  # unwrapped: its path can be copied
         return
     narrow = console.width < NARROW
-    table = _Grid(
+    table = Grid(
         "Specialization coverage (keys compiled before serving / keys needed)",
         [
             "=backend",
-            "kernel",
-            "keys",
-            "coverage",
-            "serving keys",
-            "*arg classes (detail)",
+            "@kernel",
+            "#keys",
+            "#coverage",
+            "#serving keys",
+            "*#arg classes (detail)",
             "met only in serving (first 6)",
         ],
         console.width < COVERAGE_DETAIL,
@@ -268,27 +429,28 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
         ]
         table.add(*row)
     detail = any(k.classes_total for k in report.kernels)
+    grid = table.fit(console.width)
     if console.width >= COVERAGE_DETAIL and detail:
-        table.table.caption_justify = "left"
-        table.table.caption = (
+        grid.caption_justify = "left"
+        grid.caption = (
             "arg classes: per-argument classes Triton can tell apart that warmup used; most are never"
             " passed by a given server, so a low share is not a failure (-v lists them)"
         )
-    console.print(table.table)
+    console.print(grid)
     if console.width < COVERAGE_DETAIL and detail:
         console.print(
             f"(arg classes (detail) left out below {COVERAGE_DETAIL} columns; -v or --json show them)", style="dim"
         )
     missing = [(k, m) for k in report.kernels for m in k.missing]
     if missing:
-        t = _Grid(
+        t = Grid(
             "Expected keys not compiled before serving (what --require-complete fails on)",
-            ["=backend", "kernel", "source", "why it would compile"],
+            ["=backend", "@kernel", "source", "why it would compile"],
             narrow,
         )
         for k, m in missing:
             t.add(cell(k.backend), cell(k.kernel), cell(m.source), cell(m.reason))
-        console.print(t.table)
+        console.print(t.fit(console.width))
     else:
         keys = plural(sum(k.total for k in report.kernels), "key")
         console.print(
@@ -303,8 +465,8 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
             continue
         flags = "flags from kernel" if k.flags_known else "flags inferred from keys"
         title = f"{plain(k.backend)} {plain(k.kernel)} ({flags})"
-        t = _Grid(escape(title), ["argument", "kind", "warmed", "never compiled", "met only in serving"], narrow)
+        t = Grid(escape(title), ["@argument", "kind", "warmed", "never compiled", "met only in serving"], narrow)
         for a in k.arguments:
             cells = [a.name, a.kind, " ".join(a.covered), " ".join(a.uncovered), " ".join(a.serving_only)]
             t.add(*(cell(v) for v in cells))
-        console.print(t.table)
+        console.print(t.fit(console.width))

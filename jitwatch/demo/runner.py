@@ -576,8 +576,9 @@ def print_summary(report: DemoReport, console: Any) -> None:
     line says what the manifest covers: ``of them`` when every serving compile is Triton's, else
     ``of the Triton one(s)``, followed by one ``not in the manifest`` line per other serving
     compile (torch.compile's) with its own fix, from ``/jit``."""
-    from rich.table import Table
     from rich.text import Text
+
+    from jitwatch.cli.render import Grid, cell
 
     jit = report.jit
     steps = report.scenario.get("steps", [])
@@ -586,19 +587,21 @@ def print_summary(report: DemoReport, console: Any) -> None:
     rank = ranks[0]
     flips = " → ".join(f"{code} @{t:.2f}s" for t, code in report.readyz) or "-"
 
-    table = Table(title="jitwatch demo: compiles by phase (from /jit)")
-    for col in ("backend", "kernel", "warmup compiles", "serving compiles", "compile s"):
-        table.add_column(col, overflow="fold")
+    table = Grid(
+        "jitwatch demo: compiles by phase (from /jit)",
+        ["=backend", "@kernel", "#warmup compiles", "#serving compiles", "#compile s"],
+        narrow=False,
+    )
     for k in jit.get("kernels", []):
         serving = k.get("compiles_serving", 0)
-        table.add_row(
-            k.get("backend", "triton"),
-            k["name"],
+        table.add(
+            cell(k.get("backend", "triton")),
+            cell(k["name"]),
             str(k.get("compiles_warmup", 0)),
-            f"[red]{serving}[/red]" if serving else "[green]0[/green]",
+            Text(str(serving), style="red" if serving else "green"),
             f"{k.get('compile_seconds', 0.0):.3f}",
         )
-    console.print(table)
+    console.print(table.fit(console.width))
     sizes = sorted({s["num_tokens"] for s in steps})
     first = rank.get("first_request_latency_s")
     warm = rank.get("warmup_duration_s")
