@@ -63,4 +63,16 @@ def jitwatch_command(show_path: Callable[[str], str] = shlex.quote) -> str:
     return show_path(os.path.abspath(ours))
 
 
-__all__ = ["UNDECODABLE", "jitwatch_command", "plural", "shown_name"]
+__all__ = ["UNDECODABLE", "jitwatch_command", "plain", "plural", "shown_name"]
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
+_CONTROL.update(UNDECODABLE)  # a byte of a file name that is not UTF-8 as \xNN too (shown_name)
+
+
+def plain(text: object) -> str:
+    """``str(text)`` with terminal control characters (ESC, other C0/C1 controls, DEL; not tab)
+    shown as ``\\xNN``: journal text is data and never drives the terminal. A byte of a path that
+    is not UTF-8 (a lone surrogate from ``os.fsdecode``) is shown as ``\\xNN`` too, so the text
+    always encodes as UTF-8."""
+    return str(text).translate(_CONTROL)

@@ -578,7 +578,7 @@ def print_summary(report: DemoReport, console: Any) -> None:
     compile (torch.compile's) with its own fix, from ``/jit``."""
     from rich.text import Text
 
-    from jitwatch.cli.render import Grid, cell
+    from jitwatch.tables import Grid, cell
 
     jit = report.jit
     steps = report.scenario.get("steps", [])

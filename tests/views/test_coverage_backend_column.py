@@ -118,7 +118,7 @@ def test_a_backend_name_wider_than_the_terminal_folds_and_leaves_the_other_colum
     kernel, keys and coverage columns were cut off at 80 columns (the row read only ``bbbb…``).
     A name of up to :data:`jitwatch.cli.render.WHOLE_MAX` characters stays whole; a longer one
     folds like any cell, and every row keeps its kernel and coverage."""
-    from jitwatch.cli.render import WHOLE_MAX
+    from jitwatch.tables import WHOLE_MAX
 
     long_backend = "dsl_" + "b" * 146
     with Journal(tmp_path) as j:

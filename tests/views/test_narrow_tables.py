@@ -19,7 +19,7 @@ import triton.language as tl
 from typer.testing import CliRunner
 
 from jitwatch.cli import app
-from jitwatch.cli.render import BREAK_AFTER
+from jitwatch.tables import BREAK_AFTER
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import Journal
 from tests.test_cli import TOKEN, serving
