@@ -19,9 +19,9 @@ import triton.language as tl
 from typer.testing import CliRunner
 
 from jitwatch.cli import app
-from jitwatch.tables import BREAK_AFTER
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import Journal
+from jitwatch.tables import BREAK_AFTER
 from tests.test_cli import TOKEN, serving
 from tests.views.test_status_backend_column import tables
 
