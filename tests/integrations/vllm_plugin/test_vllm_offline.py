@@ -67,14 +67,17 @@ def test_sidecar_jit_and_readyz_agree(offline_run: tuple[Path, dict, str]) -> No
     client = TestClient(create_app(journal_dir=journal, token=None))
     jit = client.get("/jit").json()
     ready = client.get("/readyz")
-    assert ready.status_code == 200 and ready.json()["ready"] is True
-    assert jit["ready"] is True and jit["totals"]["ranks"] == 1
+    # The engine process has exited cleanly: its worker recorded the rank stopped (the journal
+    # writer's close at exit), so /readyz is 503 at once, and /jit agrees.
+    assert ready.status_code == 503 and ready.json()["ready"] is False
+    assert "rank 0 stopped (clean exit at" in ready.json()["reason"], ready.json()
+    assert jit["ready"] is False and jit["totals"]["ranks"] == 1
     (rank,) = jit["ranks"]
-    assert rank["state"] == "serving" and rank["ready"] is True
+    assert rank["state"] == "stopped" and rank["ready"] is False and rank["stopped_ts"] is not None
     assert (rank["rank"], rank["tp_rank"], rank["pp_rank"], rank["dp_rank"]) == (0, 0, 0, 0)
     assert rank["warmup_end_ts"] >= rank["warmup_start_ts"]
     assert rank["first_request_latency_s"] > 0
-    assert ready.json()["ranks"] == {"0": "serving"}
+    assert ready.json()["ranks"] == {"0": "stopped"}
 
 
 def test_plugin_log_and_warmup_span(offline_run: tuple[Path, dict, str]) -> None:

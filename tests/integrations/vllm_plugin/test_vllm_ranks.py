@@ -41,8 +41,9 @@ def test_tensor_parallel_two_workers_two_ranks(tiny_model: Path, tmp_path: Path)
         assert sorted(e.rank for e in events if e.kind is kind) == [0, 1], kind
 
     jit = TestClient(create_app(journal_dir=journal, token=None)).get("/jit").json()
-    assert jit["ready"] is True and jit["totals"]["ranks"] == 2 and jit["totals"]["ranks_ready"] == 2
-    assert [(r["rank"], r["tp_rank"]) for r in jit["ranks"]] == [(0, 0), (1, 1)]
+    # Both TP workers exited cleanly with the engine: each recorded its rank stopped.
+    assert jit["ready"] is False and jit["totals"]["ranks"] == 2 and jit["totals"]["ranks_ready"] == 0
+    assert [(r["rank"], r["tp_rank"], r["state"]) for r in jit["ranks"]] == [(0, 0, "stopped"), (1, 1, "stopped")]
     assert all(r["first_request_latency_s"] > 0 for r in jit["ranks"])
 
 
@@ -52,4 +53,4 @@ def test_two_engines_one_journal_rank_offset(tiny_model: Path, tmp_path: Path) -
     journal = tmp_path / "journal"
     run_engine(tmp_path, tiny_model, journal, env_extra={"JITWATCH_RANK": "4", "JITWATCH_DP_RANK": "1"})
     jit = TestClient(create_app(journal_dir=journal, token=None)).get("/jit").json()
-    assert [(r["rank"], r["tp_rank"], r["dp_rank"], r["ready"]) for r in jit["ranks"]] == [(4, 0, 1, True)]
+    assert [(r["rank"], r["tp_rank"], r["dp_rank"], r["state"]) for r in jit["ranks"]] == [(4, 0, 1, "stopped")]
