@@ -1885,24 +1885,8 @@ class Journal:
         The row's attrs are stored as events' attrs are (:func:`_store_json`): every string
         redacted (a kernel named ``fn at /home/alice/model.py`` is stored as ``fn at ~/model.py``)
         and UTF-8-safe, NaN/±inf as their names."""
-        if self.readonly:
-            raise PermissionError("journal opened read-only")
-        with self._transaction() as conn:
-            row = conn.execute(
-                "SELECT attrs FROM workers WHERE host=? AND pid=? AND rank=?", (host, pid, rank)
-            ).fetchone()
-            if row is None:
-                return False
-            attrs = json.loads(row[0]) if row[0] else {}
-            if not isinstance(attrs, dict):
-                attrs = {}
-            attrs["inflight"] = [{k: v for k, v in i.items() if v is not None} for i in items[:MAX_INFLIGHT]]
-            attrs["inflight_ts"] = float(ts)
-            conn.execute(
-                "UPDATE workers SET attrs=?, last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
-                (_store_json(attrs), float(ts), host, pid, rank),
-            )
-        return True
+        inflight = [{k: v for k, v in i.items() if v is not None} for i in items[:MAX_INFLIGHT]]
+        return self._update_worker_attrs(host, pid, rank, ts, {"inflight": inflight, "inflight_ts": float(ts)})
 
     def mark_stopped(self, host: str, pid: int, rank: int, ts: float) -> bool:
         """Record that worker ``(host, pid, rank)`` stopped cleanly at ``ts`` (Unix seconds): its
@@ -1914,6 +1898,17 @@ class Journal:
         Returns ``False`` when there is no such worker row (nothing is written). Raises
         ``PermissionError`` on a read-only journal and ``sqlite3.Error`` like :meth:`write`.
         """
+        # nothing runs in a stopped worker: its compiles in flight go (None removes a key)
+        return self._update_worker_attrs(
+            host, pid, rank, ts, {STOPPED_TS_ATTR: float(ts), "exit": "clean", "inflight": None}
+        )
+
+    def _update_worker_attrs(self, host: str, pid: int, rank: int, ts: float, changes: dict[str, Any]) -> bool:
+        """Merge ``changes`` into worker ``(host, pid, rank)``'s row ``attrs`` (a ``None`` value
+        removes its key; attrs that are not a JSON object read as ``{}``), stored as events' attrs
+        are (:func:`_store_json`), and advance ``last_ts`` to ``ts``, in one transaction. ``False``
+        when the row does not exist (nothing written). Raises ``PermissionError`` on a read-only
+        journal and ``sqlite3.Error`` like :meth:`write`."""
         if self.readonly:
             raise PermissionError("journal opened read-only")
         with self._transaction() as conn:
@@ -1923,9 +1918,11 @@ class Journal:
             if row is None:
                 return False
             attrs = readsafe.json_object(row[0])
-            attrs[STOPPED_TS_ATTR] = float(ts)
-            attrs["exit"] = "clean"
-            attrs.pop("inflight", None)  # nothing runs in a stopped worker
+            for key, value in changes.items():
+                if value is None:
+                    attrs.pop(key, None)
+                else:
+                    attrs[key] = value
             conn.execute(
                 "UPDATE workers SET attrs=?, last_ts=MAX(last_ts, ?) WHERE host=? AND pid=? AND rank=?",
                 (_store_json(attrs), float(ts), host, pid, rank),
