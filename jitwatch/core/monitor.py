@@ -230,25 +230,30 @@ def _compile_event(item: tuple[Any, ...]) -> Event:
         why = f": {reason.text}" if reason is not None else ""
         # the manifest commands name this worker's journal and one absolute manifest (runnable_fix)
         # run as this interpreter's jitwatch (local_jitwatch: .venv/bin/jitwatch when not on PATH)
+        command = local_jitwatch()
         fix = (
-            f" (fix: {runnable_fix(reason.fixes[0], mon.journal_dir, local_jitwatch())})"
+            f" (fix: {runnable_fix(reason.fixes[0], mon.journal_dir, command)})"
             if reason is not None and reason.fixes
             else ""
         )
-        key = "" if reason is not None and reason.text == c.key else _key_shown(diagnoser, event, mon.journal_dir)
+        key = (
+            ""
+            if reason is not None and reason.text == c.key
+            else _key_shown(diagnoser, event, mon.journal_dir, command)
+        )
         log.warning("jitwatch: post-warmup compile of %s on rank %d%s%s%s", warn, ident.rank, why, fix, key)
     return event
 
 
-def _key_shown(diagnoser: Diagnoser | None, event: Event, journal_dir: Path) -> str:
+def _key_shown(diagnoser: Diagnoser | None, event: Event, journal_dir: Path, command: str) -> str:
     """The warning line's end for ``event``'s key (writer thread): the specialization it stands
     for, in its backend's words (:meth:`Diagnoser.describe_key`), and the command that prints the
     full key, ``; specialization x_ptr: *fp32 aligned, … (the full key: `jitwatch why --journal-dir
-    <dir> --json`)``; else the key itself (at most 2,000 characters), ``; key <key>``."""
+    <dir> --json`)``, run as ``command``; else the key itself (at most 2,000 characters), ``; key <key>``."""
     described = diagnoser.describe_key(event) if diagnoser is not None else None
     if described is None:
         return f"; key {redact(event.key or '')[:2000]}"
-    return f"; specialization {redact(described)} (the full key: {why_json_command(journal_dir, local_jitwatch())})"
+    return f"; specialization {redact(described)} (the full key: {why_json_command(journal_dir, command)})"
 
 
 class _CompileEvent(tuple[Any, ...]):
