@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Callable
 
 # Lone surrogates: a byte that is not UTF-8 in a file name (os.fsdecode's surrogateescape: 0xFF is
@@ -63,7 +64,7 @@ def jitwatch_command(show_path: Callable[[str], str] = shlex.quote) -> str:
     return show_path(os.path.abspath(ours))
 
 
-__all__ = ["UNDECODABLE", "jitwatch_command", "plain", "plural", "shown_name"]
+__all__ = ["UNDECODABLE", "jitwatch_command", "plain", "plural", "shown_name", "utc_time"]
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
@@ -76,3 +77,9 @@ def plain(text: object) -> str:
     is not UTF-8 (a lone surrogate from ``os.fsdecode``) is shown as ``\\xNN`` too, so the text
     always encodes as UTF-8."""
     return str(text).translate(_CONTROL)
+
+
+def utc_time(ts: float) -> str:
+    """Unix time ``ts`` (seconds) as jitwatch's text shows every time: ``2026-12-03 01:07:56 UTC``
+    (date, seconds, UTC whatever the local zone: one reading across a fleet)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))

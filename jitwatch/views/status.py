@@ -26,6 +26,7 @@ from jitwatch.backends.explain import runnable_fixes
 from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import ABANDONED_COUNTER, Journal, RecompileRow, StatRow, WorkerRow, backend_counter_of
+from jitwatch.text import utc_time
 from jitwatch.views.coverage import CoverageReport, KernelCoverage, coverage_for_journal
 from jitwatch.views.diagnosis import InflightCompile, inflight_of
 
@@ -432,7 +433,7 @@ def readiness(
     ]
     reasons: list[str] = []
     if stopped:
-        at = ", ".join(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) for ts in stopped.values())
+        at = ", ".join(utc_time(ts) for ts in stopped.values())
         listed = ", ".join(str(r) for r in stopped)
         reasons.append(f"{_ranks(len(stopped))} {listed} stopped (clean exit at {at})")
     if stale:
