@@ -65,6 +65,7 @@ spread is far smaller; ``--smoke`` for a seconds-long CI run).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -602,7 +603,11 @@ def _measured(variants: tuple[str, ...]) -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------- journal
 def _template_event() -> Any:
-    """A compile event shaped like a real Triton 3.x disk-hit compile of a small kernel."""
+    """A compile event shaped like a real Triton 3.x disk-hit compile of a small kernel in warmup
+    (where nearly every journaled compile is): the attrs jitwatch's Triton backend writes, with
+    ``cache_key`` (Triton's ``metadata["hash"]``) and ``cache`` as the compilation listener gives
+    them. A serving compile also carries its reason and fixes (~600 more characters); those are
+    not in this template."""
     from jitwatch.core.events import Event, EventKind, Phase
 
     sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
@@ -643,6 +648,8 @@ def _template_event() -> Any:
         "is_warmup_call": False,
         "specialization_data": spec,
         "source_hash": "9f2b6c1e0a4d7f3b8e5c2a1d6f9b0e3c7a4d1f8b2e5c9a0d3f6b1e4c7a2d5f8b",
+        "cache_key": _cache_key(256),
+        "cache": "local",
         "rank": 0,
         "tp_rank": 0,
         "pp_rank": 0,
@@ -653,13 +660,18 @@ def _template_event() -> Any:
         ts=time.time(),
         start_ts=time.time() - 0.0015,
         duration_s=0.0015,
-        phase=Phase.SERVING,
+        phase=Phase.WARMUP,
         backend="triton",
         kernel="bench_add_kernel",
         key="[('*fp32', 'D'), ('*fp32', 'D'), ('*fp32', 'D'), ('i32', 'D'), 256]{'num_warps': 4, 'debug': False}",
         cache_hit=True,
         attrs=attrs,
     )
+
+
+def _cache_key(spec: int) -> str:
+    """Specialization ``spec``'s Triton cache hash in the template (64 hex digits, one per spec)."""
+    return hashlib.sha256(f"bench {spec}".encode()).hexdigest()
 
 
 def _db_bytes(directory: Path) -> int:
@@ -684,6 +696,7 @@ def _journal_events(template: Any, n: int, per_spec: int, kernels: int, rank_of:
         attrs["rank"] = attrs["tp_rank"] = rank
         attrs["constexprs"] = {"BLOCK": spec}
         attrs["specialization_data"] = template.attrs["specialization_data"].replace("256", str(spec))
+        attrs["cache_key"] = _cache_key(spec)
         evs.append(
             template.model_copy(
                 update={

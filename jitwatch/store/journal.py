@@ -751,6 +751,16 @@ def _select_in(conn: sqlite3.Connection, head: str, values: list[Any]) -> list[A
     return rows
 
 
+def _spec_ident(key: str, data: str, source_hash: Any, module: Any, cache_key: Any) -> tuple[Any, ...]:
+    """What a connection remembers a Triton specialization's row id under (raw values, before
+    redaction): ``(key, data, source hash, module)``, or with Triton's cache hash
+    ``(key, cache key, source hash, module, len(data))`` — the same fields as its identity
+    (:func:`jitwatch.store.specs.identity_digest`), so one entry never stands for two records."""
+    if cache_key is None:
+        return (key, data, source_hash, module)
+    return (key, cache_key, source_hash, module, len(data))
+
+
 def _tuple_cursor(conn: sqlite3.Connection) -> sqlite3.Cursor:
     """A cursor of ``conn`` whose rows are plain tuples (a journal's connection makes
     ``sqlite3.Row`` objects, ~0.1 µs more per row, for its readers)."""
@@ -1356,7 +1366,7 @@ class Journal:
         slash_only, needle = redaction_precheck()
         compact_json = _compact_json
         compile_kind, stat_kinds = EventKind.COMPILE, STAT_KINDS
-        sha256, identity_head = hashlib.sha256, specs.IDENTITY_HEAD
+        sha256, identity_head, cached_head = hashlib.sha256, specs.IDENTITY_HEAD, specs.CACHED_HEAD
         event_type, fields_of, attrs_of = Event, _EVENT_FIELDS, _EVENT_ATTRS
         n = len(events)
         while i < n:
@@ -1411,6 +1421,7 @@ class Journal:
             pop("options", None)
             pop("specialization_data", None)
             source_hash = pop("source_hash", None)
+            cache_key = pop("cache_key", None)
             try:
                 rest_json: str | None = compact_json(rest)
             except (ValueError, TypeError, RecursionError):
@@ -1422,10 +1433,15 @@ class Journal:
                 or not ((slash_only and "/" not in rest_json) or needle(rest_json) is None)
                 or not (source_hash is None or type(source_hash) is str)
                 or not (module is None or type(module) is str)
+                or not (cache_key is None or (type(cache_key) is str and cache_key.isalnum()))
             ):
                 self._general_row(conn, ev, pending, new_specs, new_labels, bad)
                 continue
-            fast = (key, data, source_hash, module)
+            # _spec_ident, inline: with Triton's cache hash, the data's length stands for the data
+            if cache_key is None:
+                fast: tuple[Any, ...] = (key, data, source_hash, module)
+            else:
+                fast = (key, cache_key, source_hash, module, len(data))
             known = known_spec(fast)
             if known is None:
                 spec_id = _DEFERRED
@@ -1450,29 +1466,48 @@ class Journal:
             if spec_id == _DEFERRED:
                 digest = by_fast.get(fast)
                 if digest is None:
-                    if not (data.isascii() and ((slash_only and "/" not in data) or needle(data) is None)):
-                        data = _text(data)
                     if source_hash is not None:
                         source_hash = seen(source_hash) or text(source_hash)
                     if module is not None:
                         module = seen(module) or text(module)
                     # specs.identity_digest, inline (tests/store/test_journal_lean.py: same bytes)
-                    h = sha256(
-                        (
-                            identity_head
-                            % (
-                                len(key),
-                                len(data),
-                                "-" if source_hash is None else len(source_hash),
-                                "-" if module is None else len(module),
-                                key,
-                                source_hash or "",
-                                module or "",
-                            )
-                        ).encode()
-                    )
-                    h.update(data.encode())
-                    digest = by_fast[fast] = h.digest()[:16]
+                    if cache_key is not None:  # the data is redacted only if stored (_resolve_specs)
+                        digest = sha256(
+                            (
+                                cached_head
+                                % (
+                                    len(key),
+                                    len(data),
+                                    "-" if source_hash is None else len(source_hash),
+                                    "-" if module is None else len(module),
+                                    len(cache_key),
+                                    key,
+                                    source_hash or "",
+                                    module or "",
+                                    cache_key,
+                                )
+                            ).encode()
+                        ).digest()[:16]
+                    else:
+                        if not (data.isascii() and ((slash_only and "/" not in data) or needle(data) is None)):
+                            data = _text(data)
+                        h = sha256(
+                            (
+                                identity_head
+                                % (
+                                    len(key),
+                                    len(data),
+                                    "-" if source_hash is None else len(source_hash),
+                                    "-" if module is None else len(module),
+                                    key,
+                                    source_hash or "",
+                                    module or "",
+                                )
+                            ).encode()
+                        )
+                        h.update(data.encode())
+                        digest = h.digest()[:16]
+                    by_fast[fast] = digest
                     queued = queued_specs.get(digest)
                     if queued is None:  # its record is built only if no writer stored it yet
                         queued_specs[digest] = [attrs, key, data, source_hash, module, len(run), ev]
@@ -1548,7 +1583,7 @@ class Journal:
         data, key = spec.get("specialization_data"), spec.get("key")
         fast: Any = None
         if isinstance(data, str) and isinstance(key, str):
-            fast = (key, data, spec.get("source_hash"), spec.get("module"))
+            fast = _spec_ident(key, data, spec.get("source_hash"), spec.get("module"), spec.get("cache_key"))
             known = self._spec_ids.get(fast)
             if isinstance(known, int):  # (row id, 0): stored under its identity
                 return known if budget is None or budget >= 0 else None
@@ -1582,17 +1617,18 @@ class Journal:
         now; any other capture by its text (:meth:`_spec_for`). ``None``: take the careful path
         (not plain JSON, or past :data:`_SPEC_BUDGET` / :data:`_REST_BUDGET`)."""
         data, key = spec.get("specialization_data"), spec.get("key")
-        source_hash, module = spec.get("source_hash"), spec.get("module")
+        source_hash, module, cache_key = spec.get("source_hash"), spec.get("module"), spec.get("cache_key")
         if not (
             isinstance(data, str)
             and isinstance(key, str)
             and (source_hash is None or isinstance(source_hash, str))
             and (module is None or isinstance(module, str))
+            and (cache_key is None or (type(cache_key) is str and cache_key.isalnum()))
         ):
             return self._spec_for(conn, spec, new_specs, budget)
         if _PLAIN_BUDGET - budget > _REST_BUDGET:
             return None
-        fast = (key, data, source_hash, module)
+        fast = _spec_ident(key, data, source_hash, module, cache_key)
         known = self._spec_ids.get(fast)
         if isinstance(known, int):  # (row id, 0): stored under its identity
             return known
@@ -1608,7 +1644,11 @@ class Journal:
                     None if source_hash is None else seen(source_hash),
                     None if module is None else seen(module),
                 )
-                queued = defer.by_fast[fast] = specs.identity_digest(*redacted)
+                queued = defer.by_fast[fast] = (
+                    specs.identity_digest(*redacted)
+                    if cache_key is None  # with it, the raw data's length (as _lean_run has it)
+                    else specs.identity_digest(key, data, redacted[2], redacted[3], cache_key)
+                )
                 if queued not in defer.specs:  # another raw identity may redact to the same one
                     defer.specs[queued] = [spec, *redacted]
             defer.specs[queued] += (len(defer.rows), ev)
@@ -1666,10 +1706,14 @@ class Journal:
             _select_in(conn, "SELECT digest, id FROM specializations WHERE digest", list(map(bytearray, pending.specs)))
         )
         new: list[tuple[bytes, str]] = []
+        slash_only, needle = redaction_precheck()
         for digest, queued in pending.specs.items():
             if digest not in stored:
                 source, key, data, source_hash, module = queued[:_WAITING]
                 record = specs.split(source, key)[1] or {}  # key first, then SPEC_FIELDS
+                # identified by Triton's cache hash, the data was not redacted yet (found stored: never)
+                if not (data.isascii() and ((slash_only and "/" not in data) or needle(data) is None)):
+                    data = _text(data)
                 record["specialization_data"] = data
                 if source_hash is not None:
                     record["source_hash"] = source_hash

@@ -2,7 +2,8 @@
 specialization (schema revision 3, see :mod:`jitwatch.store.migrations`).
 
 A Triton compile event's ``key``, ``module``, ``signature``, ``constexprs``, ``options``,
-``specialization_data`` and ``source_hash`` are the same every time that specialization compiles
+``specialization_data``, ``source_hash`` and ``cache_key`` (Triton's persistent-cache hash) are the
+same every time that specialization compiles
 (on every rank, after every restart) and make up ~90 % of the event. The journal stores them
 once, in ``specializations(id, digest, data)``, and the event row keeps ``spec_id``.
 
@@ -13,9 +14,10 @@ The first byte names the dictionary (:data:`DICT_ID`); a dictionary is never cha
 released — a new one gets a new id, and every id stays readable.
 
 ``digest`` (unique) is what writers look a record up by: for a Triton specialization stored by
-the fast path, :func:`identity_digest` of its redacted key, ``specialization_data``, source hash
-and module (no JSON encoding needed to find it); for anything else, :func:`digest` of the record's
-text. Readers never use it.
+the fast path, :func:`identity_digest` of its redacted key, source hash, module and either
+Triton's cache hash (``cache_key``, when the compilation listener gave one) or the whole
+``specialization_data`` (no JSON encoding needed to find it); for anything else, :func:`digest` of
+the record's text. Readers never use it.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import json
 import zlib
 from typing import Any
 
-SPEC_FIELDS = ("module", "signature", "constexprs", "options", "specialization_data", "source_hash")
-"""``attrs`` keys moved into the specialization record (with the event's ``key``)."""
+SPEC_FIELDS = ("module", "signature", "constexprs", "options", "specialization_data", "source_hash", "cache_key")
+"""``attrs`` keys moved into the specialization record (with the event's ``key``). ``cache_key`` (Triton's
+``metadata["hash"]``, 64 hex digits) joined in jitwatch 0.3: a record written before holds none, and
+the event row kept it in its own ``attrs`` — readers merge both alike."""
 
 _SAMPLE_1: dict[str, Any] = {
     "constexprs": {"BLOCK": 128, "BLOCK_SIZE": 1024, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},
@@ -134,15 +138,52 @@ _IDENTITY_TAG = "\x00jitwatch-triton-spec-1"
 can equal one, so the two kinds of digest never name each other's records."""
 
 
-def identity_digest(key: str, data: str, source_hash: str | None, module: str | None) -> bytes:
-    """A Triton specialization's identity without serializing its record: the first 16 bytes of the
-    SHA-256 (``hashlib``; SHA extensions make it ~30 % faster than BLAKE2b here) of its (redacted)
-    key, ``specialization_data`` (Triton's own full serialization of the specialization:
-    signature, constants, attributes, options, key), kernel source hash and module, after
-    :data:`_IDENTITY_TAG` and their lengths (``-`` for ``None``). A record stored under it holds
-    exactly those fields' values plus the signature, constexprs and options jitwatch derives from
-    the same compile. ~2 µs for a 1.5 KB specialization against ~13 µs to encode its record as JSON
-    and digest that (2-core VM); any other capture keeps :func:`digest`."""
+def identity_digest(
+    key: str, data: str, source_hash: str | None, module: str | None, cache_key: str | None = None
+) -> bytes:
+    """A Triton specialization's identity without serializing its record: the first 16 bytes of a
+    SHA-256 (``hashlib``; SHA extensions make it ~30 % faster than BLAKE2b here).
+
+    * Without ``cache_key``: of its (redacted) key, ``specialization_data`` (Triton's own full
+      serialization of the specialization: signature, constants, attributes, options, key), kernel
+      source hash and module, after :data:`_IDENTITY_TAG` and their lengths (``-`` for ``None``).
+      ~2 µs for a 1.5 KB specialization against ~13 µs to encode its record as JSON and digest that
+      (2-core VM).
+    * With ``cache_key`` (Triton's persistent-cache hash of the compile, ``metadata["hash"]`` from
+      ``knobs.compilation.listener``): of the key, ``cache_key``, source hash, module and the
+      *length* of ``data``, after :data:`_CACHED_TAG` — not of ``data`` itself. Triton 3.x derives
+      that hash (``triton.compiler.compiler.get_cache_key``) from ``ASTSource.hash()`` (the
+      function's ``cache_key`` — source, dependencies, name — with the signature, constants and
+      attributes), the backend's hash (Triton version, target), the full options' hash and the
+      cache-relevant environment, which are what ``specialization_data`` serializes (with the
+      key); so two compiles with one identity are one compiled artifact to Triton, and the record
+      keeps the first writer's ``specialization_data``. The one difference Triton's hash ignores
+      and the text shows is an extern library's *path* (``options.hash()`` takes the file's
+      content hash): two installs of one Triton at paths of the same length share a record.
+      ~1.4 µs for this call against ~2.1 µs with a 1 KB ``specialization_data``, and the data
+      needs no redaction check (~0.6 µs) unless its record is stored: part of the journal's CPU
+      per compile event that every rank's writer pays for a specialization another rank stored
+      (2-core VM; ``docs/benchmarks.md`` section 9).
+
+    A record stored under either holds exactly those fields' values plus the signature, constexprs
+    and options jitwatch derives from the same compile. Any other capture keeps :func:`digest`."""
+    if cache_key is not None:
+        return _sha256(
+            (
+                CACHED_HEAD
+                % (
+                    len(key),
+                    len(data),
+                    "-" if source_hash is None else len(source_hash),
+                    "-" if module is None else len(module),
+                    len(cache_key),
+                    key,
+                    source_hash or "",
+                    module or "",
+                    cache_key,
+                )
+            ).encode()
+        ).digest()[:16]
     h = _sha256(
         (
             IDENTITY_HEAD
@@ -161,6 +202,13 @@ def identity_digest(key: str, data: str, source_hash: str | None, module: str | 
     return h.digest()[:16]
 
 
+_CACHED_TAG = "\x00jitwatch-triton-spec-cached-1"
+"""Starts every :func:`identity_digest` input that has a ``cache_key`` (not a prefix of
+:data:`_IDENTITY_TAG`'s inputs: the two kinds never name each other's records)."""
+CACHED_HEAD = _CACHED_TAG.replace("%", "%%") + "%d:%d:%s:%s:%d\x00%s%s%s%s"
+"""The whole input of :func:`identity_digest` with a ``cache_key``, a ``%`` format of (key length,
+data length, source hash length or ``-``, module length or ``-``, cache key length, key, source
+hash, module, cache key). Also used inline by ``Journal._lean_run``."""
 IDENTITY_HEAD = _IDENTITY_TAG.replace("%", "%%") + "%d:%d:%s:%s\x00%s%s%s"
 """The header of :func:`identity_digest`'s input, a ``%`` format of (key length, data length, source
 hash length or ``-``, module length or ``-``, key, source hash, module); the data follows. Also used

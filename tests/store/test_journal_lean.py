@@ -55,6 +55,11 @@ def spec_data(block: int, path: str = "/opt/venv/lib/libdevice.10.bc") -> str:
     )
 
 
+def cache_key_of(block: int) -> str:
+    """A Triton persistent-cache hash (``metadata["hash"]``: 64 hex digits) for ``block``."""
+    return hashlib.sha256(f"cache {block}".encode()).hexdigest()
+
+
 def triton_attrs(block: int, rank: int = 0, **over: Any) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         "module": "pkg.kernels",
@@ -65,6 +70,7 @@ def triton_attrs(block: int, rank: int = 0, **over: Any) -> dict[str, Any]:
         "is_warmup_call": False,
         "specialization_data": spec_data(block),
         "source_hash": "ab" * 32,
+        "cache_key": cache_key_of(block),
         "rank": rank,
     }
     attrs.update(over)
@@ -136,7 +142,7 @@ def write_both(root: Path, batches: list[list[Event]], writers: int = 1) -> tupl
 
 
 def crafted() -> list[Event]:
-    """39 events: the common shape and each thing that sends one off it."""
+    """46 events: the common shape and each thing that sends one off it."""
     big = 2**70
     nan, inf = float("nan"), float("inf")
     base = compile_event(0, 16)
@@ -180,6 +186,15 @@ def crafted() -> list[Event]:
         compile_event(36, 16, specialization_data={"not": "a string"}),  # 37
         compile_event(37, 16, odd=(1, 2), obj=object()),  # 38 a tuple and a foreign object
         unchecked(compile_event(38, 16), rank=True, pid=3.0),  # 39 unvalidated number types
+        compile_event(39, 16384, cache_key=_DROP),  # 40 no cache hash: identified by its data
+        compile_event(40, 16384),  # 41 the same specialization with one: another identity
+        compile_event(41, 16384, cache_key=7),  # 42 a cache hash that is not a string
+        compile_event(42, 16384, cache_key=f"{HOME}/x"),  # 43 … that is not alphanumeric
+        compile_event(43, 16384, specialization_data=spec_data(16384, "/opt/venv2/lib/libdevice.10.bc")),  # 44
+        compile_event(44, 32768, specialization_data=spec_data(32768, f"{HOME}/venv/ld.10.bc")),  # 45
+        compile_event(  # 46 same hash, other data of that length: the first's record (Triton's artifact)
+            45, 32768, rank=1, specialization_data=spec_data(32768, "/" + "o" * (len(HOME) - 1) + "/venv/ld.10.bc")
+        ),
     ]
 
 
@@ -205,7 +220,7 @@ def test_crafted_events_store_identical_tables_and_drop_only_the_unstorable(
     again (everything known to the connection): identical tables; the lean loop took the common
     shape itself (the general path saw only the others)."""
     evs = crafted()
-    assert len(evs) == 39
+    assert len(evs) == 46
     general = general_path_events(monkeypatch)
     others = [
         make_event(EventKind.WORKER_START, T0, attrs={"mode": "warn"}),
@@ -377,6 +392,15 @@ def test_identity_digest_bytes_are_unchanged() -> None:
         )
         want = hashlib.sha256((head + data).encode()).digest()[:16]
         assert specs.identity_digest(key, data, source_hash, module) == want
+        cache_key = "0f" * 32
+        cached = (
+            f"\x00jitwatch-triton-spec-cached-1{len(key)}:{len(data)}:"
+            f"{'-' if source_hash is None else len(source_hash)}:{'-' if module is None else len(module)}:"
+            f"{len(cache_key)}\x00{key}{source_hash or ''}{module or ''}{cache_key}"
+        )
+        want = hashlib.sha256(cached.encode()).digest()[:16]
+        assert specs.identity_digest(key, data, source_hash, module, cache_key) == want
+        assert specs.identity_digest(key, data + "x", source_hash, module, cache_key) != want  # the length counts
 
 
 def test_run_rows_store_keys_exactly(tmp_path: Path) -> None:
@@ -502,3 +526,42 @@ def test_redaction_precheck_is_may_need_redaction(monkeypatch: pytest.MonkeyPatc
         inline = not (slash_only and "/" not in text) and search(text) is not None
         assert inline == redact_mod.may_need_redaction(text), text
     assert any(redact_mod.may_need_redaction(t) for t in texts) and not redact_mod.may_need_redaction("plain")
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_triton_cache_hash_identifies_the_record(tmp_path: Path, lean: bool) -> None:
+    """With Triton's cache hash (``attrs.cache_key``) a specialization's record is found by the key,
+    source hash, module, cache hash and the data's length (``specs.identity_digest``), not by hashing
+    the data: one compiled artifact is one record, on every rank. The hash is kept in the record
+    (readers get it back in ``attrs``) and data with a home path is stored redacted."""
+    home_data = spec_data(64, f"{HOME}/venv/libdevice.10.bc")
+    same_len = spec_data(64, "/" + "o" * (len(HOME) - 1) + "/venv/libdevice.10.bc")
+    first = compile_event(0, 64, specialization_data=home_data)
+    other_rank = compile_event(1, 64, rank=1, specialization_data=same_len)
+    longer = compile_event(2, 64, rank=2, specialization_data=spec_data(64, "/opt/venv2/lib/libdevice.10.bc"))
+    no_hash = compile_event(3, 64, rank=3, cache_key=_DROP, specialization_data=same_len)
+    writers = [Journal(tmp_path / "j") for _ in range(4)]
+    try:
+        for j in writers:
+            j._lean = lean
+        for j, ev in zip(writers, [first, other_rank, longer, no_hash], strict=True):
+            j.write([ev])
+    finally:
+        for j in writers:
+            j.close()
+    con = sqlite3.connect(tmp_path / "j" / JOURNAL_FILE)
+    try:
+        spec_ids = [r[0] for r in con.execute("SELECT spec_id FROM events ORDER BY id")]
+        records = {i: specs.decode(d) for i, d in con.execute("SELECT id, data FROM specializations")}
+    finally:
+        con.close()
+    assert spec_ids[0] == spec_ids[1]  # same hash, key and data length: the first writer's record
+    assert len({spec_ids[0], spec_ids[2], spec_ids[3]}) == 3  # another length; no hash: by the data
+    rec = records[spec_ids[0]]
+    assert rec["cache_key"] == cache_key_of(64)
+    assert HOME not in rec["specialization_data"] and "libdevice.10.bc" in rec["specialization_data"]
+    assert "cache_key" not in records[spec_ids[3]]
+    with Journal(tmp_path / "j", readonly=True) as r:
+        back = {e.rank: e for e in r.events()}
+    assert back[1].attrs["cache_key"] == cache_key_of(64) and back[1].key == first.key
+    assert back[3].attrs.get("cache_key") is None
