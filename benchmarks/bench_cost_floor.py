@@ -644,6 +644,7 @@ def _template_event() -> Any:
         "stages": {"ir_initialization": 0.0002, "ttir": 0.0, "ttgir": 0.0, "llir": 0.0, "ptx": 0.0, "cubin": 0.0},
         "signature": sig,
         "constexprs": {"BLOCK": 256},
+        "declared_constexprs": ["BLOCK"],
         "options": {"num_warps": 4, "num_ctas": 1, "num_stages": 3, "enable_fp_fusion": True},
         "is_warmup_call": False,
         "specialization_data": spec,

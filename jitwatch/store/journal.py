@@ -1422,6 +1422,7 @@ class Journal:
             pop("specialization_data", None)
             source_hash = pop("source_hash", None)
             cache_key = pop("cache_key", None)
+            pop("declared_constexprs", None)
             try:
                 rest_json: str | None = compact_json(rest)
             except (ValueError, TypeError, RecursionError):

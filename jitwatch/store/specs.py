@@ -27,10 +27,20 @@ import json
 import zlib
 from typing import Any
 
-SPEC_FIELDS = ("module", "signature", "constexprs", "options", "specialization_data", "source_hash", "cache_key")
+SPEC_FIELDS = (
+    "module",
+    "signature",
+    "constexprs",
+    "options",
+    "specialization_data",
+    "source_hash",
+    "cache_key",
+    "declared_constexprs",
+)
 """``attrs`` keys moved into the specialization record (with the event's ``key``). ``cache_key`` (Triton's
 ``metadata["hash"]``, 64 hex digits) joined in jitwatch 0.3: a record written before holds none, and
-the event row kept it in its own ``attrs`` — readers merge both alike."""
+the event row kept it in its own ``attrs`` — readers merge both alike. ``declared_constexprs`` (the
+parameters declared ``tl.constexpr``, from the kernel's source) joined with it."""
 
 _SAMPLE_1: dict[str, Any] = {
     "constexprs": {"BLOCK": 128, "BLOCK_SIZE": 1024, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},

@@ -71,6 +71,7 @@ def triton_attrs(block: int, rank: int = 0, **over: Any) -> dict[str, Any]:
         "specialization_data": spec_data(block),
         "source_hash": "ab" * 32,
         "cache_key": cache_key_of(block),
+        "declared_constexprs": ["BLOCK"],
         "rank": rank,
     }
     attrs.update(over)

@@ -144,7 +144,8 @@ _PLAIN = frozenset((str, int, float, bool, type(None)))
 def compile_detail(kwargs: dict[str, Any], jit_function: Any, cache_key: str | None = None) -> dict[str, Any]:
     """``attrs`` of a compile event from the post-compile hook's keywords (writer thread).
 
-    ``signature`` (parameter → Triton type), ``constexprs`` (named), ``options``,
+    ``signature`` (parameter → Triton type), ``constexprs`` (named), ``declared_constexprs`` (the
+    parameters declared ``tl.constexpr``: :func:`declared_constexprs`), ``options``,
     ``is_warmup_call``, ``specialization_data`` (Triton's JSON, what ``JITFunction.preload``
     takes), ``source_hash`` (``JITFunction.cache_key``: a hash of the kernel's source and
     dependencies, computed by Triton for this very compile) and ``cache_key`` (the compile's
@@ -197,12 +198,27 @@ def _detail(info: Any, warm: Any, jit_function: Any, cache_key: str | None) -> d
         source_hash = None
     if isinstance(source_hash, str):
         out["source_hash"] = source_hash
+    declared = declared_constexprs(jit_function)
+    if declared is not None:
+        out["declared_constexprs"] = declared
     if cache_key is not None:
         out["cache_key"] = cache_key
         cache = cache_kind()
         if cache is not None:
             out["cache"] = cache
     return out
+
+
+def declared_constexprs(jit_function: Any) -> list[str] | None:
+    """The names of the kernel's parameters declared ``tl.constexpr`` (``JITFunction.constexprs``,
+    their indices, with ``arg_names``; Triton 3.x), or ``None`` when the function does not say.
+    Triton's signature and ``constants`` also show an integer argument passed as 1 as a constexpr
+    (its ``==1`` specialization); this list tells the two apart. Writer thread; never raises."""
+    try:
+        indices, names = jit_function.constexprs, jit_function.arg_names
+        return [str(names[i]) for i in indices]
+    except Exception:  # noqa: BLE001 - not a JITFunction, or another Triton
+        return None
 
 
 def _constexprs(constants: Any, arg_names: Any) -> dict[str, Any]:

@@ -100,7 +100,8 @@ def describe_key(key: str | None, attrs: Mapping[str, Any]) -> str | None:
     """Triton's answer to :meth:`jitwatch.backends.explain.Explainer.describe_key`: the
     specialization ``key`` stands for, each argument named (from ``attrs["signature"]``) with its
     class in ``jitwatch why``'s words (``x_ptr: *fp32 aligned``, ``n: i32 %16``, ``n: ==1 (value
-    1)``, ``n: i32 (not specialized)``, ``BLOCK: constexpr 64``), then the launch options the key
+    1)`` — an integer passed as 1, told from a declared constexpr by ``attrs["declared_constexprs"]``
+    —, ``n: i32 (not specialized)``, ``BLOCK: constexpr 64``), then the launch options the key
     carries (``num_warps=8``; not Triton's debug and instrumentation options), comma-separated, at
     most :data:`DESCRIPTION_MAX_CHARS` characters. ``None`` for a key that is not a Triton
     specialization key (a listener-only compile's cache hash). Text only (``ast.literal_eval``);
@@ -113,7 +114,12 @@ def describe_key(key: str | None, attrs: Mapping[str, Any]) -> str | None:
             return None
         sig = attrs.get("signature")
         types = sig if isinstance(sig, Mapping) else {}
-        parts = [f"{name}: {_describe(entry, _is_int(types.get(name)))}" for name, entry in facts.args.items()]
+        declared = attrs.get("declared_constexprs")
+        declared = set(map(str, declared)) if isinstance(declared, list) else None
+        parts = [
+            f"{name}: {_describe(entry, _is_int(types.get(name)) or _passed_as_one(name, entry, declared))}"
+            for name, entry in facts.args.items()
+        ]
         tail = parse_key_options(key) or {}
         parts += [f"{k}={v!r}" for k, v in tail.items() if k not in _IGNORED_OPTIONS]
     except Exception:  # noqa: BLE001 - an odd key or attrs: the line shows the key itself
@@ -158,6 +164,13 @@ def _facts(seen: Seen) -> _Facts | None:
     if isinstance(opts, Mapping):
         options.update({str(k): v for k, v in opts.items() if v is not None})
     return _Facts(args, options)
+
+
+def _passed_as_one(name: str, entry: tuple[Any, Any], declared: set[str] | None) -> bool:
+    """An integer argument passed as 1: a ``constexpr 1`` in the key (Triton's ``==1``
+    specialization looks like a constexpr there) of a parameter the kernel does not declare
+    ``tl.constexpr`` (``attrs["declared_constexprs"]``; unknown for events written before it)."""
+    return declared is not None and name not in declared and entry[0] == "constexpr" and entry[1] == 1
 
 
 def _is_int(ty: Any) -> bool:

@@ -23,7 +23,8 @@ from jitwatch.testing import TritonHookRecorder, fresh_kernel_cache
 
 
 def _reference(kwargs: dict[str, Any], jit_function: Any, cache_key: str | None = None) -> dict[str, Any]:
-    """``compile_detail`` as it was before the fast paths (jitwatch 5dfa503)."""
+    """``compile_detail`` as it was before the fast paths (jitwatch 5dfa503), with the declared
+    constexprs added since."""
     info = kwargs.get("compile")
     info = info if isinstance(info, dict) else {}
     arg_names = getattr(jit_function, "arg_names", None)
@@ -43,6 +44,10 @@ def _reference(kwargs: dict[str, Any], jit_function: Any, cache_key: str | None 
     source_hash = getattr(jit_function, "cache_key", None)
     if isinstance(source_hash, str):
         out["source_hash"] = source_hash
+    try:  # jitwatch 0.3: the parameters declared tl.constexpr, by name
+        out["declared_constexprs"] = [str(jit_function.arg_names[i]) for i in jit_function.constexprs]
+    except Exception:  # noqa: BLE001
+        pass
     if cache_key is not None:
         out["cache_key"] = cache_key
         cache = cache_kind()

@@ -295,6 +295,30 @@ def test_the_warn_line_shows_the_specialization_not_the_raw_key(
     assert described_on and threading.main_thread().name not in described_on, described_on
 
 
+@triton.jit
+def mon_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def test_the_warn_line_tells_an_int_passed_as_1_from_a_constexpr_1(harness: MonitorHarness, caplog) -> None:
+    """Triton's key and signature show a runtime int passed as 1 as ``constexpr`` (its ``==1``
+    specialization), like a parameter declared ``tl.constexpr``: the line read ``n: constexpr 1``,
+    which sends the reader to a constexpr that does not exist. The event now carries the kernel's
+    declared constexprs (``attrs["declared_constexprs"]``, kept in the specialization record), so
+    ``n`` reads ``==1 (value 1)`` and the declared ``BLOCK`` passed as 1 stays ``constexpr 1``."""
+    fresh_kernel_cache(mon_one)
+    harness.monitor.activate()
+    with caplog.at_level(logging.WARNING, logger="jitwatch.core.monitor"):
+        mon_one.warmup(X, 1, BLOCK=1, grid=(1,))
+        harness.monitor.flush()
+    (line,) = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    assert "; specialization x_ptr: *fp32 aligned, n: ==1 (value 1), BLOCK: constexpr 1" in line, line
+    (event,) = harness.compiles(Phase.SERVING)
+    assert event.attrs["declared_constexprs"] == ["BLOCK"]
+    assert event.attrs["signature"]["n"] == "constexpr"  # Triton's own words, kept
+
+
 def test_error_mode_raises_records_and_still_chains(tmp_path, triton_cache) -> None:
     calls: list[str] = []
     prev_post = triton.knobs.runtime.jit_post_compile_hook
