@@ -94,6 +94,10 @@ DESCRIPTION_MAX_CHARS = 2000
 """The longest :func:`describe_key` text (a kernel with more arguments is cut, with ``…``): the
 2,000 characters of raw key the warning line showed before, so that a kernel shaped like vLLM's
 ``fused_moe_kernel`` (about 40 arguments, its block sizes and launch options last) keeps them."""
+DESCRIBED_KEY_MAX_CHARS = 16_384
+"""The longest key :func:`describe_key` parses (the journal's own cap on a stored key). Real Triton
+keys are under 2 KB; parsing a 1.4 MB one took 2.1 s of the journal writer's thread (2-core VM), so
+a longer key is not described: the warning line then shows the key, cut."""
 
 
 def describe_key(key: str | None, attrs: Mapping[str, Any]) -> str | None:
@@ -104,9 +108,9 @@ def describe_key(key: str | None, attrs: Mapping[str, Any]) -> str | None:
     —, ``n: i32 (not specialized)``, ``BLOCK: constexpr 64``), then the launch options the key
     carries (``num_warps=8``; not Triton's debug and instrumentation options), comma-separated, at
     most :data:`DESCRIPTION_MAX_CHARS` characters. ``None`` for a key that is not a Triton
-    specialization key (a listener-only compile's cache hash). Text only (``ast.literal_eval``);
-    never raises."""
-    if not key:
+    specialization key (a listener-only compile's cache hash) or one longer than
+    :data:`DESCRIBED_KEY_MAX_CHARS`. Text only (``ast.literal_eval``); never raises."""
+    if not key or len(key) > DESCRIBED_KEY_MAX_CHARS:
         return None
     try:
         facts = _facts(Seen(key, attrs))

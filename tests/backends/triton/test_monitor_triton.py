@@ -319,6 +319,31 @@ def test_the_warn_line_tells_an_int_passed_as_1_from_a_constexpr_1(harness: Moni
     assert event.attrs["signature"]["n"] == "constexpr"  # Triton's own words, kept
 
 
+def test_describe_key_does_not_parse_a_key_past_the_journal_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key longer than the journal stores (``DESCRIBED_KEY_MAX_CHARS``) is not parsed on the
+    writer's thread (a 1.4 MB key took 2.1 s there): ``describe_key`` returns ``None`` at once, and
+    the warning line shows the key, cut. A key at the cap is still described."""
+    from jitwatch.backends.triton import explain as triton_explain
+
+    parsed: list[int] = []
+    real = triton_explain.parse_key
+
+    def spy(key: str) -> Any:
+        parsed.append(len(key))
+        return real(key)
+
+    monkeypatch.setattr(triton_explain, "parse_key", spy)
+    attrs = {"signature": {f"a{i}": "i32" for i in range(4000)}}
+    head = "[" + ", ".join("('i32', 'D')" for _ in range(4000))
+    fits = head[: triton_explain.DESCRIBED_KEY_MAX_CHARS - 40].rsplit(",", 1)[0] + "]{'num_warps': 4}"
+    assert triton_explain.describe_key(fits, attrs) is not None and parsed
+    parsed.clear()
+    huge = head + "]{'num_warps': 4}"
+    assert len(huge) > triton_explain.DESCRIBED_KEY_MAX_CHARS
+    assert triton_explain.describe_key(huge, attrs) is None
+    assert parsed == []
+
+
 def test_error_mode_raises_records_and_still_chains(tmp_path, triton_cache) -> None:
     calls: list[str] = []
     prev_post = triton.knobs.runtime.jit_post_compile_hook
