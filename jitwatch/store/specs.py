@@ -228,19 +228,13 @@ _sha256 = hashlib.sha256
 
 def compress(spec_json: str) -> bytes:
     """The stored record of a specialization's JSON text: the dictionary id byte, then
-    raw DEFLATE (:mod:`zlib`, :data:`_LEVEL`, :data:`_WBITS`, :data:`_MEM_LEVEL`, the preset
-    dictionary :data:`DICT_ID`)."""
+    raw DEFLATE (:mod:`zlib`, level 9, :data:`_WBITS`, :data:`_MEM_LEVEL`, the preset dictionary
+    :data:`DICT_ID`)."""
     comp = _primed()
     return _DICT_BYTE + comp.compress(spec_json.encode()) + comp.flush()
 
 
-_LEVEL = 6
-"""zlib's compression level for records. Level 9 (jitwatch before 0.3's cache-hash identity) spends
-its longer match search on the 64 hex digits of a source hash and a cache hash against the
-dictionary's: for the benchmark's Triton record (1,560 characters) level 9 took 19.8 µs and level 6
-15.2 µs, both 257 bytes (without a cache hash 14.7 / 13.7 µs, 206 bytes; 2-core VM, ``timeit``). Any
-level decodes the same way."""
-_primed = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, _DICTS[DICT_ID]).copy
+_primed = zlib.compressobj(9, zlib.DEFLATED, _WBITS, _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, _DICTS[DICT_ID]).copy
 """A new compressor for :func:`compress`, the preset dictionary already loaded: a copy of one made
 at import and never used itself (``deflateCopy``: the same state, so the same output, as a new
 ``compressobj`` given the dictionary, without allocating, clearing and hashing it in again:
