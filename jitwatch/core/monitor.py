@@ -49,6 +49,7 @@ from jitwatch.config import Mode, Settings, parse_mode
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
 from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase, built_event
 from jitwatch.core.identity import WorkerIdentity
+from jitwatch.core.process import process_marker
 from jitwatch.core.stalls import RequestStalls
 from jitwatch.core.tracing import (
     ATTR_COMPILE_SECONDS,
@@ -461,6 +462,9 @@ class Monitor:
         attrs["collective_deadline_source"] = self.settings.collective_deadline_source
         if self.settings.heartbeat_seconds > 0:  # advertised: staleness is judged only for heartbeating workers
             attrs["heartbeat_s"] = self.settings.heartbeat_seconds
+        marker = process_marker()
+        if marker:  # a reader on this machine tells at once that this process exited (jitwatch.core.process)
+            attrs["process"] = marker
         self._emit(EventKind.WORKER_START, attrs=attrs)
         atexit.register(self._at_exit)
         return self

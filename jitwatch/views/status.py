@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from jitwatch.backends.explain import runnable_fixes
 from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.core.process import process_exited
 from jitwatch.store.journal import ABANDONED_COUNTER, Journal, RecompileRow, StatRow, WorkerRow, backend_counter_of
 from jitwatch.text import utc_time
 from jitwatch.views.coverage import CoverageReport, KernelCoverage, coverage_for_journal
@@ -367,7 +368,9 @@ class Readiness(BaseModel):
     )
     not_ready_ranks: list[int] = Field(default_factory=list)
     stale_ranks: list[int] = Field(
-        default_factory=list, description="Ranks whose latest worker stopped heartbeating (presumed dead)."
+        default_factory=list,
+        description="Ranks whose latest worker stopped heartbeating (presumed dead) or whose process was seen to exit "
+        "on this machine without recording a stop.",
     )
 
 
@@ -396,15 +399,31 @@ def worker_state(worker: WorkerRow) -> Phase | Literal["stopped"]:
     return "stopped" if worker.stopped_ts is not None else worker.state
 
 
-def stale_ranks(workers: dict[int, WorkerRow], now: float, stale_after: float) -> dict[int, float]:
-    """``{rank: seconds since last seen}`` for each rank whose latest worker is stale; a worker
+def exited_ranks(workers: dict[int, WorkerRow]) -> dict[int, int]:
+    """``{rank: pid}`` for each rank whose latest worker's process has exited without recording a
+    stop, as a reader on the same machine and PID namespace sees it
+    (:func:`jitwatch.core.process.process_exited`: ``kill -9``, the OOM killer, ``vllm serve``'s
+    default shutdown); ranks that cannot be told are left out (judged by heartbeat)."""
+    return {
+        rank: w.pid
+        for rank, w in sorted(workers.items())
+        if w.stopped_ts is None and process_exited(w.pid, w.attrs.get("process"))
+    }
+
+
+def stale_ranks(
+    workers: dict[int, WorkerRow], now: float, stale_after: float, exited: dict[int, int] | None = None
+) -> dict[int, float]:
+    """``{rank: seconds since last seen}`` for each rank whose latest worker is stale: its heartbeat
+    window passed, or its process exited (``exited``, default :func:`exited_ranks`); a worker
     that recorded its clean stop is ``stopped``, never stale (it is known gone, not presumed)."""
+    exited = exited_ranks(workers) if exited is None else exited
     out: dict[int, float] = {}
     for rank, w in sorted(workers.items()):
         if w.stopped_ts is not None:
             continue
         window = stale_window(w, stale_after)
-        if window is not None and now - w.last_ts > window:
+        if rank in exited or (window is not None and now - w.last_ts > window):
             out[rank] = now - w.last_ts
     return out
 
@@ -419,12 +438,14 @@ def readiness(
 ) -> Readiness:
     """Ready when at least one rank is known and every rank's latest worker is ``serving``, not
     stopped (a clean shutdown it recorded: not ready at once) and not stale (see
-    :func:`stale_window`; ``now`` defaults to ``time.time()``, Unix seconds)."""
+    :func:`stale_window` and :func:`exited_ranks`: a worker process seen to have exited on this
+    machine is stale at once; ``now`` defaults to ``time.time()``, Unix seconds)."""
     states = {str(rank): worker_state(w) for rank, w in sorted(workers.items())}
     if not workers:
         return Readiness(status="not ready", ready=False, reason=NO_WORKER_REASON)
     now = time.time() if now is None else now
-    stale = stale_ranks(workers, now, stale_after)
+    exited = exited_ranks(workers)
+    stale = stale_ranks(workers, now, stale_after, exited)
     stopped = {rank: w.stopped_ts for rank, w in sorted(workers.items()) if w.stopped_ts is not None}
     waiting = [
         rank
@@ -436,9 +457,15 @@ def readiness(
         at = ", ".join(utc_time(ts) for ts in stopped.values())
         listed = ", ".join(str(r) for r in stopped)
         reasons.append(f"{_ranks(len(stopped))} {listed} stopped (clean exit at {at})")
-    if stale:
-        detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in stale.items())
-        reasons.append(f"no heartbeat from {_ranks(len(stale))} {detail}: worker gone?")
+    if exited:
+        detail = ", ".join(f"{r} (pid {pid})" for r, pid in exited.items())
+        reasons.append(
+            f"the worker process of {_ranks(len(exited))} {detail} exited without recording a stop (killed?)"
+        )
+    silent = {r: age for r, age in stale.items() if r not in exited}
+    if silent:
+        detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in silent.items())
+        reasons.append(f"no heartbeat from {_ranks(len(silent))} {detail}: worker gone?")
     if waiting:
         detail = ", ".join(f"{r} ({workers[r].state.value})" for r in waiting)
         reasons.append(f"warmup not complete on {_ranks(len(waiting))} {detail}")

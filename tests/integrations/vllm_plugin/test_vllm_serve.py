@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -99,6 +100,49 @@ def test_vllm_serve_with_jitwatch_sidecar(tiny_model: Path, tmp_path: Path) -> N
         events = httpx.get(f"{base}/jit/events", params={"kind": "first_request"}, timeout=5).json()
         text = json.dumps(events)
         assert "vllm:" in text  # the first request's vLLM request id rides on the event
+    finally:
+        stop(vllm)
+        stop(sidecar)
+
+
+def test_vllm_serve_sigterm_is_not_ready_at_once(tiny_model: Path, tmp_path: Path) -> None:
+    """An operator stops ``vllm serve`` the way a container runtime does: SIGTERM to its main process
+    only (Kubernetes and Docker signal PID 1). vLLM 0.32's default shutdown (``--shutdown-timeout
+    0``, "abort") SIGKILLs its engine and worker processes, so the worker runs no exit handler and
+    records no stop. The sidecar, on the same machine, sees the worker's process gone
+    (``jitwatch.core.process``): ``/readyz`` answers 503 within seconds, naming the pid, instead of
+    READY until the heartbeat window (60 s) passes."""
+    journal = tmp_path / "journal"
+    env = engine_env(tmp_path, journal)
+    vport, jport = free_port(), free_port()
+    vllm_log, side_log = tmp_path / "vllm.log", tmp_path / "sidecar.log"
+    args = [sys.executable, str(HERE / "vllm_cli.py"), "serve", str(tiny_model), "--host", "127.0.0.1"]
+    args += ["--port", str(vport), "--served-model-name", "tiny-llama", "--skip-tokenizer-init", "--dtype"]
+    args += ["float32", "--max-model-len", "128", "--max-num-seqs", "4", "--max-num-batched-tokens", "128"]
+    vllm = start([*args, "--enforce-eager"], env, tmp_path, vllm_log)
+    sidecar = start(
+        [str(BIN / "jitwatch"), "serve", "--host", "127.0.0.1", "--port", str(jport), "--journal-dir", str(journal)],
+        env,
+        tmp_path,
+        side_log,
+    )
+    base = f"http://127.0.0.1:{jport}"
+    try:
+        wait_http(f"{base}/livez", sidecar, side_log, 60)
+        wait_http(f"http://127.0.0.1:{vport}/health", vllm, vllm_log, 300)
+        assert wait_http(f"{base}/readyz", sidecar, side_log, 30).json()["ranks"] == {"0": "serving"}
+        (worker,) = httpx.get(f"{base}/jit", timeout=5).json()["ranks"]
+        vllm.send_signal(signal.SIGTERM)  # the main process only, as a container runtime does
+        vllm.wait(90)
+        deadline = time.monotonic() + 10  # far inside the 60 s heartbeat window
+        while (ready := httpx.get(f"{base}/readyz", timeout=5)).status_code == 200:
+            assert time.monotonic() < deadline, vllm_log.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        body = ready.json()
+        assert ready.status_code == 503 and body["stale_ranks"] == [0], body
+        assert body["reason"] == (
+            f"the worker process of rank 0 (pid {worker['pid']}) exited without recording a stop (killed?)"
+        ), body
     finally:
         stop(vllm)
         stop(sidecar)

@@ -1,0 +1,102 @@
+"""Whether a worker's process still runs, told by a reader on the same machine (Linux ``/proc``).
+
+A worker records its process once, at start (:func:`process_marker`, in its ``worker_start`` attrs
+as ``process``): the machine's boot (``/proc/sys/kernel/random/boot_id``), its PID namespace
+(``/proc/self/ns/pid``) and its start time (``/proc/self/stat`` field 22, clock ticks since boot).
+A reader that shares that boot and that PID namespace sees the same process table, so
+``/proc/<pid>/stat`` answers for the worker: no such process, another process's start time under
+the same pid (the pid was reused), or a zombie mean the worker has exited
+(:func:`process_exited`). Anything else — another machine or container, a worker that recorded no
+marker (older jitwatch, not Linux), ``/proc`` unreadable — is "cannot tell", and the reader keeps
+judging by heartbeats alone.
+
+This is how the sidecar knows at once that a worker killed without running its exit handlers
+(``kill -9``, the OOM killer, ``vllm serve``'s default shutdown, which SIGKILLs its worker
+processes) is gone, instead of after the heartbeat window.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+_STARTTIME_FIELD = 19
+"""Index of ``starttime`` (field 22 of ``/proc/<pid>/stat``) among the fields after the ``comm``
+field's closing parenthesis (which start at field 3, ``state``)."""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _stat(pid: int | str) -> tuple[str, int] | None:
+    """``(state, starttime)`` of ``/proc/<pid>/stat``, or ``None`` when there is no such process or
+    the file does not parse. ``comm`` may hold spaces and parentheses: the fields after it start
+    after the *last* ``)``."""
+    text = _read(f"/proc/{pid}/stat")
+    if text is None:
+        return None
+    _, sep, rest = text.rpartition(")")
+    fields = rest.split()
+    if not sep or len(fields) <= _STARTTIME_FIELD:
+        return None
+    try:
+        return fields[0], int(fields[_STARTTIME_FIELD])
+    except ValueError:
+        return None
+
+
+@lru_cache(maxsize=1)
+def _boot_id() -> str | None:
+    text = _read("/proc/sys/kernel/random/boot_id")
+    return text.strip() or None if text is not None else None
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def process_marker() -> dict[str, Any]:
+    """This process, for a reader on the same machine: ``{"boot_id": str, "pid_namespace": str,
+    "start_ticks": int}`` (``/proc``; clock ticks since boot), or ``{}`` when any part cannot be
+    read (not Linux, no ``/proc``). Never raises."""
+    try:
+        boot, ns, stat = _boot_id(), _pid_namespace(), _stat("self")
+    except Exception:  # noqa: BLE001 - a marker is optional
+        return {}
+    if boot is None or ns is None or stat is None:
+        return {}
+    return {"boot_id": boot, "pid_namespace": ns, "start_ticks": stat[1]}
+
+
+def process_exited(pid: Any, marker: Any) -> bool:
+    """Whether the worker process ``pid`` that recorded ``marker`` (:func:`process_marker`) has
+    exited: ``True`` only when ``marker`` names this machine's boot and this process's PID
+    namespace, and ``/proc/<pid>`` holds no process, one with another start time (the pid was
+    reused), or a zombie (``Z``) or dead (``X``) one. ``False`` whenever that cannot be told
+    (another machine or PID namespace, no or a malformed marker, ``/proc`` unreadable). Two small
+    ``/proc`` reads; never raises."""
+    try:
+        if not isinstance(marker, Mapping) or isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            return False
+        start = marker.get("start_ticks")
+        if isinstance(start, bool) or not isinstance(start, int):
+            return False
+        boot = _boot_id()
+        if boot is None or marker.get("boot_id") != boot or marker.get("pid_namespace") != _pid_namespace():
+            return False
+        if _read("/proc/self/stat") is None:  # /proc not readable here: cannot tell
+            return False
+        stat = _stat(pid)
+        return stat is None or stat[1] != start or stat[0] in ("Z", "X")
+    except Exception:  # noqa: BLE001 - cannot tell
+        return False

@@ -1,0 +1,108 @@
+"""``jitwatch.core.process``: a worker's process seen exited by a reader on the same machine, with
+real processes and ``/proc`` (Linux)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from jitwatch.core import process
+from jitwatch.core.process import process_exited, process_marker
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="Linux /proc only")
+
+CHILD = (
+    "import json, sys, time; from jitwatch.core.process import process_marker; "
+    "print(json.dumps(process_marker()), flush=True); time.sleep(60)"
+)
+
+
+def _child() -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    return proc, json.loads(proc.stdout.readline())
+
+
+def test_a_running_process_has_not_exited_a_killed_one_has() -> None:
+    proc, marker = _child()
+    try:
+        assert set(marker) == {"boot_id", "pid_namespace", "start_ticks"}
+        assert process_exited(proc.pid, marker) is False
+        proc.kill()
+        deadline = time.monotonic() + 10
+        while not process_exited(proc.pid, marker):  # a zombie until reaped: exited already
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.wait(10)
+        assert process_exited(proc.pid, marker) is True  # reaped: no such process
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_reused_pid_is_another_process() -> None:
+    """The pid runs, but not the process that recorded the marker (another start time)."""
+    marker = process_marker()
+    assert process_exited(os.getpid(), marker) is False
+    assert process_exited(os.getpid(), {**marker, "start_ticks": marker["start_ticks"] + 1}) is True
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"boot_id": "another-machine"},  # another machine (or a reboot): cannot tell
+        {"pid_namespace": "pid:[1]"},  # another PID namespace (a container): cannot tell
+        {"start_ticks": "12"},
+        {"start_ticks": True},
+        {"boot_id": None},
+    ],
+)
+def test_what_cannot_be_told_is_not_exited(change: dict[str, Any]) -> None:
+    proc, marker = _child()
+    proc.kill()
+    proc.wait(10)
+    assert process_exited(proc.pid, marker) is True
+    assert process_exited(proc.pid, {**marker, **change}) is False
+
+
+@pytest.mark.parametrize("marker", [None, {}, [], "x", {"start_ticks": 1}])
+@pytest.mark.parametrize("pid", [0, -1, True, "1", None, 2**80])
+def test_odd_input_is_not_exited_and_never_raises(pid: Any, marker: Any) -> None:
+    assert process_exited(pid, marker) is False
+
+
+def test_proc_unreadable_means_cannot_tell(monkeypatch: pytest.MonkeyPatch) -> None:
+    proc, marker = _child()
+    proc.kill()
+    proc.wait(10)
+    monkeypatch.setattr(process, "_read", lambda path: None)
+    assert process_exited(proc.pid, marker) is False
+    assert process.process_marker() == {}
+
+
+def test_a_command_name_with_parentheses_and_spaces_parses() -> None:
+    """``comm`` may hold ``) (`` and spaces: the fields are read after its last ``)``."""
+    script = (
+        "import ctypes, time; ctypes.CDLL(None).prctl(15, b'x) (y z', 0, 0, 0); "  # PR_SET_NAME: the comm field
+        "print('up', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"up"
+        with open(f"/proc/{proc.pid}/stat") as f:
+            text = f.read()
+        assert "(x) (y z)" in text, text
+        state_start = process._stat(proc.pid)
+        assert state_start is not None and state_start[0] in "RSD"
+        assert int(text.rpartition(")")[2].split()[19]) == state_start[1]
+    finally:
+        proc.kill()
+        proc.wait(10)
