@@ -2,13 +2,14 @@
 
 A worker records its process once, at start (:func:`process_marker`, in its ``worker_start`` attrs
 as ``process``): the machine's boot (``/proc/sys/kernel/random/boot_id``), its PID namespace
-(``/proc/self/ns/pid``) and its start time (``/proc/self/stat`` field 22, clock ticks since boot).
-A reader that shares that boot and that PID namespace sees the same process table, so
-``/proc/<pid>/stat`` answers for the worker: no such process, another process's start time under
-the same pid (the pid was reused), or a zombie mean the worker has exited
-(:func:`process_exited`). Anything else — another machine or container, a worker that recorded no
-marker (older jitwatch, not Linux), ``/proc`` unreadable — is "cannot tell", and the reader keeps
-judging by heartbeats alone.
+(``/proc/self/ns/pid``), its start time (``/proc/self/stat`` field 22, clock ticks since boot) and
+its effective user id. A reader that shares that boot and that PID namespace sees the same process
+table, and one running as the same user (or as root) sees its processes even where ``/proc`` is
+mounted with ``hidepid``, so ``/proc/<pid>/stat`` answers for the worker: no such process,
+another process's start time under the same pid (the pid was reused), or a zombie mean the worker
+has exited (:func:`process_exited`). Anything else — another machine, container or user, a
+worker that recorded no marker (older jitwatch, not Linux), ``/proc`` unreadable — is "cannot
+tell", and the reader keeps judging by heartbeats alone.
 
 This is how the sidecar knows at once that a worker killed without running its exit handlers
 (``kill -9``, the OOM killer, ``vllm serve``'s default shutdown, which SIGKILLs its worker
@@ -67,29 +68,32 @@ def _pid_namespace() -> str | None:
 
 def process_marker() -> dict[str, Any]:
     """This process, for a reader on the same machine: ``{"boot_id": str, "pid_namespace": str,
-    "start_ticks": int}`` (``/proc``; clock ticks since boot), or ``{}`` when any part cannot be
-    read (not Linux, no ``/proc``). Never raises."""
+    "start_ticks": int, "uid": int}`` (``/proc``; clock ticks since boot; the effective user id),
+    or ``{}`` when any part cannot be read (not Linux, no ``/proc``). Never raises."""
     try:
-        boot, ns, stat = _boot_id(), _pid_namespace(), _stat("self")
+        boot, ns, stat, uid = _boot_id(), _pid_namespace(), _stat("self"), os.geteuid()
     except Exception:  # noqa: BLE001 - a marker is optional
         return {}
     if boot is None or ns is None or stat is None:
         return {}
-    return {"boot_id": boot, "pid_namespace": ns, "start_ticks": stat[1]}
+    return {"boot_id": boot, "pid_namespace": ns, "start_ticks": stat[1], "uid": uid}
 
 
 def process_exited(pid: Any, marker: Any) -> bool:
     """Whether the worker process ``pid`` that recorded ``marker`` (:func:`process_marker`) has
     exited: ``True`` only when ``marker`` names this machine's boot and this process's PID
-    namespace, and ``/proc/<pid>`` holds no process, one with another start time (the pid was
+    namespace, this process runs as the worker's user or as root (``hidepid`` hides other users'
+    processes), and ``/proc/<pid>`` holds no process, one with another start time (the pid was
     reused), or a zombie (``Z``) or dead (``X``) one. ``False`` whenever that cannot be told
-    (another machine or PID namespace, no or a malformed marker, ``/proc`` unreadable). Two small
-    ``/proc`` reads; never raises."""
+    (another machine, PID namespace or user, no or a malformed marker, ``/proc`` unreadable). Two
+    small ``/proc`` reads; never raises."""
     try:
         if not isinstance(marker, Mapping) or isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             return False
-        start = marker.get("start_ticks")
+        start, uid = marker.get("start_ticks"), marker.get("uid")
         if isinstance(start, bool) or not isinstance(start, int):
+            return False
+        if os.geteuid() not in (0, uid):  # another user's process may be hidden (hidepid): cannot tell
             return False
         boot = _boot_id()
         if boot is None or marker.get("boot_id") != boot or marker.get("pid_namespace") != _pid_namespace():

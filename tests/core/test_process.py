@@ -33,7 +33,7 @@ def _child() -> tuple[subprocess.Popen[str], dict[str, Any]]:
 def test_a_running_process_has_not_exited_a_killed_one_has() -> None:
     proc, marker = _child()
     try:
-        assert set(marker) == {"boot_id", "pid_namespace", "start_ticks"}
+        assert set(marker) == {"boot_id", "pid_namespace", "start_ticks", "uid"}
         assert process_exited(proc.pid, marker) is False
         proc.kill()
         deadline = time.monotonic() + 10
@@ -106,3 +106,14 @@ def test_a_command_name_with_parentheses_and_spaces_parses() -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_another_users_process_cannot_be_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader running as another user (not root) may not see the worker's ``/proc`` entry at all
+    (``hidepid``): a missing entry then proves nothing."""
+    proc, marker = _child()
+    proc.kill()
+    proc.wait(10)
+    assert process_exited(proc.pid, marker) is True
+    monkeypatch.setattr(process.os, "geteuid", lambda: marker["uid"] + 1 if marker["uid"] else 1)
+    assert process_exited(proc.pid, marker) is False
