@@ -751,14 +751,19 @@ def _select_in(conn: sqlite3.Connection, head: str, values: list[Any]) -> list[A
     return rows
 
 
-def _spec_ident(key: str, data: str, source_hash: Any, module: Any, cache_key: Any) -> tuple[Any, ...]:
+def _spec_ident(key: str, data: str, source_hash: Any, module: Any, cache_key: Any) -> tuple[Any, ...] | None:
     """What a connection remembers a Triton specialization's row id under (raw values, before
     redaction): ``(key, data, source hash, module)``, or with Triton's cache hash
     ``(key, cache key, source hash, module, len(data))`` — the same fields as its identity
-    (:func:`jitwatch.store.specs.identity_digest`), so one entry never stands for two records."""
+    (:func:`jitwatch.store.specs.identity_digest`), so one entry never stands for two records.
+    ``None`` for a ``cache_key`` that is not of the form of Triton's hash
+    (:func:`jitwatch.store.specs.is_cache_hash`): it does not stand for the data, and the data's
+    identity does not cover it, so only the record's text identifies that record."""
     if cache_key is None:
         return (key, data, source_hash, module)
-    return (key, cache_key, source_hash, module, len(data))
+    if specs.is_cache_hash(cache_key):
+        return (key, cache_key, source_hash, module, len(data))
+    return None
 
 
 def _tuple_cursor(conn: sqlite3.Connection) -> sqlite3.Cursor:
@@ -1367,6 +1372,7 @@ class Journal:
         compact_json = _compact_json
         compile_kind, stat_kinds = EventKind.COMPILE, STAT_KINDS
         sha256, identity_head, cached_head = hashlib.sha256, specs.IDENTITY_HEAD, specs.CACHED_HEAD
+        cache_hash = specs.CACHE_HASH_MATCH
         event_type, fields_of, attrs_of = Event, _EVENT_FIELDS, _EVENT_ATTRS
         n = len(events)
         while i < n:
@@ -1434,7 +1440,7 @@ class Journal:
                 or not ((slash_only and "/" not in rest_json) or needle(rest_json) is None)
                 or not (source_hash is None or type(source_hash) is str)
                 or not (module is None or type(module) is str)
-                or not (cache_key is None or (type(cache_key) is str and cache_key.isalnum()))
+                or not (cache_key is None or (type(cache_key) is str and cache_hash(cache_key) is not None))
             ):
                 self._general_row(conn, ev, pending, new_specs, new_labels, bad)
                 continue
@@ -1585,6 +1591,7 @@ class Journal:
         fast: Any = None
         if isinstance(data, str) and isinstance(key, str):
             fast = _spec_ident(key, data, spec.get("source_hash"), spec.get("module"), spec.get("cache_key"))
+        if fast is not None:
             known = self._spec_ids.get(fast)
             if isinstance(known, int):  # (row id, 0): stored under its identity
                 return known if budget is None or budget >= 0 else None
@@ -1624,12 +1631,13 @@ class Journal:
             and isinstance(key, str)
             and (source_hash is None or isinstance(source_hash, str))
             and (module is None or isinstance(module, str))
-            and (cache_key is None or (type(cache_key) is str and cache_key.isalnum()))
+            and (cache_key is None or specs.is_cache_hash(cache_key))
         ):
             return self._spec_for(conn, spec, new_specs, budget)
         if _PLAIN_BUDGET - budget > _REST_BUDGET:
             return None
         fast = _spec_ident(key, data, source_hash, module, cache_key)
+        assert fast is not None  # cache_key None or of the hash's form: checked above
         known = self._spec_ids.get(fast)
         if isinstance(known, int):  # (row id, 0): stored under its identity
             return known

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zlib
 from typing import Any
 
@@ -160,10 +161,11 @@ def identity_digest(
       ~2 µs for a 1.5 KB specialization against ~13 µs to encode its record as JSON and digest that
       (2-core VM).
     * With ``cache_key`` (Triton's persistent-cache hash of the compile, ``metadata["hash"]`` from
-      ``knobs.compilation.listener``): of the key, ``cache_key``, source hash, module and the
-      *length* of ``data``, after :data:`_CACHED_TAG` — not of ``data`` itself. Triton 3.x derives
-      that hash (``triton.compiler.compiler.get_cache_key``) from ``ASTSource.hash()`` (the
-      function's ``cache_key`` — source, dependencies, name — with the signature, constants and
+      ``knobs.compilation.listener``; callers pass only a value :func:`is_cache_hash` accepts): of
+      the key, ``cache_key``, source hash, module and the *length* of ``data``, after
+      :data:`_CACHED_TAG` — not of ``data`` itself. Triton 3.x derives that hash
+      (``triton.compiler.compiler.get_cache_key``) from ``ASTSource.hash()`` (the function's
+      ``cache_key`` — source, dependencies, name — with the signature, constants and
       attributes), the backend's hash (Triton version, target), the full options' hash and the
       cache-relevant environment, which are what ``specialization_data`` serializes (with the
       key); so two compiles with one identity are one compiled artifact to Triton, and the record
@@ -210,6 +212,21 @@ def identity_digest(
     )  # one %-format: ~0.5 µs less than an f-string of the same text here
     h.update(data.encode())  # the long part encoded once, not copied into the header first
     return h.digest()[:16]
+
+
+CACHE_HASH_MATCH = re.compile("[0-9a-f]{64}").fullmatch
+"""``CACHE_HASH_MATCH(text)`` is not ``None`` exactly when ``text`` (a ``str``) has the form of Triton's
+persistent-cache hash, ``metadata["hash"]``: a SHA-256 ``hexdigest()``, 64 lowercase hex digits
+(Triton 3.x, ``triton.compiler.compiler``). Only such a ``cache_key`` stands for the data in
+:func:`identity_digest`: any other value (another producer's, one cut by the journal's size caps to
+``…[truncated]``) says nothing about the rest of the record, which is then identified by its text.
+Also used inline by ``Journal._lean_run``."""
+
+
+def is_cache_hash(value: object) -> bool:
+    """Whether ``value`` is a ``str`` of the form of Triton's persistent-cache hash
+    (:data:`CACHE_HASH_MATCH`). Never raises."""
+    return type(value) is str and CACHE_HASH_MATCH(value) is not None
 
 
 _CACHED_TAG = "\x00jitwatch-triton-spec-cached-1"
@@ -277,5 +294,6 @@ __all__ = [
     "decode_sized",
     "digest",
     "identity_digest",
+    "is_cache_hash",
     "split",
 ]

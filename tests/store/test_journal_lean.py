@@ -566,3 +566,31 @@ def test_triton_cache_hash_identifies_the_record(tmp_path: Path, lean: bool) -> 
         back = {e.rank: e for e in r.events()}
     assert back[1].attrs["cache_key"] == cache_key_of(64) and back[1].key == first.key
     assert back[3].attrs.get("cache_key") is None
+
+
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize(
+    "cache_key",
+    ["", "abc-def", 7, True, 1.5, "x" * 64, "١٢٣", "AB" * 32, "a" * 70_000, [1], {"h": 1}],
+    ids=["empty", "dash", "int", "bool", "float", "x64", "arabic-digits", "upper-hex", "huge", "list", "dict"],
+)
+def test_a_cache_key_that_is_not_tritons_hash_does_not_identify_the_record(
+    tmp_path: Path, lean: bool, cache_key: Any
+) -> None:
+    """Only Triton's persistent-cache hash (64 lowercase hex digits) stands for the data it was
+    computed from: any other ``cache_key`` value (another producer's, a truncated one) leaves the
+    record identified by its whole text. Two compiles with one such value, the same key, source
+    hash and module and data of one length but different data each read back their own data; a
+    value that cannot be a dict key (a list) is stored, not dropped."""
+    a = spec_data(64, "/opt/venvA/lib/libdevice.10.bc")
+    b = spec_data(64, "/opt/venvB/lib/libdevice.10.bc")
+    assert len(a) == len(b)
+    with Journal(tmp_path / "j") as j:
+        j._lean = lean
+        j.write([compile_event(0, 64, specialization_data=a, cache_key=cache_key)])
+        j.write([compile_event(1, 64, specialization_data=b, cache_key=cache_key)])
+    with Journal(tmp_path / "j", readonly=True) as r:
+        back = sorted(r.events(), key=lambda e: e.ts)
+        dropped = sum(v for (_, name), v in r.counters().items() if name == "dropped_events")
+    assert dropped == 0
+    assert [e.attrs["specialization_data"] for e in back] == [a, b]
