@@ -758,7 +758,11 @@ def _spec_ident(key: str, data: str, source_hash: Any, module: Any, cache_key: A
     (:func:`jitwatch.store.specs.identity_digest`), so one entry never stands for two records.
     ``None`` for a ``cache_key`` that is not of the form of Triton's hash
     (:func:`jitwatch.store.specs.is_cache_hash`): it does not stand for the data, and the data's
-    identity does not cover it, so only the record's text identifies that record."""
+    identity does not cover it, so only the record's text identifies that record. ``None`` too for
+    a source hash or module that is not a string (a foreign caller's): a list cannot be a dict key,
+    and ``1`` would stand for ``True``."""
+    if not ((source_hash is None or isinstance(source_hash, str)) and (module is None or isinstance(module, str))):
+        return None
     if cache_key is None:
         return (key, data, source_hash, module)
     if specs.is_cache_hash(cache_key):

@@ -594,3 +594,23 @@ def test_a_cache_key_that_is_not_tritons_hash_does_not_identify_the_record(
         dropped = sum(v for (_, name), v in r.counters().items() if name == "dropped_events")
     assert dropped == 0
     assert [e.attrs["specialization_data"] for e in back] == [a, b]
+
+
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("field, value", [("source_hash", [1]), ("module", {"m": 1}), ("source_hash", 7)])
+def test_a_source_hash_or_module_of_another_type_is_stored(tmp_path: Path, lean: bool, field: str, value: Any) -> None:
+    """A source hash or module that is not a string (a foreign caller's) leaves the record identified
+    by its text: stored and read back, not dropped because a list cannot be a dict key; two such
+    compiles with different data each read back their own."""
+    a = spec_data(64, "/opt/venvA/lib/libdevice.10.bc")
+    b = spec_data(64, "/opt/venvB/lib/libdevice.10.bc")
+    with Journal(tmp_path / "j") as j:
+        j._lean = lean
+        j.write([compile_event(0, 64, specialization_data=a, cache_key=_DROP, **{field: value})])
+        j.write([compile_event(1, 64, specialization_data=b, cache_key=_DROP, **{field: value})])
+    with Journal(tmp_path / "j", readonly=True) as r:
+        back = sorted(r.events(), key=lambda e: e.ts)
+        dropped = sum(v for (_, name), v in r.counters().items() if name == "dropped_events")
+    assert dropped == 0
+    assert [e.attrs["specialization_data"] for e in back] == [a, b]
+    assert [e.attrs[field] for e in back] == [value, value]
