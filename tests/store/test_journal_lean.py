@@ -299,6 +299,13 @@ def odd_event(draw: st.DrawFn, i: int) -> Event:
         ("specialization_data", st.one_of(_ODD_TEXT, st.just(spec_data(block, f"{HOME}/lib.bc")))),
         ("module", st.one_of(st.just(_DROP), st.none(), _ODD_TEXT)),
         ("source_hash", st.one_of(st.just(_DROP), st.none(), _ODD_TEXT, st.integers())),
+        (
+            "cache_key",
+            st.one_of(
+                st.just(_DROP), st.none(), _ODD_TEXT, _NUMBER, st.sampled_from([cache_key_of(16), "AB" * 32, [1]])
+            ),
+        ),
+        ("declared_constexprs", st.one_of(st.just(_DROP), _ODD_TEXT, st.lists(_ODD_TEXT, max_size=3))),
         ("extra", st.one_of(_ODD_TEXT, _NUMBER, st.lists(_NUMBER, max_size=3))),
         ("reason_class", st.just(_DROP) | st.sampled_from(["shape change", "made up"])),
         ("cache", st.just(_DROP) | st.just("remote")),
@@ -313,7 +320,8 @@ def odd_event(draw: st.DrawFn, i: int) -> Event:
 @given(data=st.data())
 def test_odd_batches_store_identical_tables(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
     """Generated batches of odd compile events (non-ASCII, lone surrogates, home paths, NaN/inf,
-    17k-character keys, ints past 64 bits, other kinds, recompile reasons, remote caches), written
+    17k-character keys, ints past 64 bits, other kinds, recompile reasons, remote caches, cache
+    hashes and declared constexprs of odd types and values), written
     in several batches, through two connections: identical tables, lean loop or not. 40 examples of
     10 batches each (400 batches)."""
     root = tmp_path_factory.mktemp("odd")
