@@ -119,7 +119,8 @@ def describe_key(key: str | None, attrs: Mapping[str, Any]) -> str | None:
         sig = attrs.get("signature")
         types = sig if isinstance(sig, Mapping) else {}
         declared = attrs.get("declared_constexprs")
-        declared = set(map(str, declared)) if isinstance(declared, list) else None
+        # names from the signature only: without it the arguments are arg0, arg1, … (_facts)
+        declared = set(map(str, declared)) if isinstance(declared, list) and types else None
         parts = [
             f"{name}: {_describe(entry, _is_int(types.get(name)) or _passed_as_one(name, entry, declared))}"
             for name, entry in facts.args.items()
@@ -173,7 +174,8 @@ def _facts(seen: Seen) -> _Facts | None:
 def _passed_as_one(name: str, entry: tuple[Any, Any], declared: set[str] | None) -> bool:
     """An integer argument passed as 1: a ``constexpr 1`` in the key (Triton's ``==1``
     specialization looks like a constexpr there) of a parameter the kernel does not declare
-    ``tl.constexpr`` (``attrs["declared_constexprs"]``; unknown for events written before it)."""
+    ``tl.constexpr`` (``attrs["declared_constexprs"]``; unknown for events written before it, and
+    for attrs without a ``signature``, whose arguments have no names to look up)."""
     return declared is not None and name not in declared and entry[0] == "constexpr" and entry[1] == 1
 
 

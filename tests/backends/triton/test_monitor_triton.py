@@ -344,6 +344,23 @@ def test_describe_key_does_not_parse_a_key_past_the_journal_cap(monkeypatch: pyt
     assert parsed == []
 
 
+def test_without_a_signature_no_constexpr_1_is_read_as_an_int(harness: MonitorHarness) -> None:
+    """``declared_constexprs`` names parameters; a key's arguments are named only by the event's
+    ``signature``. Without it (attrs of a Triton whose compile dict has none, or cut by the journal's
+    size caps) the arguments are ``arg0``, ``arg1``, …, none of them a declared name: the line must
+    not call the declared ``BLOCK`` passed as 1 an int folded to 1 — it keeps Triton's word."""
+    from jitwatch.backends.triton.explain import describe_key
+
+    fresh_kernel_cache(mon_one)
+    mon_one.warmup(X, 1, BLOCK=1, grid=(1,))
+    (event,) = harness.compiles()
+    attrs = {k: v for k, v in event.attrs.items() if k != "signature"}
+    assert attrs["declared_constexprs"] == ["BLOCK"]
+    assert describe_key(event.key, attrs) == "arg0: *fp32 aligned, arg1: constexpr 1, arg2: constexpr 1"
+    described = describe_key(event.key, event.attrs)  # with it: told apart
+    assert described == "x_ptr: *fp32 aligned, n: ==1 (value 1), BLOCK: constexpr 1"
+
+
 def test_error_mode_raises_records_and_still_chains(tmp_path, triton_cache) -> None:
     calls: list[str] = []
     prev_post = triton.knobs.runtime.jit_post_compile_hook
