@@ -1267,8 +1267,11 @@ class Journal:
         ``defer`` (the batch path): a Triton specialization this connection has not seen yet and a
         kernel name it has no label for are looked up once for the whole run of events
         (:meth:`_resolve`); the row's ``spec_id`` is then :data:`_DEFERRED` until then."""
+        whole = True  # the record holds every spec field the event carried (capped cut none)
         if careful:
+            attrs_in = ev.attrs
             ev = capped(ev)
+            whole = ev.attrs is attrs_in
         elif (
             (ev.key is not None and len(ev.key) > MAX_KEY_CHARS)
             or (ev.kernel is not None and len(ev.kernel) > MAX_NAME_CHARS)
@@ -1322,7 +1325,7 @@ class Journal:
         spec_id = None
         if spec is not None:
             if budget is None:
-                spec_id = self._spec_for(conn, spec, new_specs, None)
+                spec_id = self._spec_for(conn, spec, new_specs, None, by_identity=whole)
             else:
                 spec_id = self._spec_fast(conn, spec, new_specs, budget, ev, defer)
                 if spec_id is None:  # over the fast path's bound, or not plain JSON
@@ -1581,7 +1584,12 @@ class Journal:
             self._count_bad(bad, ev.rank, exc)
 
     def _spec_for(
-        self, conn: sqlite3.Connection, spec: dict[str, Any], new_specs: list[Any], budget: int | None
+        self,
+        conn: sqlite3.Connection,
+        spec: dict[str, Any],
+        new_specs: list[Any],
+        budget: int | None,
+        by_identity: bool = True,
     ) -> int | None:
         """Row id for ``spec`` (see :func:`jitwatch.store.specs.split`). A Triton compile's
         ``specialization_data`` is Triton's own full serialization of the specialization
@@ -1590,10 +1598,15 @@ class Journal:
         their canonical JSON.
 
         ``budget`` (characters; ``None``: careful path, no bound) is what the fast path allows the
-        record's JSON: ``None`` is returned, nothing stored, when it is longer or not plain JSON."""
+        record's JSON: ``None`` is returned, nothing stored, when it is longer or not plain JSON.
+
+        ``by_identity=False``: the record of an event whose attrs :func:`capped` cut (some of its
+        fields read ``…[truncated]`` while those that identify it may not): found and remembered by
+        its text only, never under the specialization's identity, which would give that cut record
+        to the next whole compile of it on this connection."""
         data, key = spec.get("specialization_data"), spec.get("key")
         fast: Any = None
-        if isinstance(data, str) and isinstance(key, str):
+        if by_identity and isinstance(data, str) and isinstance(key, str):
             fast = _spec_ident(key, data, spec.get("source_hash"), spec.get("module"), spec.get("cache_key"))
         if fast is not None:
             known = self._spec_ids.get(fast)

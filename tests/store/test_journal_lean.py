@@ -622,3 +622,36 @@ def test_a_source_hash_or_module_of_another_type_is_stored(tmp_path: Path, lean:
     assert dropped == 0
     assert [e.attrs["specialization_data"] for e in back] == [a, b]
     assert [e.attrs[field] for e in back] == [value, value]
+
+
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("with_cache_key", [True, False])
+def test_a_record_cut_by_the_size_caps_is_not_shown_for_the_next_compile(
+    tmp_path: Path, lean: bool, with_cache_key: bool
+) -> None:
+    """An event whose attrs are past ``MAX_ATTRS_CHARS`` is cut (``capped``: later values become
+    ``…[truncated]``); its specialization record, cut with it, is stored under its text. When the
+    fields that identify a Triton specialization (module, source hash, data, cache hash) came before
+    the cut and the signature after it, the connection remembered that cut record under the
+    specialization's identity, and the next ordinary compile of it read back ``signature:
+    "…[truncated]"``: it now gets a whole record of its own."""
+    base = triton_attrs(64)
+    if not with_cache_key:
+        del base["cache_key"]
+    ident = ("module", "source_hash", "specialization_data", "cache_key")
+    first = {k: base[k] for k in ident if k in base}
+    pad = journal_mod.MAX_ATTRS_CHARS - journal_mod._size(first, 10**9) - 16 * 4002 - 10
+    odd = {**first, **{f"blob{i}": "b" * 4000 for i in range(16)}, "pad": "p" * pad}
+    odd.update({k: v for k, v in base.items() if k not in first})
+    cut = compile_event(0, 64).model_copy(update={"attrs": odd})
+    assert journal_mod.capped(cut).attrs["signature"] == "…[truncated]"
+    plain = compile_event(1, 64, rank=1, cache_key=cache_key_of(64) if with_cache_key else _DROP)
+    with Journal(tmp_path / "j") as j:
+        j._lean = lean
+        j.write([cut])
+        j.write([plain])
+    with Journal(tmp_path / "j", readonly=True) as r:
+        back = sorted(r.events(), key=lambda e: e.ts)
+    assert back[0].attrs["signature"] == "…[truncated]" and back[0].attrs["_truncated"] is True
+    assert back[1].attrs["signature"] == base["signature"]
+    assert back[1].attrs["constexprs"] == base["constexprs"] and "_truncated" not in back[1].attrs
