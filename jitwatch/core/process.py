@@ -68,21 +68,24 @@ def _pid_namespace() -> str | None:
 
 def process_marker() -> dict[str, Any]:
     """This process, for a reader on the same machine: ``{"boot_id": str, "pid_namespace": str,
-    "start_ticks": int, "uid": int}`` (``/proc``; clock ticks since boot; the effective user id),
-    or ``{}`` when any part cannot be read (not Linux, no ``/proc``). Never raises."""
+    "pid": int, "start_ticks": int, "uid": int}`` (``/proc``; its own pid, ``os.getpid()``, which
+    a worker row need not hold: a :class:`~jitwatch.WorkerIdentity` built in another process keeps
+    that process's pid; clock ticks since boot; the effective user id), or ``{}`` when any part
+    cannot be read (not Linux, no ``/proc``). Never raises."""
     try:
         boot, ns, stat, uid = _boot_id(), _pid_namespace(), _stat("self"), os.geteuid()
     except Exception:  # noqa: BLE001 - a marker is optional
         return {}
     if boot is None or ns is None or stat is None:
         return {}
-    return {"boot_id": boot, "pid_namespace": ns, "start_ticks": stat[1], "uid": uid}
+    return {"boot_id": boot, "pid_namespace": ns, "pid": os.getpid(), "start_ticks": stat[1], "uid": uid}
 
 
 def process_exited(pid: Any, marker: Any) -> bool:
     """Whether the worker process ``pid`` that recorded ``marker`` (:func:`process_marker`) has
-    exited: ``True`` only when ``marker`` names this machine's boot and this process's PID
-    namespace, this process runs as the worker's user or as root (``hidepid`` hides other users'
+    exited: ``True`` only when ``marker`` was recorded by ``pid`` itself (its ``pid``; a marker of
+    another process, or one without a pid, cannot tell), names this machine's boot and this
+    process's PID namespace, this process runs as the worker's user or as root (``hidepid`` hides other users'
     processes), and ``/proc/<pid>`` holds no process, one with another start time (the pid was
     reused), or a zombie (``Z``) or dead (``X``) one. ``False`` whenever that cannot be told
     (another machine, PID namespace or user, no or a malformed marker, ``/proc`` unreadable). Two
@@ -90,8 +93,10 @@ def process_exited(pid: Any, marker: Any) -> bool:
     try:
         if not isinstance(marker, Mapping) or isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             return False
-        start, uid = marker.get("start_ticks"), marker.get("uid")
+        start, uid, recorder = marker.get("start_ticks"), marker.get("uid"), marker.get("pid")
         if isinstance(start, bool) or not isinstance(start, int):
+            return False
+        if isinstance(recorder, bool) or recorder != pid:  # the row names another process than the marker's
             return False
         if os.geteuid() not in (0, uid):  # another user's process may be hidden (hidepid): cannot tell
             return False

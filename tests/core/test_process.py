@@ -8,12 +8,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jitwatch.core import process
 from jitwatch.core.process import process_exited, process_marker
+from jitwatch.store.journal import Journal
+from jitwatch.views.status import exited_ranks, readiness
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="Linux /proc only")
 
@@ -33,7 +36,7 @@ def _child() -> tuple[subprocess.Popen[str], dict[str, Any]]:
 def test_a_running_process_has_not_exited_a_killed_one_has() -> None:
     proc, marker = _child()
     try:
-        assert set(marker) == {"boot_id", "pid_namespace", "start_ticks", "uid"}
+        assert set(marker) == {"boot_id", "pid_namespace", "pid", "start_ticks", "uid"}
         assert process_exited(proc.pid, marker) is False
         proc.kill()
         deadline = time.monotonic() + 10
@@ -63,6 +66,8 @@ def test_a_reused_pid_is_another_process() -> None:
         {"start_ticks": "12"},
         {"start_ticks": True},
         {"boot_id": None},
+        {"pid": None},  # no pid (a marker from before it was recorded): cannot tell
+        {"pid": 1},  # recorded by another process than the row's pid
     ],
 )
 def test_what_cannot_be_told_is_not_exited(change: dict[str, Any]) -> None:
@@ -117,3 +122,49 @@ def test_another_users_process_cannot_be_told(monkeypatch: pytest.MonkeyPatch) -
     assert process_exited(proc.pid, marker) is True
     monkeypatch.setattr(process.os, "geteuid", lambda: marker["uid"] + 1 if marker["uid"] else 1)
     assert process_exited(proc.pid, marker) is False
+
+
+HANDED_IDENTITY_WORKER = """
+import sys
+from dataclasses import replace
+from pathlib import Path
+import jitwatch
+from jitwatch.config import Settings
+from jitwatch.worker import create_monitor
+identity = jitwatch.WorkerIdentity(rank=0, pid=int(sys.argv[2]))  # the launcher's pid, as a pickled identity holds
+settings = replace(Settings.from_env(), journal_dir=Path(sys.argv[1]))
+mon = create_monitor(settings, mode="warn", identity=identity, tracer_provider=False).install()
+with mon.warmup():
+    pass
+mon.flush()
+print("serving", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_worker_whose_identity_names_another_pid_is_not_read_as_exited(tmp_path: Path) -> None:
+    """A :class:`~jitwatch.WorkerIdentity` built by a launcher and handed to its worker process
+    (``multiprocessing``'s spawn pickles it, ``fork`` copies it) holds the launcher's pid: the
+    worker row names the launcher, a live process of another start time than the worker's marker.
+    That is no reused pid: the serving worker stays ready (before: 503 'the worker process of rank 0
+    (pid <launcher>) exited', with both processes alive)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update({"OTEL_SDK_DISABLED": "true", "PYTHONPATH": os.pathsep.join(sys.path)})
+    worker = subprocess.Popen(
+        [sys.executable, "-c", HANDED_IDENTITY_WORKER, str(tmp_path), str(os.getpid())],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "serving"
+        with Journal(tmp_path, readonly=True) as journal:
+            workers = journal.latest_workers()
+        assert workers[0].pid == os.getpid()
+        assert exited_ranks(workers) == {}, readiness(workers)
+        assert readiness(workers).ready, readiness(workers)
+        assert workers[0].attrs["process"]["pid"] == worker.pid  # the marker names its own process
+    finally:
+        worker.kill()
+        worker.wait(10)
