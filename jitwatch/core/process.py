@@ -60,7 +60,13 @@ def _boot_id() -> str | None:
 
 
 def _pid_namespace() -> str | None:
+    """This process's PID namespace, or ``None`` when ``/proc`` is not that namespace's: a ``/proc``
+    of another namespace (``unshare -p`` without ``--mount-proc``, a container given the host's
+    ``/proc``) shows other processes under this namespace's pids, so nothing read there is about
+    them (its ``/proc/self`` names this process by another pid than ``os.getpid()``)."""
     try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return None
         return os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
@@ -85,11 +91,12 @@ def process_exited(pid: Any, marker: Any) -> bool:
     """Whether the worker process ``pid`` that recorded ``marker`` (:func:`process_marker`) has
     exited: ``True`` only when ``marker`` was recorded by ``pid`` itself (its ``pid``; a marker of
     another process, or one without a pid, cannot tell), names this machine's boot and this
-    process's PID namespace, this process runs as the worker's user or as root (``hidepid`` hides other users'
-    processes), and ``/proc/<pid>`` holds no process, one with another start time (the pid was
-    reused), or a zombie (``Z``) or dead (``X``) one. ``False`` whenever that cannot be told
-    (another machine, PID namespace or user, no or a malformed marker, ``/proc`` unreadable). Two
-    small ``/proc`` reads; never raises."""
+    process's PID namespace, whose ``/proc`` this is, this process runs as the worker's user or as
+    root (``hidepid`` hides other users' processes), and ``/proc/<pid>`` holds no process, one with
+    another start time (the pid was reused), or a zombie (``Z``) or dead (``X``) one. ``False``
+    whenever that cannot be told (another machine, PID namespace or user, a ``/proc`` of another PID
+    namespace, no or a malformed marker, ``/proc`` unreadable). A few small ``/proc`` reads; never
+    raises."""
     try:
         if not isinstance(marker, Mapping) or isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             return False
@@ -100,8 +107,8 @@ def process_exited(pid: Any, marker: Any) -> bool:
             return False
         if os.geteuid() not in (0, uid):  # another user's process may be hidden (hidepid): cannot tell
             return False
-        boot = _boot_id()
-        if boot is None or marker.get("boot_id") != boot or marker.get("pid_namespace") != _pid_namespace():
+        boot, ns = _boot_id(), _pid_namespace()  # ns None: this /proc is another PID namespace's
+        if boot is None or ns is None or marker.get("boot_id") != boot or marker.get("pid_namespace") != ns:
             return False
         if _read("/proc/self/stat") is None:  # /proc not readable here: cannot tell
             return False

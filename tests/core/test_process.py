@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -168,3 +169,41 @@ def test_a_worker_whose_identity_names_another_pid_is_not_read_as_exited(tmp_pat
     finally:
         worker.kill()
         worker.wait(10)
+
+
+NAMESPACE_READER = """
+import importlib.util, json, subprocess, sys
+LOAD = (
+    "import importlib.util as u, sys; s = u.spec_from_file_location('p', sys.argv[1]); "
+    "p = u.module_from_spec(s); s.loader.exec_module(p)"
+)
+exec(LOAD)
+RECORD = (
+    "; import json, os, time; print(json.dumps({'marker': p.process_marker(), 'whole': {"
+    "'boot_id': p._boot_id(), 'pid_namespace': os.readlink('/proc/self/ns/pid'), 'pid': os.getpid(), "
+    "'start_ticks': p._stat('self')[1], 'uid': os.geteuid()}}), flush=True); time.sleep(60)"
+)
+worker = subprocess.Popen([sys.executable, "-c", LOAD + RECORD, sys.argv[1]], stdout=subprocess.PIPE, text=True)
+seen = json.loads(worker.stdout.readline())
+# the marker a worker of f7e04fb recorded there, whole: the reader itself must not trust this /proc
+print(json.dumps({"marker": seen["marker"], "exited": p.process_exited(worker.pid, seen["whole"])}))
+worker.kill()
+worker.wait()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)")
+def test_a_proc_of_another_pid_namespace_cannot_tell() -> None:
+    """A reader and worker in a PID namespace whose ``/proc`` is another namespace's (``unshare -p``
+    without ``--mount-proc``, a container given the host's ``/proc``): ``/proc/<pid>`` is another
+    process, or none. Cannot tell (before: a live worker read as exited)."""
+    out = subprocess.run(
+        ["unshare", "-p", "-f", sys.executable, "-c", NAMESPACE_READER, process.__file__],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["marker"] == {}, result  # a worker there records no marker
+    assert result["exited"] is False, result  # nor does the reader read one as exited
