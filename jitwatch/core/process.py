@@ -72,6 +72,19 @@ def _pid_namespace() -> str | None:
         return None
 
 
+def _no_such_process(pid: int) -> bool:
+    """Whether no process has ``pid`` in this PID namespace (``kill(pid, 0)``: ``ESRCH``). A process
+    ``/proc`` hides (``hidepid``: another user's, or a non-dumpable one of the reader's own user)
+    still exists for ``kill``, which answers ``EPERM`` or success: not gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: it exists
+        return False
+    return False
+
+
 def process_marker() -> dict[str, Any]:
     """This process, for a reader on the same machine: ``{"boot_id": str, "pid_namespace": str,
     "pid": int, "start_ticks": int, "uid": int}`` (``/proc``; its own pid, ``os.getpid()``, which
@@ -92,8 +105,9 @@ def process_exited(pid: Any, marker: Any) -> bool:
     exited: ``True`` only when ``marker`` was recorded by ``pid`` itself (its ``pid``; a marker of
     another process, or one without a pid, cannot tell), names this machine's boot and this
     process's PID namespace, whose ``/proc`` this is, this process runs as the worker's user or as
-    root (``hidepid`` hides other users' processes), and ``/proc/<pid>`` holds no process, one with
-    another start time (the pid was reused), or a zombie (``Z``) or dead (``X``) one. ``False``
+    root (``hidepid`` hides other users' processes), and ``/proc/<pid>`` holds no process (which
+    ``kill(pid, 0)`` confirms: ``hidepid`` also hides a non-dumpable process of the same user), one
+    with another start time (the pid was reused), or a zombie (``Z``) or dead (``X``) one. ``False``
     whenever that cannot be told (another machine, PID namespace or user, a ``/proc`` of another PID
     namespace, no or a malformed marker, ``/proc`` unreadable). A few small ``/proc`` reads; never
     raises."""
@@ -113,6 +127,8 @@ def process_exited(pid: Any, marker: Any) -> bool:
         if _read("/proc/self/stat") is None:  # /proc not readable here: cannot tell
             return False
         stat = _stat(pid)
-        return stat is None or stat[1] != start or stat[0] in ("Z", "X")
+        if stat is None:  # gone, or hidden (hidepid hides a process its reader may not ptrace-read)
+            return _no_such_process(pid)
+        return stat[1] != start or stat[0] in ("Z", "X")
     except Exception:  # noqa: BLE001 - cannot tell
         return False

@@ -207,3 +207,64 @@ def test_a_proc_of_another_pid_namespace_cannot_tell() -> None:
     result = json.loads(out.stdout)
     assert result["marker"] == {}, result  # a worker there records no marker
     assert result["exited"] is False, result  # nor does the reader read one as exited
+
+
+HIDDEN_READER = """
+import importlib.util, json, subprocess, sys
+LOAD = "import sys, types; p = types.ModuleType('p'); exec(sys.argv[1], p.__dict__)"  # the module's source
+exec(LOAD)
+# PR_SET_DUMPABLE (4) to 0 after recording the marker
+NONDUMPABLE = "; import ctypes, json, time; m = p.process_marker(); ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)"
+worker = subprocess.Popen(
+    [sys.executable, "-c", LOAD + NONDUMPABLE + "; print(json.dumps(m), flush=True); time.sleep(60)", sys.argv[1]],
+    stdout=subprocess.PIPE,
+    text=True,
+)
+marker = json.loads(worker.stdout.readline())
+alive = p.process_exited(worker.pid, marker)
+worker.kill()
+worker.wait()
+killed = p.process_exited(worker.pid, marker)
+print(json.dumps({"marker": marker, "alive_read_exited": alive, "killed_read_exited": killed}))
+"""
+
+
+HIDDEN_SCRIPT = (
+    'mount -t proc -o hidepid=2 proc /proc && exec setpriv --reuid 65534 --regid 65534 --clear-groups "$0" -c "$1" "$2"'
+)
+"""In a mount namespace of its own: ``/proc`` mounted ``hidepid=2``, then ``$0 -c $1 $2`` as ``nobody``."""
+
+
+def _python_for_nobody() -> str | None:
+    """An interpreter the user ``nobody`` (65534) can run there (the venv's may not be)."""
+    for python in ("/usr/bin/python3", sys.executable):
+        probe = ["unshare", "-m", "sh", "-c", HIDDEN_SCRIPT, python, "pass", ""]
+        if os.path.exists(python) and subprocess.run(probe, capture_output=True, timeout=30).returncode == 0:
+            return python
+    return None
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None,
+    reason="needs root, unshare(1) and setpriv(1)",
+)
+def test_a_process_hidden_by_hidepid_is_not_exited() -> None:
+    """``/proc`` mounted ``hidepid=2`` (or systemd's ``ProtectProc=invisible``) hides a process its
+    reader may not ptrace-read, even one of the reader's own user: a worker that is not dumpable
+    (``prctl(PR_SET_DUMPABLE, 0)``, or after a credential change: setuid, a binary with file
+    capabilities). Its missing ``/proc`` entry proves nothing; ``kill(pid, 0)`` tells a hidden
+    process (``EPERM`` or success) from none (``ESRCH``). Before: the live worker read as exited."""
+    python = _python_for_nobody()
+    if python is None:
+        pytest.skip("no interpreter the user nobody can run")
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c", HIDDEN_SCRIPT, python, HIDDEN_READER, Path(process.__file__).read_text()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["marker"]["uid"] == 65534, result  # the reader's own user: the user check lets it through
+    assert result["alive_read_exited"] is False, result
+    assert result["killed_read_exited"] is True, result  # a killed one still reads as exited
