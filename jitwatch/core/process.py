@@ -85,6 +85,20 @@ def _no_such_process(pid: int) -> bool:
     return False
 
 
+def _threads_run(pid: int) -> bool:
+    """Whether the zombie ``pid`` still has running threads: a process whose main thread ended
+    (``pthread_exit``) shows state ``Z`` while its other threads run (``Threads:`` in
+    ``/proc/<pid>/status`` above 1); an exited one keeps only its leader."""
+    text = _read(f"/proc/{pid}/status")
+    for line in (text or "").splitlines():
+        if line.startswith("Threads:"):
+            try:
+                return int(line.split()[1]) > 1
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
 def process_marker() -> dict[str, Any]:
     """This process, for a reader on the same machine: ``{"boot_id": str, "pid_namespace": str,
     "pid": int, "start_ticks": int, "uid": int}`` (``/proc``; its own pid, ``os.getpid()``, which
@@ -107,7 +121,8 @@ def process_exited(pid: Any, marker: Any) -> bool:
     process's PID namespace, whose ``/proc`` this is, this process runs as the worker's user or as
     root (``hidepid`` hides other users' processes), and ``/proc/<pid>`` holds no process (which
     ``kill(pid, 0)`` confirms: ``hidepid`` also hides a non-dumpable process of the same user), one
-    with another start time (the pid was reused), or a zombie (``Z``) or dead (``X``) one. ``False``
+    with another start time (the pid was reused), or a zombie (``Z``) or dead (``X``) one with no
+    thread left running (a process whose main thread ended is ``Z`` while the others run). ``False``
     whenever that cannot be told (another machine, PID namespace or user, a ``/proc`` of another PID
     namespace, no or a malformed marker, ``/proc`` unreadable). A few small ``/proc`` reads; never
     raises."""
@@ -129,6 +144,8 @@ def process_exited(pid: Any, marker: Any) -> bool:
         stat = _stat(pid)
         if stat is None:  # gone, or hidden (hidepid hides a process its reader may not ptrace-read)
             return _no_such_process(pid)
-        return stat[1] != start or stat[0] in ("Z", "X")
+        if stat[1] != start:
+            return True  # the pid was reused
+        return stat[0] in ("Z", "X") and not _threads_run(pid)
     except Exception:  # noqa: BLE001 - cannot tell
         return False

@@ -268,3 +268,34 @@ def test_a_process_hidden_by_hidepid_is_not_exited() -> None:
     assert result["marker"]["uid"] == 65534, result  # the reader's own user: the user check lets it through
     assert result["alive_read_exited"] is False, result
     assert result["killed_read_exited"] is True, result  # a killed one still reads as exited
+
+
+LEADER_EXITS = (
+    "import ctypes, json, threading, time; from jitwatch.core.process import process_marker; "
+    "print(json.dumps(process_marker()), flush=True); threading.Thread(target=time.sleep, args=(60,)).start(); "
+    "ctypes.CDLL(None).pthread_exit(None)"  # the main thread ends; the process runs on in its other thread
+)
+
+
+def test_a_process_whose_main_thread_ended_is_not_exited() -> None:
+    """A process whose main thread ended (``pthread_exit``: a host that embeds Python and serves from
+    other threads) shows state ``Z`` in ``/proc/<pid>/stat`` while its other threads run; only a
+    zombie with no thread left (``Threads: 1``, the leader) has exited. Before: read as exited."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", LEADER_EXITS], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        marker = json.loads(proc.stdout.readline())
+        deadline = time.monotonic() + 10
+        while (stat := process._stat(proc.pid)) is None or stat[0] != "Z":  # the leader is a zombie now
+            assert time.monotonic() < deadline, stat
+            time.sleep(0.05)
+        assert proc.poll() is None
+        assert process_exited(proc.pid, marker) is False
+        proc.kill()
+        proc.wait(10)
+        assert process_exited(proc.pid, marker) is True
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
