@@ -72,6 +72,16 @@ def _pid_namespace() -> str | None:
         return None
 
 
+def _time_namespace() -> str | None:
+    """This process's time namespace (``/proc/self/ns/time``), or ``None`` where the kernel has none
+    (before Linux 5.6). ``/proc/<pid>/stat``'s start time is shown shifted by the reader's time
+    namespace's boot-time offset, so start ticks compare only within one."""
+    try:
+        return os.readlink("/proc/self/ns/time")
+    except OSError:
+        return None
+
+
 def _no_such_process(pid: int) -> bool:
     """Whether no process has ``pid`` in this PID namespace (``kill(pid, 0)``: ``ESRCH``). A process
     ``/proc`` hides (``hidepid``: another user's, or a non-dumpable one of the reader's own user)
@@ -101,7 +111,8 @@ def _threads_run(pid: int) -> bool:
 
 def process_marker() -> dict[str, Any]:
     """This process, for a reader on the same machine: ``{"boot_id": str, "pid_namespace": str,
-    "pid": int, "start_ticks": int, "uid": int}`` (``/proc``; its own pid, ``os.getpid()``, which
+    "pid": int, "start_ticks": int, "uid": int, "time_namespace": str}`` (``/proc``; the time
+    namespace only where the kernel has them; its own pid, ``os.getpid()``, which
     a worker row need not hold: a :class:`~jitwatch.WorkerIdentity` built in another process keeps
     that process's pid; clock ticks since boot; the effective user id), or ``{}`` when any part
     cannot be read (not Linux, no ``/proc``). Never raises."""
@@ -111,20 +122,26 @@ def process_marker() -> dict[str, Any]:
         return {}
     if boot is None or ns is None or stat is None:
         return {}
-    return {"boot_id": boot, "pid_namespace": ns, "pid": os.getpid(), "start_ticks": stat[1], "uid": uid}
+    marker: dict[str, Any] = {"boot_id": boot, "pid_namespace": ns, "pid": os.getpid(), "start_ticks": stat[1]}
+    marker["uid"] = uid
+    time_ns = _time_namespace()
+    if time_ns is not None:
+        marker["time_namespace"] = time_ns
+    return marker
 
 
 def process_exited(pid: Any, marker: Any) -> bool:
     """Whether the worker process ``pid`` that recorded ``marker`` (:func:`process_marker`) has
     exited: ``True`` only when ``marker`` was recorded by ``pid`` itself (its ``pid``; a marker of
     another process, or one without a pid, cannot tell), names this machine's boot and this
-    process's PID namespace, whose ``/proc`` this is, this process runs as the worker's user or as
+    process's PID namespace, whose ``/proc`` this is, and this process's time namespace (start times
+    are shown shifted by its boot-time offset), this process runs as the worker's user or as
     root (``hidepid`` hides other users' processes), and ``/proc/<pid>`` holds no process (which
     ``kill(pid, 0)`` confirms: ``hidepid`` also hides a non-dumpable process of the same user), one
     with another start time (the pid was reused), or a zombie (``Z``) or dead (``X``) one with no
     thread left running (a process whose main thread ended is ``Z`` while the others run). ``False``
-    whenever that cannot be told (another machine, PID namespace or user, a ``/proc`` of another PID
-    namespace, no or a malformed marker, ``/proc`` unreadable). A few small ``/proc`` reads; never
+    whenever that cannot be told (another machine, PID namespace, time namespace or user, a ``/proc``
+    of another PID namespace, no or a malformed marker, ``/proc`` unreadable). A few small ``/proc`` reads; never
     raises."""
     try:
         if not isinstance(marker, Mapping) or isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
@@ -138,6 +155,8 @@ def process_exited(pid: Any, marker: Any) -> bool:
             return False
         boot, ns = _boot_id(), _pid_namespace()  # ns None: this /proc is another PID namespace's
         if boot is None or ns is None or marker.get("boot_id") != boot or marker.get("pid_namespace") != ns:
+            return False
+        if marker.get("time_namespace") != _time_namespace():  # start ticks are shown shifted by its offset
             return False
         if _read("/proc/self/stat") is None:  # /proc not readable here: cannot tell
             return False

@@ -37,7 +37,7 @@ def _child() -> tuple[subprocess.Popen[str], dict[str, Any]]:
 def test_a_running_process_has_not_exited_a_killed_one_has() -> None:
     proc, marker = _child()
     try:
-        assert set(marker) == {"boot_id", "pid_namespace", "pid", "start_ticks", "uid"}
+        assert set(marker) - {"time_namespace"} == {"boot_id", "pid_namespace", "pid", "start_ticks", "uid"}
         assert process_exited(proc.pid, marker) is False
         proc.kill()
         deadline = time.monotonic() + 10
@@ -69,6 +69,7 @@ def test_a_reused_pid_is_another_process() -> None:
         {"boot_id": None},
         {"pid": None},  # no pid (a marker from before it was recorded): cannot tell
         {"pid": 1},  # recorded by another process than the row's pid
+        {"time_namespace": "time:[1]"},  # another time namespace: start ticks shown shifted
     ],
 )
 def test_what_cannot_be_told_is_not_exited(change: dict[str, Any]) -> None:
@@ -299,3 +300,29 @@ def test_a_process_whose_main_thread_ended_is_not_exited() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None or not os.path.exists("/proc/self/ns/time"),
+    reason="needs root, unshare(1) and time namespaces",
+)
+def test_a_worker_in_another_time_namespace_is_not_exited() -> None:
+    """``/proc/<pid>/stat``'s start time is shown shifted by the reader's time namespace's boot-time
+    offset (``unshare --time --boottime``; CRIU restores into one): a worker there records other
+    start ticks than a reader outside sees for the same live process. Cannot tell (before: read as
+    a reused pid, exited)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        ["unshare", "--time", "--boottime", "1000", sys.executable, "-c", CHILD],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        marker = json.loads(proc.stdout.readline())
+        assert marker["pid"] == proc.pid  # unshare execs the interpreter in its own process
+        assert process_exited(proc.pid, marker) is False
+    finally:
+        proc.kill()
+        proc.wait(10)
