@@ -2,14 +2,17 @@
 
 A worker records its process once, at start (:func:`process_marker`, in its ``worker_start`` attrs
 as ``process``): the machine's boot (``/proc/sys/kernel/random/boot_id``), its PID namespace
-(``/proc/self/ns/pid``), its start time (``/proc/self/stat`` field 22, clock ticks since boot) and
-its effective user id. A reader that shares that boot and that PID namespace sees the same process
-table, and one running as the same user (or as root) sees its processes even where ``/proc`` is
-mounted with ``hidepid``, so ``/proc/<pid>/stat`` answers for the worker: no such process,
-another process's start time under the same pid (the pid was reused), or a zombie mean the worker
-has exited (:func:`process_exited`). Anything else — another machine, container or user, a
-worker that recorded no marker (older jitwatch, not Linux), ``/proc`` unreadable — is "cannot
-tell", and the reader keeps judging by heartbeats alone.
+(``/proc/self/ns/pid``), its pid, its start time (``/proc/self/stat`` field 22, clock ticks since
+boot), its effective user id and its time namespace (``/proc/self/ns/time``, where there is one). A
+reader that shares that boot, that PID namespace (with a ``/proc`` of it) and that time namespace
+sees the same process table and start times, and one running as the same user (or as root) sees
+its processes even where ``/proc`` is mounted with ``hidepid`` (a pid missing there is confirmed
+with ``kill(pid, 0)``), so ``/proc/<pid>/stat`` answers for the worker: no such process, another
+process's start time under the same pid (the pid was reused), or a zombie with no thread left mean
+the worker has exited (:func:`process_exited`). Anything else — another machine, container, time
+namespace or user, a row naming another pid than its marker, a worker that recorded no marker
+(older jitwatch, not Linux), ``/proc`` unreadable — is "cannot tell", and the reader keeps judging
+by heartbeats alone.
 
 This is how the sidecar knows at once that a worker killed without running its exit handlers
 (``kill -9``, the OOM killer, ``vllm serve``'s default shutdown, which SIGKILLs its worker
