@@ -1643,18 +1643,13 @@ class Journal:
         (not plain JSON, or past :data:`_SPEC_BUDGET` / :data:`_REST_BUDGET`)."""
         data, key = spec.get("specialization_data"), spec.get("key")
         source_hash, module, cache_key = spec.get("source_hash"), spec.get("module"), spec.get("cache_key")
-        if not (
-            isinstance(data, str)
-            and isinstance(key, str)
-            and (source_hash is None or isinstance(source_hash, str))
-            and (module is None or isinstance(module, str))
-            and (cache_key is None or specs.is_cache_hash(cache_key))
-        ):
+        if not (isinstance(data, str) and isinstance(key, str)):
+            return self._spec_for(conn, spec, new_specs, budget)
+        fast = _spec_ident(key, data, source_hash, module, cache_key)
+        if fast is None:  # a source hash, module or cache key this connection cannot identify by: by its text
             return self._spec_for(conn, spec, new_specs, budget)
         if _PLAIN_BUDGET - budget > _REST_BUDGET:
             return None
-        fast = _spec_ident(key, data, source_hash, module, cache_key)
-        assert fast is not None  # cache_key None or of the hash's form: checked above
         known = self._spec_ids.get(fast)
         if isinstance(known, int):  # (row id, 0): stored under its identity
             return known
@@ -1732,13 +1727,12 @@ class Journal:
             _select_in(conn, "SELECT digest, id FROM specializations WHERE digest", list(map(bytearray, pending.specs)))
         )
         new: list[tuple[bytes, str]] = []
-        slash_only, needle = redaction_precheck()
         for digest, queued in pending.specs.items():
             if digest not in stored:
                 source, key, data, source_hash, module = queued[:_WAITING]
                 record = specs.split(source, key)[1] or {}  # key first, then SPEC_FIELDS
                 # identified by Triton's cache hash, the data was not redacted yet (found stored: never)
-                if not (data.isascii() and ((slash_only and "/" not in data) or needle(data) is None)):
+                if not data.isascii() or may_need_redaction(data):
                     data = _text(data)
                 record["specialization_data"] = data
                 if source_hash is not None:

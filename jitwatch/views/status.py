@@ -434,17 +434,22 @@ def _ranks(count: int) -> str:
 
 
 def readiness(
-    workers: dict[int, WorkerRow], *, now: float | None = None, stale_after: float = DEFAULT_STALE_SECONDS
+    workers: dict[int, WorkerRow],
+    *,
+    now: float | None = None,
+    stale_after: float = DEFAULT_STALE_SECONDS,
+    exited: dict[int, int] | None = None,
 ) -> Readiness:
     """Ready when at least one rank is known and every rank's latest worker is ``serving``, not
     stopped (a clean shutdown it recorded: not ready at once) and not stale (see
     :func:`stale_window` and :func:`exited_ranks`: a worker process seen to have exited on this
-    machine is stale at once; ``now`` defaults to ``time.time()``, Unix seconds)."""
+    machine is stale at once; ``now`` defaults to ``time.time()``, Unix seconds; ``exited``, the
+    caller's :func:`exited_ranks` of the same ``workers``, when it has them already)."""
     states = {str(rank): worker_state(w) for rank, w in sorted(workers.items())}
     if not workers:
         return Readiness(status="not ready", ready=False, reason=NO_WORKER_REASON)
     now = time.time() if now is None else now
-    exited = exited_ranks(workers)
+    exited = exited_ranks(workers) if exited is None else exited
     stale = stale_ranks(workers, now, stale_after, exited)
     stopped = {rank: w.stopped_ts for rank, w in sorted(workers.items()) if w.stopped_ts is not None}
     waiting = [
@@ -586,7 +591,8 @@ def build_status(
     workers, serving_by_rank = parts.workers, parts.serving_by_rank
     totals = parts.totals.model_copy()
 
-    stale = stale_ranks(workers, now, stale_after)
+    exited = exited_ranks(workers)  # once: /proc read at one moment for the ranks and the reason alike
+    stale = stale_ranks(workers, now, stale_after, exited)
     ranks: list[RankStatus] = []
     for rank, w in sorted(workers.items()):
         inflight = inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after)
@@ -623,7 +629,7 @@ def build_status(
         )
     totals.ranks = len(ranks)
     totals.ranks_ready = sum(r.ready for r in ranks)
-    ready = readiness(workers, now=now, stale_after=stale_after)
+    ready = readiness(workers, now=now, stale_after=stale_after, exited=exited)
     return JitStatus(
         generated_ts=now,
         journal_up=True,
