@@ -652,6 +652,9 @@ _SPEC_CACHE_MAX = 4096
 under Triton's identity (key, ``specialization_data``, source hash, module) or else the record's
 text; with ~2.5 KB of strings per Triton entry, at most ~10 MB. Also the bound of the redacted-name
 cache."""
+_DIGEST_MAX = 16384
+"""Specialization records whose identity digest a writer keeps up to its row-id watermark (see
+:meth:`Journal._stored_digests`): ~120 bytes each, at most ~2 MB per connection."""
 _SPEC_GC_MIN_RETIRED = 1000
 """Fewest events a connection retires between two sweeps of unreferenced specializations; the
 threshold is half the retention count when that is larger (see :meth:`Journal.prune`)."""
@@ -933,6 +936,11 @@ class Journal:
         ``int``: one tuple fewer per cached specialization) for a record found or stored under its
         identity by the fast path, which stands for (row id, 0) (within :data:`_SPEC_BUDGET`)."""
         self._spec_generation: str | None = None
+        self._digest_ids: dict[bytes, int] = {}
+        """Identity digest → row id of every specialization record with ``id <= _digest_top``, while
+        ``_digests_complete`` (see :meth:`_stored_digests`)."""
+        self._digest_top = 0
+        self._digests_complete = True
         self._redacted: dict[str, str] = {}  # kernel names and keys → redacted (bounded)
         self._retired_since_gc = 0
         self._parsed_workers: dict[tuple[Any, ...], WorkerRow] = {}  # raw row → parsed, last workers() read
@@ -1063,7 +1071,9 @@ class Journal:
             with self._transaction() as conn:
                 ids = self._write_batch(conn, events, new_specs, new_labels)
         except BaseException:
-            for text in new_specs:  # rolled back: those rows do not exist
+            if new_specs:  # rolled back: those rows do not exist
+                self._forget_digests()
+            for text in new_specs:
                 self._spec_ids.pop(text, None)
             for name in new_labels:
                 self._labels.pop(name, None)
@@ -1089,6 +1099,7 @@ class Journal:
             generation = row[0] if row is not None else None
             if generation != self._spec_generation:  # another connection swept specializations
                 self._spec_ids.clear()
+                self._forget_digests()
                 self._spec_generation = generation
         insert_head = f"INSERT INTO events({_EVENT_COLUMNS if dedup else _EVENT_COLUMNS.rsplit(',', 1)[0]})"
         insert = _multi_row_sql(insert_head, 14 if dedup else 13, 1, "")
@@ -1723,9 +1734,7 @@ class Journal:
         rowid: plain ``bytes`` and ``int``), the others stored now (compact JSON of the redacted
         fields, compressed); one whose record is not plain JSON or is past :data:`_SPEC_BUDGET` gets
         no id (its events take the careful path)."""
-        stored: dict[bytes, int] = dict(
-            _select_in(conn, "SELECT digest, id FROM specializations WHERE digest", list(map(bytearray, pending.specs)))
-        )
+        stored = self._stored_digests(conn, pending.specs)
         new: list[tuple[bytes, str]] = []
         for digest, queued in pending.specs.items():
             if digest not in stored:
@@ -1743,7 +1752,13 @@ class Journal:
                 if text is not None and len(text) <= _SPEC_BUDGET:
                     new.append((digest, text))
         if new:
-            stored.update(_insert_specs(conn, new))
+            inserted = _insert_specs(conn, new)
+            stored.update(inserted)
+            if self._digests_complete:
+                self._digest_ids.update(inserted)
+                ids = sorted(inserted.values())
+                if ids and ids[0] == self._digest_top + 1 and ids[-1] == self._digest_top + len(ids):
+                    self._digest_top = ids[-1]  # else the next scan reads them (and any other) back
         spec_ids, get, by_fast = self._spec_ids, stored.get, pending.by_fast
         if len(spec_ids) + len(by_fast) <= _SPEC_CACHE_MAX and len(stored) >= len(pending.specs):
             # every queued identity has its row (the common case) and there is room: no eviction
@@ -1758,6 +1773,49 @@ class Journal:
                 spec_ids[fast] = spec_id  # the row id alone: stored under its identity
                 new_specs.append(fast)
         return stored
+
+    def _stored_digests(self, conn: sqlite3.Connection, digests: Iterable[bytes]) -> dict[bytes, int]:
+        """Row ids of those of ``digests`` (identity digests) whose specialization is stored, inside
+        the batch's write transaction (no other writer can add one meanwhile).
+
+        The connection keeps every record's digest up to a row-id watermark: the records other
+        writers added since are read with one range scan of the rowid table (``id > watermark``, in
+        order: sequential pages), so a digest it does not hold is not stored, with no lookup. That
+        replaces one ``SELECT … WHERE digest IN (…)`` probe of the digest index per queued
+        specialization, which every rank's writer paid for each specialization another rank stored
+        (~1.4 µs per probe on the 2-core VM, ``docs/benchmarks.md`` section 9). Bounded: past
+        :data:`_DIGEST_MAX` records the connection drops the map and looks digests up with ``IN``
+        again (as before), until a sweep of unreferenced records (``spec_generation``) lets it start
+        over. A sweep may free the highest ids for reuse, so it also resets the watermark."""
+        if self._digests_complete:
+            known = self._digest_ids
+            room = _DIGEST_MAX - len(known)  # below 0 once this connection's own records passed it
+            rows = (
+                _tuple_cursor(conn)
+                .execute(
+                    "SELECT digest, id FROM specializations WHERE id > ? ORDER BY id LIMIT ?",
+                    (self._digest_top, max(room, 0) + 1),
+                )
+                .fetchall()
+            )
+            if len(rows) <= room:
+                if rows:
+                    known.update(rows)
+                    self._digest_top = rows[-1][1]
+                get = known.get
+                return {d: i for d in digests if (i := get(d)) is not None}
+            known.clear()  # too many to keep: look them up as before
+            self._digests_complete = False
+        return dict(
+            _select_in(conn, "SELECT digest, id FROM specializations WHERE digest", list(map(bytearray, digests)))
+        )
+
+    def _forget_digests(self) -> None:
+        """Start :meth:`_stored_digests`' map over: after a sweep (ids may be reused) or a rolled-back
+        batch (its records' ids do not exist)."""
+        self._digest_ids.clear()
+        self._digest_top = 0
+        self._digests_complete = True
 
     def _kernel_labels(self, conn: sqlite3.Connection, names: dict[str, float], new_labels: list[str]) -> None:
         """The ``kernels`` label of each name (first-seen order; name → its event's time), recorded in

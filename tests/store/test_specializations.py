@@ -139,6 +139,50 @@ def test_retention_sweeps_without_being_asked_once_enough_events_retired(tmp_pat
     assert all(e.attrs["constexprs"] == {"BLOCK": 1000 + int(e.ts - T0)} for e in kept)
 
 
+def test_a_swept_highest_id_reused_by_another_writer_is_read_again(tmp_path: Path) -> None:
+    """Writers keep every record's digest up to a row-id watermark (``Journal._stored_digests``).
+    A sweep that deletes the highest-id record lets SQLite give its id to the next record another
+    writer stores; the watermark must not make ``b`` take that record for absent (a second insert
+    of its digest) or the swept one for present (a dangling ``spec_id``)."""
+    a = Journal(tmp_path, retention_events=1)
+    b = Journal(tmp_path)
+    try:
+        a.write([compile_event(0, 16), compile_event(1, 32)])  # type: ignore[list-item]  # ids 1, 2
+        b.write([compile_event(2, 32)])  # type: ignore[list-item]  # b reads both records: top 2
+        a.write([compile_event(3, 16)])  # type: ignore[list-item]
+        a.prune(now=T0 + 4, force_gc=True)  # keeps event 3 (16): record 2 (32) goes
+        assert rows(tmp_path, "SELECT id FROM specializations") == [(1,)]
+        a.write([compile_event(4, 64)])  # type: ignore[list-item]  # SQLite reuses id 2 for 64
+        assert rows(tmp_path, "SELECT id FROM specializations ORDER BY id") == [(1,), (2,)]
+        b.write([compile_event(5, 64), compile_event(6, 32)])  # type: ignore[list-item]
+        evs = b.events(kind=EventKind.COMPILE, limit=2)
+    finally:
+        a.close()
+        b.close()
+    assert [e.attrs["constexprs"] for e in evs] == [{"BLOCK": 32}, {"BLOCK": 64}]
+    assert rows(tmp_path, "SELECT COUNT(*) FROM specializations") == [(3,)]  # 16, 64, 32 once each
+
+
+def test_past_the_digest_bound_a_writer_looks_records_up_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``_DIGEST_MAX`` records a writer drops its digest map and finds what others stored by
+    ``SELECT … IN`` (as before the watermark): still one record per specialization."""
+    from jitwatch.store import journal as journal_module
+
+    monkeypatch.setattr(journal_module, "_DIGEST_MAX", 3)
+    a, b = Journal(tmp_path), Journal(tmp_path)
+    try:
+        a.write([compile_event(i, 8 << i) for i in range(5)])  # type: ignore[misc]
+        b.write([compile_event(10 + i, 8 << i, rank=1) for i in range(6)])  # type: ignore[misc]
+        assert not b._digests_complete and not b._digest_ids
+        a.write([compile_event(20 + i, 8 << i) for i in range(7)])  # type: ignore[misc]
+        evs = b.events(kind=EventKind.COMPILE, limit=100, newest_first=False)
+    finally:
+        a.close()
+        b.close()
+    assert rows(tmp_path, "SELECT COUNT(*) FROM specializations") == [(7,)]
+    assert [e.attrs["constexprs"]["BLOCK"] for e in evs] == [8 << i for i in (*range(5), *range(6), *range(7))]
+
+
 def test_a_rolled_back_batch_leaves_no_stale_cache(tmp_path: Path) -> None:
     with Journal(tmp_path) as j:
         bad = make_event(EventKind.COMPILE, float("nan"), kernel="k", attrs=spec_attrs(8))
@@ -151,6 +195,20 @@ def test_a_rolled_back_batch_leaves_no_stale_cache(tmp_path: Path) -> None:
         j.write([compile_event(2, 8), bad])  # type: ignore[list-item]
         evs = j.events(kind=EventKind.COMPILE, limit=10)
     assert len(evs) == 2 and all(e.attrs["constexprs"] == {"BLOCK": 8} for e in evs)
+
+
+def test_a_rolled_back_record_is_not_taken_for_stored(tmp_path: Path) -> None:
+    """The writer's digest watermark (``Journal._stored_digests``) learns the records it inserts; a
+    batch rolled back after inserting one must not leave its id behind as if stored."""
+    with Journal(tmp_path) as j:
+        j._conn.execute("CREATE TRIGGER boom BEFORE INSERT ON compile_stats BEGIN SELECT RAISE(ABORT, 'x'); END")
+        with pytest.raises(sqlite3.IntegrityError):
+            j.write([compile_event(0, 8)])  # type: ignore[list-item]
+        j._conn.execute("DROP TRIGGER boom")
+        j.write([compile_event(1, 8)])  # type: ignore[list-item]
+        evs = j.events(kind=EventKind.COMPILE, limit=10)
+    assert [(e.key, e.attrs) for e in evs] == [(compile_event(1, 8).key, spec_attrs(8))]  # type: ignore[attr-defined]
+    assert rows(tmp_path, "SELECT COUNT(*) FROM events WHERE spec_id IN (SELECT id FROM specializations)") == [(1,)]
 
 
 def _variants() -> list[object]:
