@@ -676,6 +676,8 @@ _IN_CHUNK = 256
 """Values per ``IN (…)`` list of the batch lookups (specializations, kernel labels)."""
 _VALUE: dict[Any, str] = {**{k: k.value for k in EventKind}, **{p: p.value for p in Phase}}
 """Enum member → its ``.value`` (one dict lookup instead of the enum's descriptor)."""
+_PHASE_LITERAL: dict[Phase, str] = {p: p.value for p in Phase if p.value.isidentifier()}
+"""A phase's value as it may appear in SQL text (identifiers only: no quote can reach a query)."""
 _EVENT_COLUMNS = (
     "ts, start_ts, duration_s, kind, rank, pid, host, phase, backend, kernel, key, cache_hit, attrs, spec_id"
 )
@@ -2183,8 +2185,9 @@ class Journal:
             where.append(f"kind IN ({','.join('?' * len(kinds))})")
             args.extend(k.value for k in kinds)
         if phase is not None:
-            where.append("phase = ?")
-            args.append(as_member(Phase, phase, "phase").value)
+            # a literal (one of Phase's fixed values, never the caller's text): SQLite uses the
+            # partial index events_serving (revision 6) only when the query names its phase
+            where.append(f"phase = '{_PHASE_LITERAL[as_member(Phase, phase, 'phase')]}'")
         if kernel is not None:
             where.append("kernel = ?")
             args.append(kernel)

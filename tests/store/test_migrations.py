@@ -13,7 +13,10 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
@@ -371,14 +374,14 @@ def test_a_revision_4_journal_drops_events_kernel_and_reads_the_same(tmp_path: P
     with Journal(tmp_path) as j:
         assert j.schema.revision == migrations.REVISION >= 5
         j.write([make_event(EventKind.COMPILE, T0 + 100, phase=Phase.SERVING, kernel="k2", key="new", duration_s=1)])
-    assert _indexes(tmp_path) == {"events_ts", "events_phase_kind"}
+    assert _indexes(tmp_path) == {"events_ts", "events_serving"}
     with Journal(tmp_path, readonly=True) as j:
         assert [e.model_dump() for e in j.events(kernel="k1", limit=5)] == before
         assert [e.key for e in j.events(kernel="k2", limit=2)] == ["new", "key29"]
         assert len(j.events(kernel="k0", limit=100, newest_first=False)) == 10
     cookie = _schema_version(tmp_path)
     Journal(tmp_path).close()  # opening again changes nothing (a sidecar rebuilds on a schema change)
-    assert _indexes(tmp_path) == {"events_ts", "events_phase_kind"} and _schema_version(tmp_path) == cookie
+    assert _indexes(tmp_path) == {"events_ts", "events_serving"} and _schema_version(tmp_path) == cookie
 
 
 def test_an_older_writer_recreates_events_kernel_and_a_new_one_drops_it_again(tmp_path: Path) -> None:
@@ -389,9 +392,116 @@ def test_an_older_writer_recreates_events_kernel_and_a_new_one_drops_it_again(tm
     E, K, P = old_events.Event, old_events.EventKind, old_events.Phase
     with old_journal.Journal(tmp_path) as old:
         old.write([E(kind=K.COMPILE, ts=T0, rank=3, pid=7, host="h", phase=P.WARMUP, kernel="old_k", key="o")])
-    assert "events_kernel" in _indexes(tmp_path)
+    assert {"events_kernel", "events_phase_kind"} <= _indexes(tmp_path)
     with Journal(tmp_path) as j:
         assert j.schema.revision == migrations.REVISION
-    assert "events_kernel" not in _indexes(tmp_path)
+    assert _indexes(tmp_path) == {"events_ts", "events_serving"}
     with Journal(tmp_path, readonly=True) as j:
         assert [(e.kernel, e.key, e.rank) for e in j.events(kernel="old_k")] == [("old_k", "o", 3)]
+
+
+def _revision_5_journal(directory: Path, phases: list[str]) -> None:
+    """A journal exactly as revision 5 left it, with one compile event per entry of ``phases``."""
+    con = sqlite3.connect(directory / JOURNAL_FILE, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    script = migrations.BASE_SCHEMA + "".join(m.sql for m in migrations.MIGRATIONS if m.revision <= 5)
+    for statement in migrations._statements(script):
+        if not statement.startswith("CREATE INDEX IF NOT EXISTS events_kernel "):
+            con.execute(statement)
+    meta = {"schema_version": "1", "revision": "5", "min_reader": "4", "min_writer": "1", "written_by": "0.3.0"}
+    con.executemany("INSERT INTO meta(k, v) VALUES (?, ?)", list(meta.items()))
+    now = time.time()
+    for i, phase in enumerate(phases):
+        con.execute(
+            "INSERT INTO events(ts, start_ts, duration_s, kind, rank, pid, host, phase, backend, kernel, key,"
+            " cache_hit, attrs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (now - 100 + i, None, 0.01, "compile", 0, 1, "h", phase, "triton", f"k{i % 3}", f"key{i}", 0, "{}"),
+        )
+    con.close()
+
+
+def _plans(directory: Path, read: Callable[[Journal], object]) -> list[str]:
+    """What SQLite does for every ``SELECT … LIMIT`` that ``read`` runs on a reader (``EXPLAIN QUERY
+    PLAN`` of the statement as prepared, parameters bound as they were: a partial index serves only
+    a query whose own text implies its ``WHERE``)."""
+
+    class Recording:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn, self.calls = conn, []
+
+        def execute(self, sql: str, args: Any = ()) -> sqlite3.Cursor:
+            self.calls.append((sql, args))
+            return self.conn.execute(sql, args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.conn, name)
+
+    with Journal(directory, readonly=True) as j:
+        conn = j._conn
+        recording = Recording(conn)
+        j._conn = recording  # type: ignore[assignment]
+        try:
+            read(j)
+        finally:
+            j._conn = conn
+        return [
+            str(r[3])
+            for sql, args in recording.calls
+            if sql.startswith("SELECT") and "LIMIT" in sql
+            for r in conn.execute("EXPLAIN QUERY PLAN " + sql, args)
+        ]
+
+
+def test_a_revision_5_journal_gets_the_serving_index_and_lists_serving_compiles_by_it(tmp_path: Path) -> None:
+    """Revision 6 replaces ``events_phase_kind`` by ``events_serving`` (a partial index of the
+    serving events' kind) in place; the serving compiles read the same, through the new index, and
+    other phases' reads the same too (a scan, newest first)."""
+    phases = ["warmup"] * 40 + ["serving", "warmup", "serving", "startup"] * 5
+    _revision_5_journal(tmp_path, phases)
+    assert _indexes(tmp_path) == {"events_ts", "events_phase_kind"}
+
+    def reads(j: Journal) -> list[object]:
+        return [
+            [e.model_dump() for e in j.events(kind=EventKind.COMPILE, phase=p, limit=7)]
+            for p in (Phase.SERVING, Phase.WARMUP, Phase.STARTUP)
+        ]
+
+    with Journal(tmp_path, readonly=True) as j:
+        before = reads(j)
+    with Journal(tmp_path) as j:
+        assert j.schema.revision == migrations.REVISION >= 6
+    assert _indexes(tmp_path) == {"events_ts", "events_serving"}
+    with Journal(tmp_path, readonly=True) as j:
+        after = reads(j)
+    assert after == before and [len(x) for x in after] == [7, 7, 5]  # type: ignore[arg-type]
+    plans = _plans(tmp_path, lambda j: j.events(kind=EventKind.COMPILE, phase=Phase.SERVING, limit=7))
+    assert any("USING INDEX events_serving" in p for p in plans), plans
+    assert not any("TEMP B-TREE" in p for p in plans), plans  # newest first straight from the index
+
+
+def test_a_revision_5_reader_still_reads_serving_compiles_of_a_revision_6_journal(tmp_path: Path) -> None:
+    """A sidecar of revisions 4-5 binds the phase as a parameter (``phase = ?``) where this code
+    names it as a literal; the answer is the same (SQLite plans a bound value too, so it may take
+    the partial index either way)."""
+    with Journal(tmp_path) as j:
+        now = time.time()
+        j.write(
+            [
+                make_event(EventKind.COMPILE, now + i, phase=Phase.SERVING if i % 4 == 0 else Phase.WARMUP, key=f"{i}")
+                for i in range(40)
+            ]
+        )
+    con = sqlite3.connect(f"file:{tmp_path / JOURNAL_FILE}?mode=ro", uri=True)
+    try:
+        old_style = [
+            r[0]
+            for r in con.execute(
+                "SELECT key FROM events WHERE kind IN (?) AND phase = ? ORDER BY events.id DESC LIMIT ?",
+                ("compile", "serving", 5),
+            )
+        ]
+    finally:
+        con.close()
+    with Journal(tmp_path, readonly=True) as j:
+        assert [e.key for e in j.events(kind=EventKind.COMPILE, phase=Phase.SERVING, limit=5)] == old_style
+    assert old_style == ["36", "32", "28", "24", "20"]
