@@ -2,14 +2,14 @@
 
 A serving-phase compile happened because its key differs from every key of the same kernel the
 process compiled before serving. jitwatch states that difference in the compiler's own terms:
-per argument (``n_cols: i32 %16 → ==1 (value 1)``), per launch option (``num_warps: 4 → 8``),
+per argument (``n_cols: i32 %16 → ==1``), per launch option (``num_warps: 4 → 8``),
 ``never warmed`` (nothing of this kernel compiled before serving) or ``new combination`` (each
 argument class was warmed, never together). The core computes it on the journal writer's thread
 (:class:`jitwatch.core.diagnosis.Diagnoser`), never on the compiling thread.
 
 A backend that can read its own keys offers ``explain(new, baseline)`` (see :class:`Explainer`),
 and may offer ``describe_key(key, attrs)``: the specialization a key stands for, in its own words,
-for the worker's warning line (Triton: ``x_ptr: *fp32 aligned, n: i32 %16, BLOCK: constexpr 64``, in
+for the worker's warning line (Triton: ``x_ptr: *fp32 aligned16, n: i32 %16, BLOCK: constexpr 64``, in
 place of its raw key):
 ``new`` is the serving compile, ``baseline`` the compiles of the same kernel before serving, each
 as a :class:`Seen` (key + the event's ``attrs``). A backend some of whose keys have no argument
@@ -58,7 +58,7 @@ class Change:
         name: the argument (``n_cols``) or launch option (``num_warps``).
         kind: ``argument`` or ``option``.
         before: its class in the nearest earlier key, in the compiler's words (``i32 %16``).
-        after: its class now (``==1 (value 1)``).
+        after: its class now (``==1``).
         fix: what removes this compile (``do_not_specialize=["n_cols"]``, warm this value, …).
         warmed_elsewhere: the new class was compiled before serving, in another key.
     """
@@ -73,7 +73,7 @@ class Change:
     @property
     def text(self) -> str:
         """``name: before → after``, with a shared prefix of the two sides said once
-        (``x_ptr: *fp32 aligned → unaligned``)."""
+        (``x_ptr: *fp32 aligned16 → unaligned``)."""
         b, a = self.before, self.after
         pb, _, rb = b.partition(" ")
         pa, _, ra = a.partition(" ")

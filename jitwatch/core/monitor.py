@@ -249,7 +249,7 @@ def _compile_event(item: tuple[Any, ...]) -> Event:
 def _key_shown(diagnoser: Diagnoser | None, event: Event, journal_dir: Path, command: str) -> str:
     """The warning line's end for ``event``'s key (writer thread): the specialization it stands
     for, in its backend's words (:meth:`Diagnoser.describe_key`), and the command that prints the
-    full key, ``; specialization x_ptr: *fp32 aligned, … (the full key: `jitwatch why --journal-dir
+    full key, ``; specialization x_ptr: *fp32 aligned16, … (the full key: `jitwatch why --journal-dir
     <dir> --json`)``, run as ``command``; else the key itself (at most 2,000 characters), ``; key <key>``."""
     described = diagnoser.describe_key(event) if diagnoser is not None else None
     if described is None:

@@ -10,15 +10,18 @@ argument              classes (label)
 pointer (tensor)      per element type: ``*fp32:aligned16`` (``data_ptr() % 16 == 0``),
                       ``*fp32:unaligned``; ``*fp32:any`` under ``do_not_specialize`` /
                       ``do_not_specialize_on_alignment``
-int (not constexpr)   ``i32:==1`` (folded to a constant), ``i32:%16`` (0 included),
+int (not constexpr)   ``==1`` (folded to a constant), ``i32:%16`` (0 included),
                       ``i32:other``, and by range ``i64:%16`` / ``i64:other`` (≥ 2^31 or
                       < -2^31; ``u64`` ≥ 2^63 when seen). ``do_not_specialize``: ``i32:any``,
-                      ``i64:any``; ``do_not_specialize_on_alignment``: ``i32:==1``,
+                      ``i64:any``; ``do_not_specialize_on_alignment``: ``==1``,
                       ``i32:any``, ``i64:any``
 float / bool          ``fp32`` / ``u1``: one class (never value-specialized)
 constexpr             one class per value: ``=64``, ``=True``, ``=None``
 options               ``[num_warps]=4``…, listed only when more than one value was seen
 ===================== ==================================================================
+
+The class names are :mod:`jitwatch.backends.triton.classes`'s, the ones ``jitwatch why`` and the
+warning line use (``i32:any`` here, ``i32 any`` there).
 
 Pointer element types and constexpr values are open sets: the classes enumerated are the ones
 seen in the journal (or declared by the kernel's annotations). Coverage is per argument
@@ -76,6 +79,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, computed_field
 
 from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key, runnable_fixes
+from jitwatch.backends.triton import classes as _classes
 from jitwatch.backends.triton.explain import by_exact_key, exact_key_fixes
 from jitwatch.backends.triton.explain import explain as explain_key
 from jitwatch.backends.triton.keys import parse_key
@@ -166,11 +170,7 @@ def _value_label(value: Any) -> str:
 
 
 def _int_type(v: int) -> str:
-    if -(2**31) <= v < 2**31:
-        return "i32"
-    if -(2**63) <= v < 2**63:
-        return "i64"
-    return "u64"
+    return _classes.int_type(v)
 
 
 def classify(info: ArgInfo, value: Any) -> str:
@@ -178,27 +178,29 @@ def classify(info: ArgInfo, value: Any) -> str:
 
     Tensors are anything with ``data_ptr()`` and a torch ``dtype``; ``bool`` before ``int``
     (Python's ``True`` is an int but Triton types it ``u1``); ``None`` is always a constexpr.
+    Labels are :func:`jitwatch.backends.triton.classes.label` of the class the key entry of
+    ``value`` has (the names ``jitwatch why`` uses).
     """
     if info.kind == "constexpr" or value is None:
         return _value_label(value)
     if isinstance(value, bool):
-        return "u1"
+        return _classes.BOOL
     if isinstance(value, int):
         t = info.fixed_type or _int_type(value)
         if not info.specialize:
-            return f"{t}:any"
+            return _classes.label(t, _classes.ANY)
         if value == 1 and info.fixed_type is None:
-            return "i32:==1"
+            return _classes.label(None, _classes.ONE)
         if not info.align:
-            return f"{t}:any"
-        return f"{t}:%16" if value % 16 == 0 else f"{t}:other"
+            return _classes.label(t, _classes.ANY)
+        return _classes.label(t, _classes.DIVISIBLE if value % 16 == 0 else _classes.OTHER)
     if isinstance(value, float):
         return info.fixed_type or "fp32"
     if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
-        d = _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."), str(value.dtype))
+        d = "*" + _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."), str(value.dtype))
         if not (info.specialize and info.align):
-            return f"*{d}:any"
-        return f"*{d}:aligned16" if value.data_ptr() % 16 == 0 else f"*{d}:unaligned"
+            return _classes.label(d, _classes.ANY)
+        return _classes.label(d, _classes.ALIGNED if value.data_ptr() % 16 == 0 else _classes.UNALIGNED)
     return f"<{type(value).__name__}>"
 
 
@@ -213,27 +215,18 @@ def classify_call(fn: Any, *args: Any, **kwargs: Any) -> dict[str, str]:
 
 
 def _label_from_key(info: ArgInfo, entry: tuple[Any, ...]) -> str | None:
+    """The label of one key entry: :func:`jitwatch.backends.triton.classes.class_of`, the class
+    ``jitwatch why`` names, written as coverage labels it (``i32:any``, ``==1``, ``=64``)."""
     if len(entry) < 2:
         return None
     ty, spec = entry[0], entry[1]
-    if ty == "constexpr":
-        if info.kind == "int":
-            return "i32:==1" if spec == 1 else _value_label(spec)
+    if ty == "constexpr" and not (info.kind == "int" and _classes.is_folded_one((ty, spec), True)):
         return _value_label(spec)
     if not isinstance(ty, str):
         return None
     if ty.startswith("*"):
-        d = ty.lstrip("*k")
-        if spec == "D":
-            return f"*{d}:aligned16"
-        if spec is None or not info.align:
-            return f"*{d}:any"
-        return f"*{d}:unaligned"
-    if ty in INT_TYPES:
-        if spec is None or (spec == "" and not info.align):
-            return f"{ty}:any"
-        return f"{ty}:%16" if spec == "D" else f"{ty}:other"
-    return ty
+        ty = "*" + ty.lstrip("*k")  # a const pointer (*k) is labelled by its element type
+    return _classes.label(*_classes.class_of((ty, spec), int_arg=info.kind == "int", align=info.align))
 
 
 def _infer(info: ArgInfo, observed: Iterable[tuple[Any, ...]]) -> None:
@@ -263,26 +256,31 @@ def _infer(info: ArgInfo, observed: Iterable[tuple[Any, ...]]) -> None:
 
 def enumerate_classes(info: ArgInfo, widths: Sequence[str] = DEFAULT_INT_WIDTHS) -> list[str]:
     """Every class Triton distinguishes for ``info`` (pointer dtypes: those known/observed)."""
+    label = _classes.label
     if info.kind == "pointer":
         out: list[str] = []
         for d in sorted(info.dtypes):
-            out += [f"*{d}:aligned16", f"*{d}:unaligned"] if info.specialize and info.align else [f"*{d}:any"]
+            ptr = f"*{d}"
+            if info.specialize and info.align:
+                out += [label(ptr, _classes.ALIGNED), label(ptr, _classes.UNALIGNED)]
+            else:
+                out.append(label(ptr, _classes.ANY))
         return out
     if info.kind == "int":
         types = [info.fixed_type] if info.fixed_type else list(dict.fromkeys([*widths, *sorted(info.int_types)]))
         out = []
         if info.specialize and info.fixed_type is None:
-            out.append("i32:==1")
+            out.append(label(None, _classes.ONE))
         for t in types:
             if info.specialize and info.align:
-                out += [f"{t}:%16", f"{t}:other"]
+                out += [label(t, _classes.DIVISIBLE), label(t, _classes.OTHER)]
             else:
-                out.append(f"{t}:any")
+                out.append(label(t, _classes.ANY))
         return out
     if info.kind == "float":
         return [info.fixed_type or "fp32"]
     if info.kind == "bool":
-        return ["u1"]
+        return [_classes.BOOL]
     return []
 
 

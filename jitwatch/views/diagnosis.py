@@ -33,7 +33,7 @@ class ReasonChange(BaseModel):
     name: str = Field(description="Argument (n_cols) or launch option (num_warps).")
     kind: str = Field(description="argument / option.")
     before: str = Field(description="Its class in the nearest earlier key, e.g. 'i32 %16'.")
-    after: str = Field(description="Its class in this compile's key, e.g. '==1 (value 1)'.")
+    after: str = Field(description="Its class in this compile's key, e.g. '==1'.")
     fix: str = ""
     warmed_elsewhere: bool = Field(default=False, description="The new class was warmed in another key.")
 
@@ -62,7 +62,7 @@ class CompileReason(BaseModel):
         default=None,
         description="Source file:line of the compiled function (torch.compile), the home directory as ~.",
     )
-    reason: str = Field(description="One line: 'n_cols: i32 %16 → ==1 (value 1)', 'never warmed (…)', …")
+    reason: str = Field(description="One line: 'n_cols: i32 %16 → ==1', 'never warmed (…)', …")
     reason_kind: str = Field(description="argument / option / never_warmed / new_combination / compiler / unknown.")
     changes: list[ReasonChange] = Field(default_factory=list)
     fixes: list[str] = Field(default_factory=list, description="What removes this compile, one line each.")

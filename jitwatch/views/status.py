@@ -172,7 +172,7 @@ class ServingCompile(BaseModel):
     request: str | None = Field(default=None, description="That request's name (e.g. vLLM request ids), if any.")
     reason: str | None = Field(
         default=None,
-        description="Why it compiled: 'n_cols: i32 %16 → ==1 (value 1)', 'never warmed (…)', …; for torch.compile "
+        description="Why it compiled: 'n_cols: i32 %16 → ==1', 'never warmed (…)', …; for torch.compile "
         "Dynamo's guard failure verbatim (\"0/0: tensor 'x' size mismatch at index 0. expected 8, actual 1\").",
     )
     reason_kind: str | None = Field(

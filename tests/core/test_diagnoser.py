@@ -404,7 +404,7 @@ def test_describe_key_is_the_backend_s_words_or_none_and_never_raises() -> None:
     key = "[('*fp16', 'D'), ('i32', ''), ('constexpr', 1)]{'debug': False, 'num_warps': 8}"
     sig = {"x_ptr": "*fp16", "n": "i32", "m": "i32"}
     assert d.describe_key(_compile(Phase.SERVING, "k", key, signature=sig)) == (
-        "x_ptr: *fp16 aligned, n: i32 other, m: ==1 (value 1), num_warps=8"
+        "x_ptr: *fp16 aligned16, n: i32 other, m: ==1, num_warps=8"
     )
     assert d.describe_key(_compile(Phase.SERVING, "k", "9f8e7d" * 10, source="compilation_listener")) is None
     for backend in ("bare", "raising", "odd", "nosuch"):

@@ -100,7 +100,7 @@ def test_class_labels() -> None:
     x = torch.zeros(64)
     assert classify(ptr, x) == "*fp32:aligned16" and classify(ptr, x[1:]) == "*fp32:unaligned"
     assert [classify(i, v) for v in (1, 0, 17, 2**31, 2**31 + 1, 2**63)] == [
-        "i32:==1",
+        "==1",
         "i32:%16",
         "i32:other",
         "i64:%16",
@@ -108,9 +108,9 @@ def test_class_labels() -> None:
         "u64:%16",
     ]
     assert classify(ArgInfo("n", "int", specialize=False, align=False), 1) == "i32:any"
-    assert classify(ArgInfo("n", "int", align=False), 1) == "i32:==1"
+    assert classify(ArgInfo("n", "int", align=False), 1) == "==1"
     assert classify(ArgInfo("B", "constexpr"), 64) == "=64"
-    assert enumerate_classes(i) == ["i32:==1", "i32:%16", "i32:other", "i64:%16", "i64:other"]
+    assert enumerate_classes(i) == ["==1", "i32:%16", "i32:other", "i64:%16", "i64:other"]
     assert enumerate_classes(ArgInfo("m", "int", specialize=False, align=False)) == ["i32:any", "i64:any"]
 
 
@@ -130,8 +130,8 @@ def test_coverage_from_journal(harness: MonitorHarness) -> None:
     k = report.by_kernel()["slot_mapping"]
     args = {a.name: a for a in k.arguments}
     assert args["num_tokens"].covered == ["i32:%16"]
-    assert args["num_tokens"].serving_only == ["i32:==1", "i32:other"]
-    assert args["block_table_stride"].serving_only == ["i32:==1"]
+    assert args["num_tokens"].serving_only == ["==1", "i32:other"]
+    assert args["block_table_stride"].serving_only == ["==1"]
     assert args["pos_ptr"].classes == ["*i64:aligned16", "*i64:unaligned"]
     assert args["BLOCK"].classes == ["=128"] and args["BLOCK"].covered == ["=128"]
     assert (k.warmup_keys, k.serving_keys) == (1, 3)

@@ -42,10 +42,10 @@ def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 EXPECTED = [  # newest first
-    "dst_ptr: *fp32 aligned → unaligned",
-    "block_table_stride: i32 %16 → ==1 (value 1)",
+    "dst_ptr: *fp32 aligned16 → unaligned",
+    "block_table_stride: i32 %16 → ==1",
     "num_tokens: i32 %16 → other",
-    "num_tokens: i32 %16 → ==1 (value 1)",
+    "num_tokens: i32 %16 → ==1",
 ]
 
 
@@ -57,7 +57,7 @@ def test_serving_reasons_newest_first(journal: Path) -> None:
     assert reasons[0].changes[0].model_dump() == {
         "name": "dst_ptr",
         "kind": "argument",
-        "before": "*fp32 aligned",
+        "before": "*fp32 aligned16",
         "after": "*fp32 unaligned",
         "fix": reasons[0].fixes[0],
         "warmed_elsewhere": False,

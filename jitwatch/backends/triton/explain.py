@@ -4,20 +4,21 @@ Triton 3.x (``JITFunction.run`` → ``native_specialize_impl``) compiles one bin
 is one ``(type, spec)`` per argument plus the compile options (see :mod:`.keys`). Read in the
 field's terms:
 
-==================== ============================= =================================================
-argument              classes (as written here)     what removes the recompile
-==================== ============================= =================================================
-int (not constexpr)   ``i32 ==1 (value 1)`` (folded ``do_not_specialize=["n"]`` (no ==1 folding, no %16);
-                      to a constant), ``i32 %16``,  the int's type (``i32``/``i64``) stays in the key
-                      ``i32 other``, ``i64 …``      even then: warm a value ≥ 2^31 if serving meets one
-pointer               ``*fp32 aligned`` (16 B),     ``do_not_specialize_on_alignment=["x_ptr"]``
-                      ``*fp32 unaligned``           (Triton ≥ 3.2), or warm an offset view
-dtype                 ``*fp32`` → ``*bf16``         warm that dtype (a manifest records it)
-constexpr             ``constexpr 128``             warm that value (every one compiles once)
-launch option         ``num_warps: 4 → 8``          warm that option (autotune configs included)
-==================== ============================= =================================================
+* int (not constexpr): ``==1`` (an int passed as 1, folded into a constant), ``i32 %16``, ``i32
+  other``, ``i64 …``, ``i32 any`` (``do_not_specialize``) → ``do_not_specialize=["n"]`` (no ==1
+  folding, no %16), or warm that class; the int's *type* (``i32``/``i64``) stays in the key even
+  under ``do_not_specialize``, so a type change (``i64 %16 → ==1``: 1 is an i32) needs a value of
+  the new type warmed either way;
+* bool passed to an int parameter (``i32 other → u1``): warm it with a bool (``u1`` is its own
+  type; ``do_not_specialize`` does not merge it with the ints);
+* pointer: ``*fp32 aligned16`` (16 B), ``*fp32 unaligned`` → ``do_not_specialize_on_alignment=["x_ptr"]``
+  (Triton ≥ 3.2), or warm an offset view;
+* dtype: ``*fp32 → *bf16`` → warm that dtype (a manifest records it);
+* constexpr: ``constexpr 128`` → warm that value (every one compiles once);
+* launch option: ``num_warps: 4 → 8`` → warm that option (autotune configs included).
 
-An argument that is an int in one key and ``('constexpr', 1)`` in another is an int folded to 1,
+The class names come from :mod:`.classes`, which coverage reads too (``i32 any`` here is
+``i32:any`` there). An argument that is an int in one key and ``('constexpr', 1)`` in another is an int folded to 1,
 not a constexpr. Pure functions of the key text and the event's ``attrs`` (``signature``,
 ``options``); nothing is imported, nothing evaluated (``ast.literal_eval`` only).
 
@@ -35,9 +36,10 @@ from typing import Any
 
 from jitwatch.backends import explain as _neutral
 from jitwatch.backends.explain import Change, ExactKeyFixes, Reason, Seen, from_changes, never_warmed
+from jitwatch.backends.triton import classes as _classes
 from jitwatch.backends.triton.keys import parse_key, parse_key_options
 
-INT_TYPES = frozenset(("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"))
+INT_TYPES = _classes.INT_TYPES
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 """Options that callers and autotune configs set per launch; listed first in a reason."""
 _IGNORED_OPTIONS = frozenset(("debug", "instrumentation_mode", "fpsan_homomorphic_casts", "sanitize_overflow"))
@@ -103,13 +105,13 @@ a longer key is not described: the warning line then shows the key, cut."""
 def describe_key(key: str | None, attrs: Mapping[str, Any]) -> str | None:
     """Triton's answer to :meth:`jitwatch.backends.explain.Explainer.describe_key`: the
     specialization ``key`` stands for, each argument named (from ``attrs["signature"]``) with its
-    class in ``jitwatch why``'s words (``x_ptr: *fp32 aligned``, ``n: i32 %16``, ``n: ==1 (value
-    1)`` — an integer passed as 1, told from a declared constexpr by ``attrs["declared_constexprs"]``
-    —, ``n: i32 (not specialized)``, ``BLOCK: constexpr 64``), then the launch options the key
-    carries (``num_warps=8``; not Triton's debug and instrumentation options), comma-separated, at
-    most :data:`DESCRIPTION_MAX_CHARS` characters. ``None`` for a key that is not a Triton
-    specialization key (a listener-only compile's cache hash) or one longer than
-    :data:`DESCRIBED_KEY_MAX_CHARS`. Text only (``ast.literal_eval``); never raises."""
+    class in ``jitwatch why``'s words (:mod:`.classes`: ``x_ptr: *fp32 aligned16``, ``n: i32 %16``,
+    ``n: ==1`` — an integer passed as 1, told from a declared constexpr by
+    ``attrs["declared_constexprs"]`` —, ``n: i32 any`` (``do_not_specialize``), ``BLOCK: constexpr
+    64``), then the launch options the key carries (``num_warps=8``; not Triton's debug and
+    instrumentation options), comma-separated, at most :data:`DESCRIPTION_MAX_CHARS` characters.
+    ``None`` for a key that is not a Triton specialization key (a listener-only compile's cache
+    hash) or one longer than :data:`DESCRIBED_KEY_MAX_CHARS`. Text only (``ast.literal_eval``); never raises."""
     if not key or len(key) > DESCRIBED_KEY_MAX_CHARS:
         return None
     try:
@@ -118,9 +120,7 @@ def describe_key(key: str | None, attrs: Mapping[str, Any]) -> str | None:
             return None
         sig = attrs.get("signature")
         types = sig if isinstance(sig, Mapping) else {}
-        declared = attrs.get("declared_constexprs")
-        # names from the signature only: without it the arguments are arg0, arg1, … (_facts)
-        declared = set(map(str, declared)) if isinstance(declared, list) and types else None
+        declared = _declared(attrs)
         parts = [
             f"{name}: {_describe(entry, _is_int(types.get(name)) or _passed_as_one(name, entry, declared))}"
             for name, entry in facts.args.items()
@@ -176,44 +176,89 @@ def _passed_as_one(name: str, entry: tuple[Any, Any], declared: set[str] | None)
     specialization looks like a constexpr there) of a parameter the kernel does not declare
     ``tl.constexpr`` (``attrs["declared_constexprs"]``; unknown for events written before it, and
     for attrs without a ``signature``, whose arguments have no names to look up)."""
-    return declared is not None and name not in declared and entry[0] == "constexpr" and entry[1] == 1
+    return declared is not None and name not in declared and _classes.is_folded_one(entry, True)
+
+
+def _declared(attrs: Mapping[str, Any]) -> set[str] | None:
+    """The parameters the kernel declares ``tl.constexpr`` (``attrs["declared_constexprs"]``),
+    ``None`` when unknown (see :func:`_passed_as_one`)."""
+    declared = attrs.get("declared_constexprs")
+    sig = attrs.get("signature")
+    # names from the signature only: without it the arguments are arg0, arg1, … (_facts)
+    return set(map(str, declared)) if isinstance(declared, list) and isinstance(sig, Mapping) and sig else None
 
 
 def _is_int(ty: Any) -> bool:
-    return isinstance(ty, str) and ty in INT_TYPES
+    return _classes.is_int_type(ty)
 
 
 def _describe(entry: tuple[Any, Any], int_arg: bool) -> str:
-    ty, spec = entry
-    if ty == "constexpr":
-        if int_arg and spec == 1 and not isinstance(spec, bool):
-            return "==1 (value 1)"
-        return f"constexpr {spec!r}"
-    if not isinstance(ty, str):
-        return repr(entry)
-    if ty.startswith("*"):
-        return f"{ty} aligned" if spec == "D" else f"{ty} unaligned" if spec == "" else ty
-    if ty in INT_TYPES:
-        return f"{ty} %16" if spec == "D" else f"{ty} other" if spec == "" else f"{ty} (not specialized)"
-    return ty
+    """One argument's class in the reason's words (:func:`jitwatch.backends.triton.classes.words`:
+    the same class names as coverage's labels)."""
+    return _classes.words(*_classes.class_of(entry, int_arg=int_arg))
 
 
 def _int_example(name: str, entry: tuple[Any, Any]) -> str:
-    ty, spec = entry
-    if ty == "constexpr":
+    """A value of ``entry``'s class to warm ``name`` with: ``name=1``, ``name = a multiple of
+    16``, ``name = an i64 value (value ≥ 2^31 or < -2^31) that is a multiple of 16``, …"""
+    ty, cls = _classes.class_of(entry, int_arg=True)
+    if cls == _classes.ONE:
         return f"{name}=1"
-    if spec == "D":
-        return f"{name} = a multiple of 16"
-    return f"{name} = a value neither 1 nor a multiple of 16"
+    if ty == "i32":
+        if cls == _classes.DIVISIBLE:
+            return f"{name} = a multiple of 16"
+        if cls == _classes.OTHER:
+            return f"{name} = a value neither 1 nor a multiple of 16"
+        return f"{name} = any i32 value ({_classes.INT_RANGES['i32']})"
+    rng = f" ({_classes.INT_RANGES[ty]})" if ty in _classes.INT_RANGES else ""
+    if cls == _classes.DIVISIBLE:
+        return f"{name} = {_a(ty)} {ty} value{rng} that is a multiple of 16"
+    if cls == _classes.OTHER:
+        return f"{name} = {_a(ty)} {ty} value{rng} that is not a multiple of 16"
+    return f"{name} = any {ty} value{rng}"
+
+
+def _a(ty: Any) -> str:
+    """The article before a type's name: ``an i64``, ``a u64``."""
+    return "an" if str(ty)[:1] in "aeiou" else "a"
+
+
+def _int_fix(name: str, before: tuple[Any, Any], after: tuple[Any, Any]) -> str:
+    """The fix of an int argument whose class moved from ``before`` to ``after`` (checked against
+    Triton 3.6 and 3.9's keys, ``native_specialize_impl``): ``do_not_specialize`` makes every
+    value of one int type one key, but the type (``i32``/``i64``/``u64``; a bool's ``u1``) stays
+    in the key, so a change of type needs a value of the new type warmed either way."""
+    bt, at = _classes.served_type(before, True), _classes.served_type(after, True)
+    if at == _classes.BOOL:
+        return (
+            f"warm {name} with a bool too (True or False): Triton types a bool u1, apart from every int "
+            "(one key for both values; do_not_specialize does not merge it with the ints)"
+        )
+    if bt == _classes.BOOL:
+        return (
+            f"warm {name} with an int too ({_int_example(name, after)}): Triton types an int i32/i64, "
+            "apart from the bool (u1) warmup passed"
+        )
+    dns = f'do_not_specialize=["{name}"] in @triton.jit'
+    if bt != at and _is_int(bt) and _is_int(at):
+        if after[1] is None:  # already under do_not_specialize: only the type is left
+            return f"warm {name} with a value of type {at} (the int's type is in the key even under do_not_specialize)"
+        if _classes.is_folded_one(after, True):
+            warm = f"warm {name}=1 (Triton folds 1 into a constant: only 1 itself covers it)"
+        else:
+            warm = f"warm {_int_example(name, after)}"
+        rng = _classes.INT_RANGES.get(str(at), str(at))
+        return (
+            f"{warm}, or {dns} and warm {name} with {_a(at)} {at} value too ({rng}; "
+            f"do_not_specialize keeps the int's type in the key, and warmup passed {_a(bt)} {bt})"
+        )
+    return f"{dns} (one binary for every value), or warm {_int_example(name, after)}"
 
 
 def _arg_fix(name: str, before: tuple[Any, Any], after: tuple[Any, Any], int_arg: bool) -> str:
     bt, at = before[0], after[0]
-    if int_arg:
-        if _is_int(bt) and _is_int(at) and bt != at:
-            return f"warm {name} with a value of type {at} (the int's type is in the key even under do_not_specialize)"
-        warm = _int_example(name, after)
-        return f'do_not_specialize=["{name}"] in @triton.jit (one binary for every value), or warm {warm}'
+    if int_arg or (at == _classes.BOOL and bt != at):
+        return _int_fix(name, before, after)
     if isinstance(at, str) and at.startswith("*"):
         if bt == at:
             return (
@@ -224,6 +269,18 @@ def _arg_fix(name: str, before: tuple[Any, Any], after: tuple[Any, Any], int_arg
     if at == "constexpr":
         return f"warm {name}={after[1]!r} (every constexpr value compiles once: add it to warmup or a manifest)"
     return f"warm {name} as {at}"
+
+
+def _type_changes(new: _Facts, base: _Facts, int_args: set[str]) -> int:
+    """How many int arguments have another type in ``new`` than in ``base`` (1 is an i32, a bool
+    a u1: :func:`jitwatch.backends.triton.classes.served_type`)."""
+    return sum(
+        1
+        for name, entry in new.args.items()
+        if name in int_args
+        and name in base.args
+        and _classes.served_type(entry, True) != _classes.served_type(base.args[name], True)
+    )
 
 
 def _changes(new: _Facts, base: _Facts, int_args: set[str], baseline: Sequence[_Facts]) -> list[Change]:
@@ -269,7 +326,8 @@ def explain(new: Seen, baseline: Sequence[Seen]) -> Reason | None:
     """Why ``new`` compiled, given the same kernel's compiles before serving (``baseline``).
 
     Returns ``never_warmed`` for an empty baseline; otherwise the differences from the nearest
-    baseline key (fewest differing arguments and options; the earliest on a tie), or ``None``
+    baseline key (fewest differing arguments and options, then fewest int arguments of another
+    type; the earliest on a tie), or ``None``
     when ``new``'s key is not a Triton specialization key. Never raises for a well-typed input.
     """
     name = str(new.attrs.get("kernel") or "this kernel")
@@ -282,11 +340,17 @@ def explain(new: Seen, baseline: Sequence[Seen]) -> Reason | None:
     if not base:
         return None
     int_args = {n for f in (facts, *base) for n, (ty, _) in f.args.items() if _is_int(ty)}
+    # an int passed only as 1 (and a bool) in every key: the kernel's declared constexprs tell it apart
+    declared = _declared(new.attrs)
+    int_args |= {n for f in (facts, *base) for n, e in f.args.items() if _passed_as_one(n, e, declared)}
     best: list[Change] | None = None
+    best_rank: tuple[int, int] | None = None
     for b in base:
         changes = _changes(facts, b, int_args, base)
-        if best is None or len(changes) < len(best):
-            best = changes
+        # fewest differences; on a tie, fewest int type changes (the fix then needs no other type)
+        rank = (len(changes), _type_changes(facts, b, int_args))
+        if best_rank is None or rank < best_rank:
+            best, best_rank = changes, rank
     assert best is not None
     combo = ", ".join(f"{c.name}={c.after.removeprefix('constexpr ')}" for c in best)
     return from_changes(

@@ -288,7 +288,7 @@ def test_the_warn_line_shows_the_specialization_not_the_raw_key(
     assert event.key is not None and event.key.startswith("[(") and "num_warps" in event.key
     assert event.key not in line and "[(" not in line and "{'" not in line, line
     assert line.endswith(
-        "; specialization out_ptr: *fp32 aligned, x_ptr: *fp32 aligned, n: i32 other, alpha: fp32, "
+        "; specialization out_ptr: *fp32 aligned16, x_ptr: *fp32 aligned16, n: i32 other, alpha: fp32, "
         "BLOCK: constexpr 64, USE_ALPHA: constexpr True, num_warps=8 "
         f"(the full key: `{local_jitwatch()} why --journal-dir {harness.journal_dir} --json`)"
     ), line
@@ -306,14 +306,14 @@ def test_the_warn_line_tells_an_int_passed_as_1_from_a_constexpr_1(harness: Moni
     specialization), like a parameter declared ``tl.constexpr``: the line read ``n: constexpr 1``,
     which sends the reader to a constexpr that does not exist. The event now carries the kernel's
     declared constexprs (``attrs["declared_constexprs"]``, kept in the specialization record), so
-    ``n`` reads ``==1 (value 1)`` and the declared ``BLOCK`` passed as 1 stays ``constexpr 1``."""
+    ``n`` reads ``==1`` and the declared ``BLOCK`` passed as 1 stays ``constexpr 1``."""
     fresh_kernel_cache(mon_one)
     harness.monitor.activate()
     with caplog.at_level(logging.WARNING, logger="jitwatch.core.monitor"):
         mon_one.warmup(X, 1, BLOCK=1, grid=(1,))
         harness.monitor.flush()
     (line,) = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
-    assert "; specialization x_ptr: *fp32 aligned, n: ==1 (value 1), BLOCK: constexpr 1" in line, line
+    assert "; specialization x_ptr: *fp32 aligned16, n: ==1, BLOCK: constexpr 1" in line, line
     (event,) = harness.compiles(Phase.SERVING)
     assert event.attrs["declared_constexprs"] == ["BLOCK"]
     assert event.attrs["signature"]["n"] == "constexpr"  # Triton's own words, kept
@@ -356,9 +356,9 @@ def test_without_a_signature_no_constexpr_1_is_read_as_an_int(harness: MonitorHa
     (event,) = harness.compiles()
     attrs = {k: v for k, v in event.attrs.items() if k != "signature"}
     assert attrs["declared_constexprs"] == ["BLOCK"]
-    assert describe_key(event.key, attrs) == "arg0: *fp32 aligned, arg1: constexpr 1, arg2: constexpr 1"
+    assert describe_key(event.key, attrs) == "arg0: *fp32 aligned16, arg1: constexpr 1, arg2: constexpr 1"
     described = describe_key(event.key, event.attrs)  # with it: told apart
-    assert described == "x_ptr: *fp32 aligned, n: ==1 (value 1), BLOCK: constexpr 1"
+    assert described == "x_ptr: *fp32 aligned16, n: ==1, BLOCK: constexpr 1"
 
 
 def test_error_mode_raises_records_and_still_chains(tmp_path, triton_cache) -> None:
@@ -571,7 +571,7 @@ def test_the_warn_line_of_a_kernel_with_many_arguments_keeps_its_block_sizes_and
     (line,) = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
     spec = line.split("; specialization ", 1)[1].split(" (the full key: ", 1)[0]
     assert "…" not in spec, line
-    assert spec.startswith("a_ptr: *fp16 aligned, b_ptr: *fp16 aligned"), spec
+    assert spec.startswith("a_ptr: *fp16 aligned16, b_ptr: *fp16 aligned16"), spec
     assert spec.endswith(
         "BLOCK_SIZE_M: constexpr 64, BLOCK_SIZE_N: constexpr 128, BLOCK_SIZE_K: constexpr 32, "
         "GROUP_SIZE_M: constexpr 8, num_warps=8"
