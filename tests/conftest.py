@@ -42,7 +42,11 @@ def _snapshot() -> dict[tuple[str, str], Any]:
 
 @pytest.fixture(autouse=True)
 def _isolated_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Reset the process-wide monitor and check Triton's hook slots are restored after each test."""
+    """Reset the process-wide monitor and check Triton's hook slots are restored after each test.
+    Each test starts with no backend notice logged yet (they are logged once per process)."""
+    from jitwatch.core.monitor import _forget_notices
+
+    _forget_notices()
     for var in ("JITWATCH_RANK", "RANK", "LOCAL_RANK", "JITWATCH_TP_RANK", "JITWATCH_PP_RANK", "JITWATCH_DP_RANK"):
         monkeypatch.delenv(var, raising=False)
     before = _snapshot()

@@ -76,6 +76,33 @@ SWEEP_INTERVAL_S = 0.5
 :meth:`Monitor.sweep_abandoned` (the journal writer's thread calls it every wake-up, 0.1 s)."""
 _ABANDON_WARNED_MAX = 4096
 """(backend, name) pairs whose abandoned compile was logged; past this, the oldest is forgotten."""
+_NOTICES_MAX = 256
+"""Distinct backend notices remembered by :func:`_notice`; past this, every one is logged again."""
+_notices: set[str] = set()
+_notices_lock = threading.Lock()
+
+
+def _notice(text: str) -> None:
+    """Log a backend's ``degraded`` notice (what its library version lacks) at WARNING once per
+    process, later ones at DEBUG: every monitor installed in the process (a re-install, a second
+    :class:`Monitor`) reports the same backend status, and the notice says nothing new the second
+    time. The status itself is still journaled each time (``worker_start``, ``backend_ready``).
+    Never raises."""
+    try:
+        with _notices_lock:
+            first = text not in _notices
+            if first and len(_notices) < _NOTICES_MAX:
+                _notices.add(text)
+        log.log(logging.WARNING if first else logging.DEBUG, "jitwatch: %s", text)
+    except Exception:  # noqa: BLE001 - a log handler's fault must not reach the host
+        pass
+
+
+def _forget_notices() -> None:
+    """Forget which notices :func:`_notice` logged (a test's fresh process)."""
+    with _notices_lock:
+        _notices.clear()
+
 
 _current_request: contextvars.ContextVar[int | None] = contextvars.ContextVar("jitwatch_request", default=None)
 
@@ -443,7 +470,7 @@ class Monitor:
             with self._lock:
                 self.backend_statuses.setdefault(backend.name, status)
             if status.degraded and status.state != "failed":
-                log.warning("jitwatch: %s", status.degraded)
+                _notice(status.degraded)
         if self._tracer_provider is None:
             self._tracer_provider = build_tracer_provider(
                 resource_attributes={"jitwatch.rank": self.identity.rank, "process.pid": self.identity.pid}
@@ -883,7 +910,7 @@ class Monitor:
         with self._lock:
             self.backend_statuses[status.name] = status
         if status.degraded:
-            log.warning("jitwatch: %s", status.degraded)
+            _notice(status.degraded)
         self._emit(EventKind.BACKEND_READY, backend=status.name, attrs=status.as_attrs())
 
     # ------------------------------------------------------------------ internals

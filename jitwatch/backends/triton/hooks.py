@@ -246,16 +246,19 @@ class HookSet:
 
     # ------------------------------------------------------------------ install / uninstall
     def install(self) -> TritonSupport:
-        """Install into every slot this Triton has; logs what is missing (degraded mode). Never raises.
+        """Install into every slot this Triton has. Never raises.
 
-        Returns the :class:`TritonSupport` probed at this moment.
+        Returns the :class:`TritonSupport` probed at this moment; what is missing (degraded mode,
+        ``reason``) is not logged here: it is in the backend's status (``degraded``), which the
+        monitor logs once per process (it was logged here too, so every notice came out twice).
+        A Triton that cannot be imported is logged here (its backend's status is ``failed``, which
+        the monitor does not log).
         """
         if self.active:
             return self.support
         self.support = support = probe_triton()
-        if support.reason:
-            log.warning("jitwatch: %s", support.reason)
         if support.version is None:
+            log.warning("jitwatch: %s", support.reason)
             return support
         try:
             import triton

@@ -495,7 +495,7 @@ def test_missing_knobs_degrade_with_a_log(
 ) -> None:
     fake = _fake_knobs(runtime, compilation, autotuning)
     monkeypatch.setattr(triton, "knobs", fake)
-    with caplog.at_level(logging.WARNING, logger="jitwatch.backends.triton.hooks"):
+    with caplog.at_level(logging.WARNING, logger="jitwatch"):
         with monitored(journal_dir=tmp_path / "j", compile_only=False) as h:
             assert h.triton.hooks.installed_slots() == expected
             assert h.triton.support is not None and h.triton.support.reason
@@ -509,10 +509,71 @@ def test_missing_knobs_degrade_with_a_log(
 def test_no_knobs_at_all(monkeypatch, caplog, tmp_path) -> None:
     """Triton < 3.4 has no ``triton.knobs``: nothing is installed, nothing crashes, a warning says why."""
     monkeypatch.delattr(triton, "knobs")
-    with caplog.at_level(logging.WARNING, logger="jitwatch.backends.triton.hooks"):
+    with caplog.at_level(logging.WARNING, logger="jitwatch"):
         with monitored(journal_dir=tmp_path / "j", compile_only=False) as h:
             assert h.triton.hooks.installed_slots() == []
     assert "no compile is recorded" in caplog.text
+
+
+NO_AUTOTUNING_LISTENER = "no knobs.autotuning.listener (3.8+)"
+
+
+def test_degraded_notice_is_logged_once_per_process(monkeypatch, caplog, tmp_path) -> None:
+    """Triton 3.6 has no ``knobs.autotuning.listener``: its notice came out twice per monitor (the
+    hook set logged it, then the monitor logged the backend's status). Now once per process at
+    WARNING, however many monitors install (later ones at DEBUG); each worker still journals it.
+    Real Triton when it lacks the listener (``.venv-triton36``), else Triton 3.9's knobs without it."""
+    if probe_triton().autotuning_listener:
+        monkeypatch.setattr(triton, "knobs", _fake_knobs(True, True, False))
+    with caplog.at_level(logging.DEBUG, logger="jitwatch"):
+        degraded = []
+        for run in range(3):
+            with monitored(journal_dir=tmp_path / f"j{run}", compile_only=False) as h:
+                degraded.append(h.events(EventKind.WORKER_START)[0].attrs["degraded"])
+    said = [r for r in caplog.records if NO_AUTOTUNING_LISTENER in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG], said
+    assert said[0].name == "jitwatch.core.monitor" and said[0].getMessage() == f"jitwatch: {degraded[0]}"
+    assert all(NO_AUTOTUNING_LISTENER in d for d in degraded)
+
+
+@pytest.mark.skipif(probe_triton().autotuning_listener, reason="this Triton has knobs.autotuning.listener (3.8+)")
+def test_degraded_notice_once_in_a_real_process(tmp_path) -> None:
+    """The same in a fresh interpreter with the default logging set up, as a worker runs it: one
+    ``jitwatch.install()`` and a compile, then a second monitor: the notice is one line on stderr."""
+    import subprocess
+    import sys
+
+    from tests._paths import ROOT
+
+    script = (
+        "import logging, torch, triton, triton.language as tl, jitwatch\n"
+        "from jitwatch.testing import compile_only_driver, monitored\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "@triton.jit\n"
+        "def k(x_ptr, n, B: tl.constexpr):\n"
+        "    o = tl.arange(0, B)\n"
+        "    tl.store(x_ptr + o, 1.0, mask=o < n)\n"
+        "with compile_only_driver():\n"
+        "    jitwatch.install()\n"
+        "    k.warmup(torch.zeros(16), 16, B=16, grid=(1,))\n"
+        "    jitwatch.uninstall()\n"
+        f"with monitored(journal_dir={str(tmp_path / 'j2')!r}):\n"
+        "    pass\n"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+        "JITWATCH_DIR": str(tmp_path / "j1"),
+        "TRITON_CACHE_DIR": str(tmp_path / "tc"),
+    }
+    (tmp_path / "notice_worker.py").write_text(script)  # @triton.jit needs its source in a file
+    out = subprocess.run(
+        [sys.executable, "notice_worker.py"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if NO_AUTOTUNING_LISTENER in ln]
+    assert len(lines) == 1 and lines[0].startswith("WARNING:jitwatch.core.monitor:jitwatch: triton "), out.stderr
 
 
 # ------------------------------------------------------------------------ vLLM's own monitor
