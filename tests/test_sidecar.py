@@ -159,6 +159,7 @@ def test_readyz_flips_when_warmup_completes(tmp_path: Path) -> None:
         "ranks": {"0": "serving", "1": "serving"},
         "not_ready_ranks": [],
         "stale_ranks": [],
+        "exited_ranks": [],
     }
 
 
@@ -574,7 +575,7 @@ def test_two_worker_processes_and_readiness(tmp_path: Path) -> None:
         # ranks are stopped, not ready (they were "serving", ready, until the stale window passed).
         r = httpx.get(base + "/readyz")
         assert r.status_code == 503 and r.json()["ranks"] == {"0": "stopped", "1": "stopped"}, r.text
-        assert r.json()["reason"].startswith("ranks 0, 1 stopped (clean exit at ")
+        assert r.json()["reason"].startswith("ranks 0, 1 stopped (clean exits at ")
         st = JitStatus.model_validate(httpx.get(base + "/jit").json())
         assert not st.ready and [(x.rank, x.state, x.warmup_compiles) for x in st.ranks] == [
             (0, "stopped", 1),
@@ -825,13 +826,16 @@ def test_kill_9_records_no_stop_and_the_sidecar_sees_the_exit_at_once(tmp_path: 
     """``kill -9`` runs no exit handler: nothing is recorded and the row stays ``serving``. The
     sidecar shares the worker's machine and PID namespace, so it sees the process gone
     (``jitwatch.core.process``): 503 at once, naming the pid, far inside the heartbeat window
-    (60 s here); before, it stayed ready until the window passed. Waiting out the window changes
-    nothing."""
+    (60 s here); before, it stayed ready until the window passed. The rank is ``exited`` (known
+    gone) in ``/readyz``, ``/jit`` and ``/metrics`` alike, listed in ``exited_ranks``, not in
+    ``stale_ranks`` (until 2026-12-03: ``stale_ranks`` with state ``serving``, and ``/metrics`` kept
+    ``jitwatch_worker_info{state="serving"}``). Waiting out the window changes nothing."""
     jdir = tmp_path / "journal"
     worker = start_stopping_worker(jdir, tmp_path, "exit")
     try:
         with serve(jdir, tmp_path, None, "--stale-after", "60") as base:
             wait_readyz(base, 200, 30)
+            assert worker_info_states(base) == {"3": "serving"}  # the scrape before the kill
             pid = worker.pid
             worker.kill()
             worker.wait(10)
@@ -839,12 +843,16 @@ def test_kill_9_records_no_stop_and_the_sidecar_sees_the_exit_at_once(tmp_path: 
             r = httpx.get(base + "/readyz")
             assert time.monotonic() - t0 < 5 and r.status_code == 503, r.text
             body = r.json()
-            assert body["stale_ranks"] == [3] and body["ranks"] == {"3": "serving"}, body
+            assert body["ranks"] == {"3": "exited"} and body["exited_ranks"] == [3], body
+            assert body["stale_ranks"] == [] and body["not_ready_ranks"] == [3], body  # known gone, not presumed
             assert body["reason"] == (
-                f"the worker process of rank 3 (pid {pid}) exited without recording a stop (killed?)"
+                f"the worker process of rank 3 (pid {pid}) exited without recording a stop (killed or crashed)"
             ), body
-            (rank,) = JitStatus.model_validate(httpx.get(base + "/jit").json()).ranks
-            assert rank.stale and not rank.ready and rank.state is Phase.SERVING
+            st = JitStatus.model_validate(httpx.get(base + "/jit").json())
+            (rank,) = st.ranks
+            assert rank.state == "exited" and not rank.stale and not rank.ready and rank.pid == pid
+            assert st.not_ready_reason == body["reason"] and st.totals.ranks_ready == 0
+            assert worker_info_states(base) == {"3": "exited"}  # the next scrape, not after the window
             with Journal(jdir, readonly=True) as j:
                 (w,) = j.workers()
                 assert w.stopped_ts is None and w.state is Phase.SERVING
@@ -852,6 +860,16 @@ def test_kill_9_records_no_stop_and_the_sidecar_sees_the_exit_at_once(tmp_path: 
         if worker.poll() is None:
             worker.kill()
             worker.wait(10)
+
+
+def worker_info_states(base: str) -> dict[str, str]:
+    """``{rank: state}`` of ``jitwatch_worker_info`` in one scrape of the sidecar at ``base``."""
+    return {
+        s.labels["rank"]: s.labels["state"]
+        for f in parse_text(httpx.get(base + "/metrics").text)
+        for s in f.samples
+        if s.name == "jitwatch_worker_info"
+    }
 
 
 # ------------------------------------------------------------------ readiness from memory, damage

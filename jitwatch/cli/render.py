@@ -92,7 +92,7 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
     for r in status.ranks:
         tpd = "/".join("-" if v is None else str(v) for v in (r.tp_rank, r.pp_rank, r.dp_rank))
         state = cell(r.state.value if isinstance(r.state, Phase) else r.state)
-        state.stylize("green" if r.ready else "yellow")
+        state.stylize("green" if r.ready else "red" if r.state == "exited" else "yellow")
         if r.stopped_ts is not None:
             state.append(f" ({_ts(r.stopped_ts)})")
         if r.stale:

@@ -17,12 +17,22 @@ by heartbeats alone.
 This is how the sidecar knows at once that a worker killed without running its exit handlers
 (``kill -9``, the OOM killer, ``vllm serve``'s default shutdown, which SIGKILLs its worker
 processes) is gone, instead of after the heartbeat window.
+
+The sidecar asks at every probe and scrape (:func:`processes_exited`, one pass for every rank).
+A process found running under its recorded start time is then watched through a pidfd
+(``pidfd_open``, Linux 5.3+): later passes ask the kernel whether it exited with one ``poll`` for
+all of them instead of reading ``/proc/<pid>/stat`` again (a pidfd names that process and no other,
+even once its pid is reused), and a process found exited stays exited without any read. Where
+pidfds are unavailable (an older kernel, a seccomp filter) every pass reads ``/proc`` as before.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import select
+import threading
+import time
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -133,6 +143,145 @@ def process_marker() -> dict[str, Any]:
     return marker
 
 
+def _watch_key(pid: Any, marker: Any, euid: int, reader: tuple[str, str, str | None]) -> tuple[int, int] | None:
+    """``(pid, start_ticks)`` when ``marker`` (:func:`process_marker`) can be told by this reader
+    (user ``euid``; ``reader``: its machine boot, PID namespace and time namespace) and was recorded
+    by ``pid`` itself; ``None`` when it cannot be told (see :func:`process_exited`). Exact types
+    (``type(x) is int``): a ``bool`` is no pid and no tick count."""
+    if type(pid) is not int or pid <= 0 or not isinstance(marker, Mapping):
+        return None
+    start = marker.get("start_ticks")
+    if type(start) is not int:
+        return None
+    recorder = marker.get("pid")
+    if type(recorder) is not int or recorder != pid:  # the row names another process than the marker's
+        return None
+    if euid != 0 and euid != marker.get("uid"):  # another user's process may be hidden (hidepid): cannot tell
+        return None
+    # another machine (boot), PID namespace, or time namespace (start ticks are shown shifted by its offset)
+    if (marker.get("boot_id"), marker.get("pid_namespace"), marker.get("time_namespace")) != reader:
+        return None
+    return pid, start
+
+
+def _read_exited(pid: int, start: int) -> tuple[bool, bool]:
+    """``(exited, running)`` of process ``pid`` started at ``start`` ticks, from ``/proc``:
+    ``running`` only when ``/proc/<pid>/stat`` shows that very process, neither zombie nor dead."""
+    stat = _stat(pid)
+    if stat is None:  # gone, or hidden (hidepid hides a process its reader may not ptrace-read)
+        return _no_such_process(pid), False
+    if stat[1] != start:
+        return True, False  # the pid was reused
+    if stat[0] in ("Z", "X"):
+        return not _threads_run(pid), False
+    return False, True
+
+
+def _open_pidfd(pid: int, start: int) -> int | None:
+    """A pidfd of process ``pid`` if it is still the one started at ``start`` ticks (checked again
+    once the pidfd is open: the pid may have been reused in between), else ``None``; ``None`` too
+    where the kernel or a seccomp filter has no ``pidfd_open``."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    stat = _stat(pid)
+    if stat is None or stat[1] != start or stat[0] in ("Z", "X"):
+        os.close(fd)
+        return None
+    return fd
+
+
+WATCH_MAX = 4096
+"""Processes watched at once (:func:`processes_exited`); past that a pass reads ``/proc`` for the others."""
+WATCH_IDLE_S = 300.0
+"""A process no pass asked about for this long is no longer watched (its pidfd closed), seconds."""
+_GONE = -1
+"""The watch of a process found exited: no pidfd, no read: exited for good."""
+_watched: dict[tuple[int, int], list[Any]] = {}
+"""``(pid, start ticks)`` → ``[pidfd or _GONE, monotonic time of the last pass that asked]``."""
+_watch_lock = threading.Lock()
+_pruned_at = 0.0
+
+
+def _prune(now: float) -> None:
+    """Forget processes no pass asked about for :data:`WATCH_IDLE_S` (call with the lock held)."""
+    global _pruned_at
+    if now - _pruned_at < 10.0:
+        return
+    _pruned_at = now
+    for key, (fd, used) in list(_watched.items()):
+        if now - used > WATCH_IDLE_S:
+            del _watched[key]
+            if fd != _GONE:
+                os.close(fd)
+
+
+def processes_exited(workers: Sequence[tuple[Any, Any]]) -> list[bool]:
+    """:func:`process_exited` of each ``(pid, marker)`` of ``workers``, in order, in one pass: the
+    reader's side (user, boot, PID and time namespaces) is read once; a process already known
+    exited costs nothing, one watched through its pidfd (see the module docstring) costs its share
+    of one ``poll`` for them all, and only a process seen for the first time (or where pidfds are
+    unavailable) reads ``/proc/<pid>/stat``. Thread-safe; never raises (``False``: cannot tell)."""
+    out = [False] * len(workers)
+    try:
+        euid, boot, ns, time_ns = os.geteuid(), _boot_id(), _pid_namespace(), _time_namespace()
+        if boot is None or ns is None:  # ns None: this /proc is another PID namespace's
+            return out
+        reader = (boot, ns, time_ns)
+        now = time.monotonic()
+        proc_readable: bool | None = None
+        polled: list[tuple[int, tuple[int, int], int]] = []
+        with _watch_lock:
+            for i, (pid, marker) in enumerate(workers):
+                try:
+                    key = _watch_key(pid, marker, euid, reader)
+                    if key is None:
+                        continue
+                    watch = _watched.get(key)
+                    if watch is not None:
+                        watch[1] = now
+                        if watch[0] == _GONE:
+                            out[i] = True
+                        else:
+                            polled.append((i, key, watch[0]))
+                        continue
+                    if proc_readable is None:  # /proc not readable here: cannot tell
+                        proc_readable = _read("/proc/self/stat") is not None
+                    if not proc_readable:
+                        continue
+                    exited, running = _read_exited(*key)
+                    out[i] = exited
+                    if len(_watched) >= WATCH_MAX:
+                        continue
+                    if exited:
+                        _watched[key] = [_GONE, now]  # an exited process never comes back
+                    elif running and (fd := _open_pidfd(*key)) is not None:
+                        _watched[key] = [fd, now]
+                except Exception:  # noqa: BLE001 - this one cannot tell; the others still can
+                    out[i] = False
+            if polled:
+                poller = select.poll()
+                for _, _, fd in polled:
+                    poller.register(fd, select.POLLIN)
+                events = dict(poller.poll(0))
+                for i, key, fd in polled:
+                    event = events.get(fd, 0)
+                    if event & (select.POLLIN | select.POLLHUP):  # the process exited (or was reaped)
+                        out[i] = True
+                        os.close(fd)
+                        _watched[key][0] = _GONE
+                    elif event:  # POLLERR / POLLNVAL: not a usable pidfd; read /proc next pass
+                        del _watched[key]
+            _prune(now)
+    except Exception:  # noqa: BLE001 - cannot tell
+        return out
+    return out
+
+
 def process_exited(pid: Any, marker: Any) -> bool:
     """Whether the worker process ``pid`` that recorded ``marker`` (:func:`process_marker`) has
     exited: ``True`` only when ``marker`` was recorded by ``pid`` itself (its ``pid``; a marker of
@@ -142,32 +291,9 @@ def process_exited(pid: Any, marker: Any) -> bool:
     root (``hidepid`` hides other users' processes), and ``/proc/<pid>`` holds no process (which
     ``kill(pid, 0)`` confirms: ``hidepid`` also hides a non-dumpable process of the same user), one
     with another start time (the pid was reused), or a zombie (``Z``) or dead (``X``) one with no
-    thread left running (a process whose main thread ended is ``Z`` while the others run). ``False``
-    whenever that cannot be told (another machine, PID namespace, time namespace or user, a ``/proc``
-    of another PID namespace, no or a malformed marker, ``/proc`` unreadable). A few small ``/proc`` reads; never
-    raises."""
-    try:
-        if not isinstance(marker, Mapping) or isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-            return False
-        start, uid, recorder = marker.get("start_ticks"), marker.get("uid"), marker.get("pid")
-        if isinstance(start, bool) or not isinstance(start, int):
-            return False
-        if isinstance(recorder, bool) or recorder != pid:  # the row names another process than the marker's
-            return False
-        if os.geteuid() not in (0, uid):  # another user's process may be hidden (hidepid): cannot tell
-            return False
-        boot, ns = _boot_id(), _pid_namespace()  # ns None: this /proc is another PID namespace's
-        if boot is None or ns is None or marker.get("boot_id") != boot or marker.get("pid_namespace") != ns:
-            return False
-        if marker.get("time_namespace") != _time_namespace():  # start ticks are shown shifted by its offset
-            return False
-        if _read("/proc/self/stat") is None:  # /proc not readable here: cannot tell
-            return False
-        stat = _stat(pid)
-        if stat is None:  # gone, or hidden (hidepid hides a process its reader may not ptrace-read)
-            return _no_such_process(pid)
-        if stat[1] != start:
-            return True  # the pid was reused
-        return stat[0] in ("Z", "X") and not _threads_run(pid)
-    except Exception:  # noqa: BLE001 - cannot tell
-        return False
+    thread left running (a process whose main thread ended is ``Z`` while the others run); a
+    process seen running before is asked through its pidfd instead (:func:`processes_exited`).
+    ``False`` whenever that cannot be told (another machine, PID namespace, time namespace or user,
+    a ``/proc`` of another PID namespace, no or a malformed marker, ``/proc`` unreadable). A few
+    small ``/proc`` reads at most; never raises."""
+    return processes_exited([(pid, marker)])[0]

@@ -237,7 +237,11 @@ METRICS: tuple[MetricSpec, ...] = (
         "info",
         ("rank", "tp_rank", "pp_rank", "dp_rank", "mode", "state"),
         "",
-        "Identity of the rank's latest worker (value 1); empty label when a rank kind is unknown.",
+        "Identity and state of the rank's latest worker (value 1); empty label when a rank kind is unknown. "
+        "state: startup / warmup / serving; stopped once it recorded a clean stop; exited once the sidecar saw "
+        "its process gone on the sidecar's machine without a stop (killed or crashed: at the next scrape, where "
+        "the sidecar shares the worker's machine and PID namespace; elsewhere only "
+        "jitwatch_worker_last_seen_timestamp_seconds tells, after the heartbeat window). One series per rank.",
     ),
     MetricSpec(
         "jitwatch_specialization_coverage_ratio",

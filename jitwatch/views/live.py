@@ -36,7 +36,10 @@ a rebuild or the first coverage report behind the copy's lock.
 formatted line per series; a refresh re-sums and re-formats only the series whose rows changed
 (counts exactly, seconds with ``math.fsum``, so the floats are those of a full build whatever the
 order), so an unchanged series costs nothing. The other families are formatted again only when the aggregates
-changed; the in-flight gauges (which age with the clock) at every scrape. The body is
+changed; the in-flight gauges (which age with the clock) at every scrape, and
+``jitwatch_worker_info`` whenever the set of ranks whose worker process was seen exited changed
+(:func:`~jitwatch.views.status.exited_ranks`, read once per scrape: a poll of the watched
+processes' pidfds, see :mod:`jitwatch.core.process`). The body is
 byte-identical to :func:`jitwatch.views.metrics.render_uncached` (prometheus_client's own
 exposition of the same families; a test checks it after writes, retention, replacement and with
 two readers). Headers come from prometheus_client itself (a family without samples, encoded by the
@@ -85,6 +88,7 @@ from jitwatch.views.coverage import CoverageReport, coverage_labels, coverage_ra
 from jitwatch.views.metrics import (
     KERNEL_FAMILIES,
     STAT_GROUPS,
+    WORKER_INFO,
     KernelSums,
     build_info_family,
     coverage_family,
@@ -101,6 +105,7 @@ from jitwatch.views.metrics import (
     sum_rank_group,
     sum_recompile_group,
     sum_serving_group,
+    worker_info_family,
 )
 from jitwatch.views.status import (
     DEFAULT_KERNELS_LIMIT,
@@ -109,6 +114,7 @@ from jitwatch.views.status import (
     Readiness,
     StatusParts,
     build_status,
+    exited_ranks,
     guarded_coverage,
     kernel_acc,
     kernel_accs,
@@ -182,6 +188,8 @@ class _One(Collector):
 
 _EOF = b"# EOF\n"
 _COVERAGE = "jitwatch_specialization_coverage_ratio"
+_WORKER_INFO_NAME = WORKER_INFO.removesuffix("_info")
+"""prometheus_client's name of the ``jitwatch_worker_info`` family (its samples keep ``_info``)."""
 _LINE_CACHE_MAX = 50_000
 """Formatted lines of the other families kept (sample name, labels, value → line); bounded."""
 Encoder = Callable[[Collector], bytes]
@@ -580,6 +588,8 @@ class LiveJournal:
         self._chunks: dict[str, tuple[int, list[tuple[str, bytes]]]] = {}
         self._family_chunks: dict[str, dict[str, tuple[list[Any], bytes]]] = {}
         self._coverage_text: tuple[tuple[str, int], bytes] | None = None
+        self._info_text: dict[str, tuple[tuple[int, tuple[int, ...]], bytes]] = {}
+        """Per format: ``jitwatch_worker_info`` formatted for (aggregates version, exited ranks)."""
         self._coverage: tuple[CoverageReport, int, dict[str, float]] | None = None
         self._coverage_gen = 0
         self._build_info: list[Metric] | None = None
@@ -741,6 +751,14 @@ class LiveJournal:
             self._coverage_text = (key, self._format(coverage_family(coverage), fmt, encoder))
         return self._coverage_text[1]
 
+    def _worker_info_chunk(self, agg: LiveAggregates, exited: dict[int, int], fmt: str, encoder: Encoder) -> bytes:
+        """``jitwatch_worker_info`` formatted, again only when the workers or the exited ranks changed."""
+        key = (agg.version, tuple(exited))
+        cached = self._info_text.get(fmt)
+        if cached is None or cached[0] != key:
+            cached = self._info_text[fmt] = (key, self._format(worker_info_family(agg.workers, exited), fmt, encoder))
+        return cached[1]
+
     def _format(self, metric: Metric, fmt: str, encoder: Encoder) -> bytes:
         family = _KERNEL_METRIC_NAMES.get(metric.name)
         if family is not None:
@@ -785,23 +803,24 @@ class LiveJournal:
         self, agg: LiveAggregates, journal: Journal, encoder: Encoder, content_type: str, stale_after: float
     ) -> tuple[bytes, str]:
         now = time.time()
+        exited = exited_ranks(agg.workers)  # the worker processes, read once per scrape (pidfds, /proc)
         coverage = self._coverage_ratios(agg, journal)
         fmt = _fast_format(encoder)
         if self._build_info is None:
             self._build_info = [build_info_family()]
         up = journal_up_family(True)
         if fmt is None:  # another exposition: prometheus_client encodes families built from memory
-            families = families_from(agg, agg.sums, coverage, now=now, stale_after=stale_after)
+            families = families_from(agg, agg.sums, coverage, now=now, stale_after=stale_after, exited=exited)
             return encoder(_One([up, *families, *self._build_info])), content_type
         cached = self._chunks.get(fmt)
         if cached is None or cached[0] != agg.version:
             # Coverage (a family per kernel, changing only with the background report) is formatted
             # apart; every other family is formatted again only when its samples changed.
-            families = families_from(agg, agg.sums, {}, now=now, kernel_series=False)
+            families = families_from(agg, agg.sums, {}, now=now, kernel_series=False, exited={})
             previous = self._family_chunks.setdefault(fmt, {})
             chunks: list[tuple[str, bytes]] = []
             for m in families:
-                if m.name == _COVERAGE:
+                if m.name in (_COVERAGE, _WORKER_INFO_NAME):  # formatted at each scrape, below
                     chunks.append((m.name, b""))
                     continue
                 if m.name in _KERNEL_METRIC_NAMES:  # their own line cache
@@ -814,11 +833,16 @@ class LiveJournal:
             self._chunks[fmt] = cached = (agg.version, chunks)
         cov = self._coverage_chunk(coverage, fmt, encoder)
         clock = {m.name: m for m in inflight_families(agg.workers, now, stale_after)}
+        info = self._worker_info_chunk(agg, exited, fmt, encoder)
         body = [self._format(up, fmt, encoder)]
         for name, chunk in cached[1]:
-            body.append(
-                self._format(clock[name], fmt, encoder) if name in clock else cov if name == _COVERAGE else chunk
-            )
+            if name in clock:
+                chunk = self._format(clock[name], fmt, encoder)
+            elif name == _COVERAGE:
+                chunk = cov
+            elif name == _WORKER_INFO_NAME:
+                chunk = info
+            body.append(chunk)
         body.append(self._format(self._build_info[0], fmt, encoder))
         if fmt == "om":
             body.append(_EOF)

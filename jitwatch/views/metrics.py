@@ -28,7 +28,7 @@ import os
 import platform
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,7 +61,7 @@ from jitwatch.store.journal import (
 )
 from jitwatch.views.contract import BY_NAME
 from jitwatch.views.diagnosis import inflight_of
-from jitwatch.views.status import backend_infos
+from jitwatch.views.status import backend_infos, exited_ranks, worker_state
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,32 @@ def inflight_families(
         inflight_n.add_metric([str(rank)], float(len(running)))
         inflight_age.add_metric([str(rank)], running[0].age_s if running else 0.0)
     return inflight_n, inflight_age
+
+
+WORKER_INFO = "jitwatch_worker_info"
+"""The family that changes with the worker processes alone (``state="exited"``, read from ``/proc``)."""
+
+
+def worker_info_family(workers: dict[int, WorkerRow], exited: Mapping[int, int]) -> InfoMetricFamily:
+    """``jitwatch_worker_info`` of each rank's latest worker; ``state`` as ``/jit`` has it
+    (:func:`~jitwatch.views.status.worker_state`): ``exited`` for the ranks in ``exited``
+    (:func:`~jitwatch.views.status.exited_ranks` of ``workers``, read once by the caller)."""
+    info = _info(WORKER_INFO)
+    for rank in sorted(workers):
+        w = workers[rank]
+        state = worker_state(w, rank in exited)
+        info.add_metric(
+            [],
+            {
+                "rank": str(rank),
+                "tp_rank": _opt(w.attrs.get("tp_rank")),
+                "pp_rank": _opt(w.attrs.get("pp_rank")),
+                "dp_rank": _opt(w.attrs.get("dp_rank")),
+                "mode": _opt(w.mode),
+                "state": state if isinstance(state, str) else state.value,
+            },
+        )
+    return info
 
 
 class AggregateSource(Protocol):
@@ -390,12 +416,14 @@ def families_from(
     now: float,
     kernel_series: bool = True,
     stale_after: float = DEFAULT_STALE_SECONDS,
+    exited: Mapping[int, int] | None = None,
 ) -> list[Metric]:
     """Every journal-derived family, in exposition order, from ``source``'s aggregates, the
     per-kernel ``sums`` and the coverage ratios per kernel label; ``now`` (Unix seconds) ages
     in-flight compiles (of workers heard from within ``stale_after`` seconds).
     ``kernel_series=False``: the :data:`KERNEL_FAMILIES` come without samples (a caller that
-    keeps their lines itself fills them in)."""
+    keeps their lines itself fills them in). ``exited``: :func:`~jitwatch.views.status.exited_ranks`
+    of the source's workers when the caller read them already (default: read here, once)."""
     hist = source.histogram()
     counters = source.counters()
     hook_errors = backend_counter_of(counters, "hook_errors")
@@ -454,7 +482,7 @@ def families_from(
     first = _gauge("jitwatch_first_request_latency_seconds")
     started = _gauge("jitwatch_worker_start_timestamp_seconds")
     last_seen = _gauge("jitwatch_worker_last_seen_timestamp_seconds")
-    info = _info("jitwatch_worker_info")
+    info = worker_info_family(workers, exited_ranks(workers) if exited is None else exited)
     backend_info = _info("jitwatch_backend_info")
     inflight_n, inflight_age = inflight_families(workers, now, stale_after)
     deadline = _gauge("jitwatch_collective_deadline_seconds")
@@ -477,17 +505,6 @@ def families_from(
             w_compiles.add_metric(r, float(w.warmup_compiles))
         if w.first_request_s is not None:
             first.add_metric(r, w.first_request_s)
-        info.add_metric(
-            [],
-            {
-                "rank": str(rank),
-                "tp_rank": _opt(w.attrs.get("tp_rank")),
-                "pp_rank": _opt(w.attrs.get("pp_rank")),
-                "dp_rank": _opt(w.attrs.get("dp_rank")),
-                "mode": _opt(w.mode),
-                "state": "stopped" if w.stopped_ts is not None else w.state.value,
-            },
-        )
         for b in backend_infos(w.attrs):
             backend_info.add_metric(
                 [], {"rank": str(rank), "backend": b.name, "version": _opt(b.version), "state": b.state}

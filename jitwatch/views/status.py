@@ -25,8 +25,16 @@ from pydantic import BaseModel, Field
 from jitwatch.backends.explain import runnable_fixes
 from jitwatch.config import DEFAULT_STALE_SECONDS
 from jitwatch.core.events import Event, EventKind, Phase
-from jitwatch.core.process import process_exited
-from jitwatch.store.journal import ABANDONED_COUNTER, Journal, RecompileRow, StatRow, WorkerRow, backend_counter_of
+from jitwatch.core.process import processes_exited
+from jitwatch.store.journal import (
+    ABANDONED_COUNTER,
+    STOPPED_TS_ATTR,
+    Journal,
+    RecompileRow,
+    StatRow,
+    WorkerRow,
+    backend_counter_of,
+)
 from jitwatch.text import utc_time
 from jitwatch.views.coverage import CoverageReport, KernelCoverage, coverage_for_journal
 from jitwatch.views.diagnosis import InflightCompile, inflight_of
@@ -38,6 +46,10 @@ RECENT_SERVING_COMPILES = 20
 
 NO_WORKER_REASON = "no worker has registered"
 NO_JOURNAL_REASON = "no journal yet"  # how a missing journal's error begins (jitwatch.sidecar)
+
+WorkerState = Phase | Literal["stopped", "exited"]
+"""A rank's latest worker: its phase, ``stopped`` (it recorded a clean stop) or ``exited`` (its
+process was seen gone on the sidecar's machine without recording a stop: killed or crashed)."""
 
 
 WORST_REQUESTS = 10
@@ -59,12 +71,15 @@ class RankStatus(BaseModel):
     """The latest worker process of one global rank (a restarted worker replaces the old one)."""
 
     rank: int = Field(description="Global rank (JITWATCH_RANK, RANK or LOCAL_RANK).")
-    state: Phase | Literal["stopped"] = Field(
+    state: WorkerState = Field(
         description="startup → warmup → serving; stopped once the worker shut down cleanly "
-        "(jitwatch.uninstall() or its exit): not ready until a new worker for the rank completes warmup."
+        "(jitwatch.uninstall() or its exit); exited once its process was seen gone on the sidecar's "
+        "machine without recording a stop (killed or crashed): not ready until a new worker for the rank "
+        "completes warmup."
     )
     ready: bool = Field(
-        description="True once this worker has completed warmup (state serving), is not stale and has not stopped."
+        description="True once this worker has completed warmup (state serving), is not stale and has not "
+        "stopped or exited."
     )
     stopped_ts: float | None = Field(
         default=None, description="Unix time the worker recorded its clean stop, seconds (state stopped)."
@@ -88,7 +103,7 @@ class RankStatus(BaseModel):
         default=False,
         description="True when the worker heartbeats (JITWATCH_HEARTBEAT_SECONDS) but was last seen "
         "longer ago than the sidecar's stale window (--stale-after / JITWATCH_STALE_SECONDS): "
-        "presumed dead; the rank is then not ready.",
+        "presumed dead; the rank is then not ready. False for a stopped or exited worker (known gone).",
     )
     warmup_start_ts: float | None = None
     warmup_end_ts: float | None = None
@@ -363,14 +378,22 @@ class Readiness(BaseModel):
     status: Literal["ready", "not ready"]
     ready: bool
     reason: str | None = None
-    ranks: dict[str, Phase | Literal["stopped"]] = Field(
-        default_factory=dict, description="State of each rank's latest worker (stopped: it shut down cleanly)."
+    ranks: dict[str, WorkerState] = Field(
+        default_factory=dict,
+        description="State of each rank's latest worker (stopped: it shut down cleanly; exited: its process was "
+        "seen gone on this machine without recording a stop).",
     )
     not_ready_ranks: list[int] = Field(default_factory=list)
     stale_ranks: list[int] = Field(
         default_factory=list,
-        description="Ranks whose latest worker stopped heartbeating (presumed dead) or whose process was seen to exit "
-        "on this machine without recording a stop.",
+        description="Ranks whose latest worker stopped heartbeating for longer than the stale window: presumed "
+        "dead (neither stopped nor exited ranks, which are known gone).",
+    )
+    exited_ranks: list[int] = Field(
+        default_factory=list,
+        description="Ranks whose latest worker's process was seen gone on this machine without recording a stop "
+        "(killed or crashed; state exited): known gone, not ready at once, not in stale_ranks. Added 2026-12-03; "
+        "until then such ranks were listed in stale_ranks with state serving.",
     )
 
 
@@ -394,36 +417,44 @@ def stale_window(worker: WorkerRow, stale_after: float) -> float | None:
     return max(stale_after, 3 * beat)
 
 
-def worker_state(worker: WorkerRow) -> Phase | Literal["stopped"]:
-    """``"stopped"`` once ``worker`` recorded its clean stop (:attr:`WorkerRow.stopped_ts`), else its phase."""
-    return "stopped" if worker.stopped_ts is not None else worker.state
+def worker_state(worker: WorkerRow, exited: bool = False) -> WorkerState:
+    """``"stopped"`` once ``worker`` recorded its clean stop (:attr:`WorkerRow.stopped_ts`),
+    ``"exited"`` when its process was seen gone without one (``exited``: its rank is in
+    :func:`exited_ranks`), else its phase."""
+    if worker.stopped_ts is not None:
+        return "stopped"
+    return "exited" if exited else worker.state
 
 
 def exited_ranks(workers: dict[int, WorkerRow]) -> dict[int, int]:
     """``{rank: pid}`` for each rank whose latest worker's process has exited without recording a
     stop, as a reader on the same machine and PID namespace sees it
-    (:func:`jitwatch.core.process.process_exited`: ``kill -9``, the OOM killer, ``vllm serve``'s
-    default shutdown); ranks that cannot be told are left out (judged by heartbeat)."""
-    return {
-        rank: w.pid
+    (:func:`jitwatch.core.process.processes_exited`, one pass for every rank: ``kill -9``, the OOM
+    killer, ``vllm serve``'s default shutdown, a crash, ``os._exit``); ranks that cannot be told
+    are left out (judged by heartbeat). Never raises."""
+    candidates = [
+        (rank, w)
         for rank, w in sorted(workers.items())
-        if w.stopped_ts is None and process_exited(w.pid, w.attrs.get("process"))
-    }
+        if STOPPED_TS_ATTR not in w.attrs or w.stopped_ts is None  # the property parses the attr: skip it mostly
+    ]
+    gone = processes_exited([(w.pid, w.attrs.get("process")) for _, w in candidates])
+    return {rank: w.pid for (rank, w), exited in zip(candidates, gone, strict=True) if exited}
 
 
 def stale_ranks(
     workers: dict[int, WorkerRow], now: float, stale_after: float, exited: dict[int, int] | None = None
 ) -> dict[int, float]:
-    """``{rank: seconds since last seen}`` for each rank whose latest worker is stale: its heartbeat
-    window passed, or its process exited (``exited``, default :func:`exited_ranks`); a worker
-    that recorded its clean stop is ``stopped``, never stale (it is known gone, not presumed)."""
+    """``{rank: seconds since last seen}`` (``now``, Unix seconds) for each rank whose latest worker
+    is stale, presumed dead: it heartbeats and its window passed (:func:`stale_window`). A worker
+    known gone is never stale: one that recorded its clean stop is ``stopped``, one whose process
+    was seen exited (``exited``, default :func:`exited_ranks`) is ``exited``."""
     exited = exited_ranks(workers) if exited is None else exited
     out: dict[int, float] = {}
     for rank, w in sorted(workers.items()):
-        if w.stopped_ts is not None:
+        if w.stopped_ts is not None or rank in exited:
             continue
         window = stale_window(w, stale_after)
-        if rank in exited or (window is not None and now - w.last_ts > window):
+        if window is not None and now - w.last_ts > window:
             out[rank] = now - w.last_ts
     return out
 
@@ -431,6 +462,10 @@ def stale_ranks(
 def _ranks(count: int) -> str:
     """``rank`` or ``ranks``, as ``count`` wants (the reasons list the rank numbers after it)."""
     return "rank" if count == 1 else "ranks"
+
+
+def _plural(count: int, one: str, several: str) -> str:
+    return one if count == 1 else several
 
 
 def readiness(
@@ -441,36 +476,38 @@ def readiness(
     exited: dict[int, int] | None = None,
 ) -> Readiness:
     """Ready when at least one rank is known and every rank's latest worker is ``serving``, not
-    stopped (a clean shutdown it recorded: not ready at once) and not stale (see
-    :func:`stale_window` and :func:`exited_ranks`: a worker process seen to have exited on this
-    machine is stale at once; ``now`` defaults to ``time.time()``, Unix seconds; ``exited``, the
-    caller's :func:`exited_ranks` of the same ``workers``, when it has them already)."""
-    states = {str(rank): worker_state(w) for rank, w in sorted(workers.items())}
+    stopped (a clean shutdown it recorded: not ready at once), not exited (its process seen gone on
+    this machine without a stop, :func:`exited_ranks`: not ready at once, listed in
+    ``exited_ranks``) and not stale (:func:`stale_window`: presumed dead, listed in
+    ``stale_ranks``); ``now`` defaults to ``time.time()``, Unix seconds; ``exited``, the caller's
+    :func:`exited_ranks` of the same ``workers``, when it has them already."""
     if not workers:
         return Readiness(status="not ready", ready=False, reason=NO_WORKER_REASON)
     now = time.time() if now is None else now
     exited = exited_ranks(workers) if exited is None else exited
+    states = {str(rank): worker_state(w, rank in exited) for rank, w in sorted(workers.items())}
     stale = stale_ranks(workers, now, stale_after, exited)
     stopped = {rank: w.stopped_ts for rank, w in sorted(workers.items()) if w.stopped_ts is not None}
     waiting = [
         rank
         for rank, w in sorted(workers.items())
-        if w.state is not Phase.SERVING and rank not in stale and rank not in stopped
+        if w.state is not Phase.SERVING and rank not in stale and rank not in stopped and rank not in exited
     ]
     reasons: list[str] = []
     if stopped:
         at = ", ".join(utc_time(ts) for ts in stopped.values())
         listed = ", ".join(str(r) for r in stopped)
-        reasons.append(f"{_ranks(len(stopped))} {listed} stopped (clean exit at {at})")
+        reasons.append(
+            f"{_ranks(len(stopped))} {listed} stopped ({_plural(len(stopped), 'clean exit', 'clean exits')} at {at})"
+        )
     if exited:
         detail = ", ".join(f"{r} (pid {pid})" for r, pid in exited.items())
-        reasons.append(
-            f"the worker process of {_ranks(len(exited))} {detail} exited without recording a stop (killed?)"
-        )
-    silent = {r: age for r, age in stale.items() if r not in exited}
-    if silent:
-        detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in silent.items())
-        reasons.append(f"no heartbeat from {_ranks(len(silent))} {detail}: worker gone?")
+        whose = _plural(len(exited), "the worker process of rank", "the worker processes of ranks")
+        reasons.append(f"{whose} {detail} exited without recording a stop (killed or crashed)")
+    if stale:
+        detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in stale.items())
+        gone = _plural(len(stale), "worker gone?", "workers gone?")
+        reasons.append(f"no heartbeat from {_ranks(len(stale))} {detail}: {gone}")
     if waiting:
         detail = ", ".join(f"{r} ({workers[r].state.value})" for r in waiting)
         reasons.append(f"warmup not complete on {_ranks(len(waiting))} {detail}")
@@ -480,8 +517,9 @@ def readiness(
             ready=False,
             reason="; ".join(reasons),
             ranks=states,
-            not_ready_ranks=sorted([*stopped, *waiting, *stale]),
+            not_ready_ranks=sorted([*stopped, *exited, *waiting, *stale]),
             stale_ranks=sorted(stale),
+            exited_ranks=sorted(exited),
         )
     return Readiness(status="ready", ready=True, ranks=states)
 
@@ -599,8 +637,8 @@ def build_status(
         ranks.append(
             RankStatus(
                 rank=rank,
-                state=worker_state(w),
-                ready=w.state is Phase.SERVING and rank not in stale and w.stopped_ts is None,
+                state=worker_state(w, rank in exited),
+                ready=w.state is Phase.SERVING and rank not in stale and rank not in exited and w.stopped_ts is None,
                 stopped_ts=w.stopped_ts,
                 stale=rank in stale,
                 host=w.host,

@@ -326,3 +326,120 @@ def test_a_worker_in_another_time_namespace_is_not_exited() -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+EXITING_CHILD = (
+    "import json, os, sys; from jitwatch.core.process import process_marker; "
+    "print(json.dumps(process_marker()), flush=True); sys.stdin.readline(); os._exit(1)"
+)
+
+
+def _serving_fleet(directory: Path, children: dict[int, tuple[subprocess.Popen[str], dict[str, Any]]]) -> None:
+    """A journal where each rank's worker is the given real child process (its own marker), serving."""
+    from jitwatch.core.events import EventKind, Phase
+    from jitwatch.testing import make_event
+
+    t0 = time.time()
+    events = []
+    for rank, (proc, marker) in children.items():
+        attrs = {"mode": "warn", "heartbeat_s": 10.0, "process": marker}
+        events.append(make_event(EventKind.WORKER_START, t0, rank=rank, pid=proc.pid, attrs=attrs))
+        events.append(
+            make_event(
+                EventKind.WARMUP_COMPLETE, t0 + 0.1, rank=rank, pid=proc.pid, phase=Phase.SERVING, duration_s=0.1
+            )
+        )
+    with Journal(directory) as journal:
+        journal.write(events)
+
+
+def test_exited_ranks_are_known_gone_not_stale_and_the_reason_reads_right(tmp_path: Path) -> None:
+    """Workers whose processes were SIGKILLed, or ended with ``os._exit(1)`` (no exit handler, no
+    stop record): their ranks are ``exited`` (not ``serving``), listed in ``exited_ranks`` and
+    ``not_ready_ranks`` but not in ``stale_ranks`` (known gone, not presumed dead), and the reason
+    reads right for one rank and for several, without guessing ``killed?`` for a plain exit."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    children: dict[int, tuple[subprocess.Popen[str], dict[str, Any]]] = {}
+    try:
+        for rank in (0, 1, 3):
+            code = EXITING_CHILD if rank == 3 else CHILD
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+            )
+            assert proc.stdout is not None
+            children[rank] = (proc, json.loads(proc.stdout.readline()))
+        _serving_fleet(tmp_path, children)
+        with Journal(tmp_path, readonly=True) as journal:
+            workers = journal.latest_workers()
+        assert readiness(workers).ready, readiness(workers)
+
+        first, _ = children[0]
+        first.kill()
+        first.wait(10)
+        one = readiness(workers, stale_after=60)
+        assert one.ranks == {"0": "exited", "1": "serving", "3": "serving"}, one
+        assert one.exited_ranks == [0] and one.stale_ranks == [] and one.not_ready_ranks == [0], one
+        assert one.reason == (
+            f"the worker process of rank 0 (pid {first.pid}) exited without recording a stop (killed or crashed)"
+        )
+
+        plain, _ = children[3]
+        assert plain.stdin is not None
+        plain.stdin.write("exit\n")
+        plain.stdin.flush()
+        assert plain.wait(10) == 1  # os._exit(1): no exit handler ran, no signal either
+        several = readiness(workers, stale_after=60)
+        assert several.ranks == {"0": "exited", "1": "serving", "3": "exited"}, several
+        assert several.exited_ranks == [0, 3] and several.stale_ranks == [] and several.not_ready_ranks == [0, 3]
+        assert several.reason == (
+            f"the worker processes of ranks 0 (pid {first.pid}), 3 (pid {plain.pid}) exited without recording "
+            "a stop (killed or crashed)"
+        )
+        assert exited_ranks(workers) == {0: first.pid, 3: plain.pid}
+
+        # long past the heartbeat window: the exited ranks stay exited; the live one turns stale
+        late = readiness(workers, now=time.time() + 600, stale_after=60)
+        assert late.exited_ranks == [0, 3] and late.stale_ranks == [1] and late.not_ready_ranks == [0, 1, 3], late
+        assert late.ranks == {"0": "exited", "1": "serving", "3": "exited"}
+        assert late.reason is not None and late.reason.endswith(": worker gone?"), late.reason
+    finally:
+        for proc, _ in children.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def test_a_watched_process_is_asked_through_its_pidfd_without_reading_proc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a running process has been identified, later passes poll its pidfd: no ``/proc`` read at
+    all, and its SIGKILL is still seen (as it is where no pidfd can be opened: ``/proc`` each pass)."""
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("no os.pidfd_open")
+    proc, marker = _child()
+    reads: list[str] = []
+    real_read = process._read
+    try:
+        assert process_exited(proc.pid, marker) is False  # identified through /proc, then watched
+        assert (proc.pid, marker["start_ticks"]) in process._watched
+        monkeypatch.setattr(process, "_read", lambda path: reads.append(path) or real_read(path))
+        assert process_exited(proc.pid, marker) is False
+        proc.kill()
+        proc.wait(10)
+        assert process_exited(proc.pid, marker) is True
+        assert reads == [], reads
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+    other, other_marker = _child()  # no pidfd to be had: /proc at each pass, the same answers
+    monkeypatch.delattr(process.os, "pidfd_open")
+    try:
+        assert process_exited(other.pid, other_marker) is False
+        assert (other.pid, other_marker["start_ticks"]) not in process._watched
+        other.kill()
+        other.wait(10)
+        assert process_exited(other.pid, other_marker) is True
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait(10)

@@ -91,7 +91,7 @@ def test_readiness_names_the_stopped_ranks_and_when(tmp_path: Path) -> None:
         r = readiness(j.latest_workers(), now=t + 7, stale_after=60)
         assert not r.ready and r.ranks == {"0": "stopped", "1": "serving", "2": "stopped"}
         assert r.not_ready_ranks == [0, 2] and r.stale_ranks == []
-        assert r.reason == "ranks 0, 2 stopped (clean exit at 2027-01-15 08:00:05 UTC, 2027-01-15 08:00:06 UTC)"
+        assert r.reason == "ranks 0, 2 stopped (clean exits at 2027-01-15 08:00:05 UTC, 2027-01-15 08:00:06 UTC)"
         r = readiness(j.latest_workers(), now=t + 600, stale_after=60)  # rank 1 silent for 10 min
         assert r.stale_ranks == [1] and r.not_ready_ranks == [0, 1, 2]
         assert (

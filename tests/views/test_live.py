@@ -442,3 +442,65 @@ def test_an_unexpected_failure_inside_a_refresh_discards_the_copy(
     monkeypatch.setattr(LiveAggregates, "update", original)
     assert_identical(live, tmp_path)
     assert live.rebuilds == 2
+
+
+SLEEPER = (
+    "import json; from jitwatch.core.process import process_marker; "
+    "print(json.dumps(process_marker()), flush=True); input()"
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="Linux /proc only")
+def test_an_exited_worker_turns_its_worker_info_exited_with_no_journal_change(tmp_path: Path) -> None:
+    """Real worker processes (their own markers) serving in a real journal; each SIGKILLed in turn.
+    Nothing is written to the journal, yet the next scrape has ``jitwatch_worker_info{state="exited"}``
+    for the killed rank (the live path formats that family again when the exited ranks change, not
+    only when the aggregates do), byte-identical to a full build in every format."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SLEEPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        for _ in range(2)
+    ]
+    try:
+        events = []
+        for rank, proc in enumerate(procs):
+            assert proc.stdout is not None
+            marker = json.loads(proc.stdout.readline())
+            attrs = {"mode": "warn", "heartbeat_s": 10.0, "process": marker}
+            events += [
+                make_event(EventKind.WORKER_START, 1_700_000_000.0, rank=rank, pid=proc.pid, attrs=attrs),
+                make_event(EventKind.WARMUP_COMPLETE, 1_700_000_001.0, rank=rank, pid=proc.pid, phase=Phase.SERVING),
+            ]
+        with Journal(tmp_path) as j:
+            j.write(events)
+
+        def states(body: bytes) -> list[str]:
+            return [
+                line.split('state="', 1)[1].split('"', 1)[0]
+                for line in body.decode().splitlines()
+                if line.startswith("jitwatch_worker_info{")
+            ]
+
+        live = LiveJournal(tmp_path)
+        assert states(live.render()[0]) == ["serving", "serving"]
+        assert_identical(live, tmp_path)
+        versions = live._agg.version if live._agg is not None else None
+        for killed in range(2):
+            procs[killed].kill()
+            procs[killed].wait(10)
+            want = ["exited"] * (killed + 1) + ["serving"] * (1 - killed)
+            assert states(live.render()[0]) == want
+            assert_identical(live, tmp_path)
+        assert live._agg is not None and live._agg.version == versions  # no journal change was read
+        doc = live.status(stale_after=60)
+        assert doc is not None and [r.state for r in doc.ranks] == ["exited", "exited"]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

@@ -139,9 +139,10 @@ def test_vllm_serve_sigterm_is_not_ready_at_once(tiny_model: Path, tmp_path: Pat
             assert time.monotonic() < deadline, vllm_log.read_text(errors="replace")[-3000:]
             time.sleep(0.2)
         body = ready.json()
-        assert ready.status_code == 503 and body["stale_ranks"] == [0], body
+        assert ready.status_code == 503 and body["exited_ranks"] == [0] and body["stale_ranks"] == [], body
+        assert body["ranks"] == {"0": "exited"}, body
         assert body["reason"] == (
-            f"the worker process of rank 0 (pid {worker['pid']}) exited without recording a stop (killed?)"
+            f"the worker process of rank 0 (pid {worker['pid']}) exited without recording a stop (killed or crashed)"
         ), body
     finally:
         stop(vllm)
