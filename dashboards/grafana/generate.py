@@ -710,6 +710,78 @@ def backends_per_rank() -> table.Panel:
     )
 
 
+_WORKER_STATES = {
+    "startup": "blue",
+    "warmup": "orange",
+    "serving": "green",
+    "stopped": "text",
+    "exited": "red",
+}
+"""jitwatch_worker_info's state values (see the contract) and their colours."""
+
+
+def worker_state_per_rank() -> table.Panel:
+    return (
+        table.Panel()
+        .title("Worker state per rank")
+        .description(
+            "Each rank's latest worker (jitwatch_worker_info): startup, warmup, serving; stopped once it "
+            "recorded a clean stop (jitwatch.uninstall() or a normal exit); exited once the sidecar saw its "
+            "process gone from the machine without a stop (killed or crashed; only a sidecar on the workers' "
+            "machine and PID namespace sees it, at the next scrape; JitwatchWorkerExited). A worker killed "
+            "where the sidecar cannot see it keeps its last state until a new worker registers; "
+            "JitwatchWorkerStale fires for it after the heartbeat window."
+        )
+        .datasource(DS)
+        .with_target(
+            _q(
+                "A",
+                f"max by (instance, rank, tp_rank, pp_rank, dp_rank, mode, state) (jitwatch_worker_info{{{SEL}}})",
+                instant=True,
+                fmt=PromQueryFormat.TABLE,
+            )
+        )
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True, "Value": True},
+                    "indexByName": {
+                        "rank": 0,
+                        "state": 1,
+                        "tp_rank": 2,
+                        "pp_rank": 3,
+                        "dp_rank": 4,
+                        "mode": 5,
+                        "instance": 6,
+                    },
+                    "renameByName": {},
+                },
+            )
+        )
+        .override_by_name(
+            "state",
+            [
+                dm.DynamicConfigValue(
+                    id_val="mappings",
+                    value=[
+                        {
+                            "type": "value",
+                            "options": {
+                                state: {"text": state, "color": color, "index": i}
+                                for i, (state, color) in enumerate(_WORKER_STATES.items())
+                            },
+                        }
+                    ],
+                ),
+                dm.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"}),
+            ],
+        )
+        .span(24)
+        .height(6)
+    )
+
+
 def variables() -> list[Any]:
     return [
         dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"),
@@ -766,6 +838,7 @@ def build() -> dict[str, Any]:
         .with_panel(warmup_compiles())
         .with_panel(first_request_latency())
         .with_panel(backends_per_rank())
+        .with_panel(worker_state_per_rank())
         .with_panel(hook_errors())
         .with_row(dashboard.Row("Compiles"))
         .with_panel(compiles_by_phase())

@@ -32,6 +32,7 @@ from tests.tools import tool_missing, tool_module
 tool_module("grafana_foundation_sdk", "grafana-foundation-sdk not installed (make env)")
 yaml = pytest.importorskip("yaml")
 
+from jitwatch.core.events import Phase  # noqa: E402
 from jitwatch.views.contract import BY_NAME, METRICS  # noqa: E402
 from tests.observability._promql import panel_backend_problems  # noqa: E402
 
@@ -55,6 +56,7 @@ REQUIRED_PANELS = {
     "Autotune runs",
     "Graph captures (CUDA graphs) by backend/kernel",
     "Backends per rank",
+    "Worker state per rank",
     "jitwatch hook errors and dropped events",
 }
 
@@ -250,6 +252,23 @@ def test_backends_per_rank_table(dash: dict[str, Any]) -> None:
     assert all(state in BY_NAME["jitwatch_backend_info"].help for state in states)
     mappings = [p["value"] for o in panel["fieldConfig"]["overrides"] for p in o["properties"] if p["id"] == "mappings"]
     assert mappings and set(mappings[0][0]["options"]) == states
+
+
+def test_worker_state_table_colours_every_state_of_the_contract(dash: dict[str, Any]) -> None:
+    """Every ``state`` the contract gives ``jitwatch_worker_info`` (``exited`` included: a killed
+    worker the sidecar saw gone) has a colour; the table shows the state per rank."""
+    (panel,) = [p for p in panels(dash) if p["title"] == "Worker state per rank"]
+    assert panel["type"] == "table"
+    (target,) = panel["targets"]
+    assert target["format"] == "table" and target["instant"]
+    assert "jitwatch_worker_info{" in target["expr"]
+    by = re.search(r"by \(([^)]*)\)", target["expr"])
+    assert by and {"rank", "state"} <= {p.strip() for p in by.group(1).split(",")}
+    states = [*(phase.value for phase in Phase), "stopped", "exited"]
+    assert all(state in BY_NAME["jitwatch_worker_info"].help for state in states)
+    mappings = [p["value"] for o in panel["fieldConfig"]["overrides"] for p in o["properties"] if p["id"] == "mappings"]
+    assert mappings and set(mappings[0][0]["options"]) == set(states)
+    assert mappings[0][0]["options"]["exited"]["color"] == "red"
 
 
 def test_heatmap_uses_buckets(dash: dict[str, Any]) -> None:

@@ -48,6 +48,7 @@ EXPECTED_ALERTS = {
     "JitwatchDroppedEvents",
     "JitwatchJournalDown",
     "JitwatchWorkerStale",
+    "JitwatchWorkerExited",
     "JitwatchInflightCompileSkew",
     "JitwatchCompileNearCollectiveDeadline",
 }
@@ -339,6 +340,46 @@ def test_promtool_unit_tests_catch_a_backend_mistake(tmp_path: Path, mutation: s
     """The two-backend unit tests fail when a rule mixes up backends (the tests can fail)."""
     promtool = _promtool()
     old, new, alert = BACKEND_MUTATIONS[mutation]
+    text = RULES.read_text()
+    assert old in text, f"mutation {mutation!r} did not apply; update it"
+    (tmp_path / "rules.yml").write_text(text.replace(old, new))
+    shutil.copy(RULES_TEST, tmp_path / "rules_test.yml")
+    assert _run(promtool, "check", "rules", "rules.yml", cwd=tmp_path).returncode == 0
+    res = _run(promtool, "test", "rules", "rules_test.yml", cwd=tmp_path)
+    assert res.returncode != 0
+    assert alert in res.stdout + res.stderr
+
+
+WORKER_MUTATIONS = {
+    # The stale alert without its exclusion: a stopped (and an exited) rank fires it 2-3 minutes later.
+    "stale for stopped ranks": (
+        '          unless on (job, instance, rank)\n          jitwatch_worker_info{state=~"stopped|exited"}\n',
+        "",
+        "JitwatchWorkerStale",
+    ),
+    # Excluding every state: a rank presumed dead (state serving) no longer fires.
+    "stale for no rank": (
+        'jitwatch_worker_info{state=~"stopped|exited"}',
+        'jitwatch_worker_info{state=~".+"}',
+        "JitwatchWorkerStale",
+    ),
+    # The exited alert at once: a planned restart (exited for one scrape) pages.
+    "exited at once": (
+        'expr: max by (job, instance, rank) (jitwatch_worker_info{state="exited"})\n        for: 1m',
+        'expr: max by (job, instance, rank) (jitwatch_worker_info{state="exited"})\n        for: 0m',
+        "JitwatchWorkerExited",
+    ),
+}
+"""``(old, new, alert)``: rule mistakes about known-gone and presumed-dead workers."""
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("mutation", sorted(WORKER_MUTATIONS))
+def test_promtool_unit_tests_catch_a_worker_state_mistake(tmp_path: Path, mutation: str) -> None:
+    """The worker alerts' unit tests fail when the stale alert fires for stopped or exited ranks,
+    stops firing for ranks presumed dead, or the exited alert pages at once (the tests can fail)."""
+    promtool = _promtool()
+    old, new, alert = WORKER_MUTATIONS[mutation]
     text = RULES.read_text()
     assert old in text, f"mutation {mutation!r} did not apply; update it"
     (tmp_path / "rules.yml").write_text(text.replace(old, new))
