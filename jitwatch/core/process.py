@@ -195,8 +195,9 @@ def _open_pidfd(pid: int, start: int) -> int | None:
     return fd
 
 
-WATCH_MAX = 4096
-"""Processes watched at once (:func:`processes_exited`); past that a pass reads ``/proc`` for the others."""
+WATCH_MAX = 256
+"""Processes watched at once (:func:`processes_exited`), each holding a file descriptor of the
+reader's (a sidecar's soft limit is often 1024); past that a pass reads ``/proc`` for the others."""
 WATCH_IDLE_S = 300.0
 """A process no pass asked about for this long is no longer watched (its pidfd closed), seconds."""
 _GONE = -1

@@ -431,6 +431,20 @@ def test_a_watched_process_is_asked_through_its_pidfd_without_reading_proc(monke
             proc.kill()
             proc.wait(10)
 
+    capped, capped_marker = _child()  # past the cap (WATCH_MAX descriptors): /proc at each pass
+    monkeypatch.setattr(process, "WATCH_MAX", len(process._watched))
+    try:
+        assert process_exited(capped.pid, capped_marker) is False
+        assert (capped.pid, capped_marker["start_ticks"]) not in process._watched
+        capped.kill()
+        capped.wait(10)
+        assert process_exited(capped.pid, capped_marker) is True
+    finally:
+        if capped.poll() is None:
+            capped.kill()
+            capped.wait(10)
+    monkeypatch.undo()
+
     other, other_marker = _child()  # no pidfd to be had: /proc at each pass, the same answers
     monkeypatch.delattr(process.os, "pidfd_open")
     try:
