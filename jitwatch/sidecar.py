@@ -11,8 +11,9 @@ Routes (see ``docs/sidecar.md``):
 * ``GET /livez`` — always 200 while the process runs (``async``: answered on the event loop,
   never waits for the journal or a thread).
 * ``GET /readyz`` — 200 once ≥ 1 rank registered and every rank's latest worker completed
-  warmup and is not stale (stopped heartbeating for ``stale_after`` seconds); 503 otherwise,
-  with the reason.
+  warmup and is neither stopped (a clean stop it recorded), exited (its process seen gone on this
+  machine without a stop) nor stale (stopped heartbeating for ``stale_after`` seconds); 503
+  otherwise, with the reason.
 
 ``/metrics`` and ``/jit`` are answered from an in-memory copy of the journal's aggregates, refreshed
 incrementally on each request through one long-lived read-only connection
@@ -406,7 +407,8 @@ def create_app(
         responses={
             503: {
                 "model": Readiness,
-                "description": "Some rank has not completed warmup or is stale (no heartbeat), or none registered.",
+                "description": "Some rank has not completed warmup, stopped, exited (its process seen gone) or is "
+                "stale (no heartbeat), or none registered.",
             }
         },
         summary="Readiness: every rank's latest worker has completed warmup and is alive",

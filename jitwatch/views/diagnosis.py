@@ -95,7 +95,8 @@ def inflight_of(
     while a compile runs, whatever the heartbeat setting, so a silent row
     is a dead (``kill -9``) or frozen process whose list is no longer current; ageing it forever
     would fire the collective-deadline alert for a process that is gone. The rank shows as stale
-    instead (``/readyz``, ``stale_ranks``)."""
+    instead (``/readyz``, ``stale_ranks``), or as exited where the sidecar saw its process gone
+    (``exited_ranks``)."""
     refreshed = [t for t in (last_seen, attrs.get("inflight_ts")) if isinstance(t, int | float) and t == t]
     if refreshed and stale_after > 0 and now - max(refreshed) > stale_after:
         return []
