@@ -420,6 +420,12 @@ def _revision_5_journal(directory: Path, phases: list[str]) -> None:
     con.close()
 
 
+def _phase_literals() -> list[str]:
+    from jitwatch.store.journal import _PHASE_LITERAL
+
+    return list(_PHASE_LITERAL.values())
+
+
 def _plans(directory: Path, read: Callable[[Journal], object]) -> list[str]:
     """What SQLite does for every ``SELECT … LIMIT`` that ``read`` runs on a reader (``EXPLAIN QUERY
     PLAN`` of the statement as prepared, parameters bound as they were: a partial index serves only
@@ -477,6 +483,15 @@ def test_a_revision_5_journal_gets_the_serving_index_and_lists_serving_compiles_
     plans = _plans(tmp_path, lambda j: j.events(kind=EventKind.COMPILE, phase=Phase.SERVING, limit=7))
     assert any("USING INDEX events_serving" in p for p in plans), plans
     assert not any("TEMP B-TREE" in p for p in plans), plans  # newest first straight from the index
+    # a serving read of every kind (the runbook's `/jit/events?phase=serving&kernel=…`) too
+    plans = _plans(tmp_path, lambda j: j.events(phase=Phase.SERVING, kernel="k1", limit=7))
+    assert any("USING INDEX events_serving" in p for p in plans), plans
+    with Journal(tmp_path, readonly=True) as j:
+        every = [e.key for e in j.events(limit=1000)]
+        assert [e.key for e in j.events(phase=Phase.SERVING, kernel="k1", limit=3)] == [
+            k for k, p in zip(every, reversed(phases), strict=True) if p == "serving" and int(k[3:]) % 3 == 1
+        ][:3]
+    assert set(_phase_literals()) == {p.value for p in Phase}  # every phase can be named in SQL
 
 
 def test_a_revision_5_reader_still_reads_serving_compiles_of_a_revision_6_journal(tmp_path: Path) -> None:
