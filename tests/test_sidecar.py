@@ -729,6 +729,8 @@ if sys.argv[2] == "uninstall":
     mon.uninstall()
     print("uninstalled", flush=True)
     time.sleep(600)  # the process lives on: uninstall alone says the rank stopped serving
+if sys.argv[2] == "raise":  # an unhandled exception: Python still runs the exit handlers
+    raise MemoryError("user prompt: secret-token-123")
 # "exit": a normal return, no uninstall: the monitor's atexit handler closes the journal writer
 """
 
@@ -860,6 +862,49 @@ def test_kill_9_records_no_stop_and_the_sidecar_sees_the_exit_at_once(tmp_path: 
         if worker.poll() is None:
             worker.kill()
             worker.wait(10)
+
+
+def test_a_worker_dying_on_an_unhandled_exception_reads_exited_first(tmp_path: Path) -> None:
+    """A real worker that dies on an unhandled ``MemoryError`` (Python runs jitwatch's exit handler
+    after printing it) reads ``exited``, not ``stopped``: ``/readyz`` 503 names it first, with the
+    exception's type and never its message, before the rank that stopped cleanly; ``/jit`` gives
+    ``exit_exception``; ``/metrics`` ``jitwatch_worker_info{state="exited"}``. Until 2026-12-03 it
+    read ``stopped (clean exit at …)`` and no alert fired."""
+    jdir = tmp_path / "journal"
+    crashing = start_stopping_worker(jdir, tmp_path, "raise", rank=3)
+    stopping = start_stopping_worker(jdir, tmp_path, "exit", rank=0)
+    try:
+        with serve(jdir, tmp_path, None, "--stale-after", "60") as base:
+            wait_readyz(base, 200, 30)
+            for worker in (stopping, crashing):  # the clean stop first: the reason still lists it last
+                assert worker.stdin is not None
+                worker.stdin.write("stop\n")
+                worker.stdin.flush()
+                assert worker.wait(30) == (1 if worker is crashing else 0)
+            r, _ = wait_readyz(base, 503, 10)
+            deadline = time.monotonic() + 10
+            while r.json()["ranks"] != {"0": "stopped", "3": "exited"} and time.monotonic() < deadline:
+                time.sleep(0.05)
+                r = httpx.get(base + "/readyz")
+            body = r.json()
+            assert body["ranks"] == {"0": "stopped", "3": "exited"}, body
+            assert body["exited_ranks"] == [3] and body["stale_ranks"] == [] and body["not_ready_ranks"] == [0, 3]
+            reason = body["reason"]
+            assert reason.startswith(
+                f"the worker process of rank 3 (pid {crashing.pid}, MemoryError) exited on an unhandled exception; "
+                "rank 0 stopped (clean exit at 20"
+            ), reason
+            assert "secret-token" not in r.text
+            st = JitStatus.model_validate(httpx.get(base + "/jit").json())
+            by_rank = {rank.rank: rank for rank in st.ranks}
+            assert by_rank[3].state == "exited" and by_rank[3].exit_exception == "MemoryError"
+            assert by_rank[0].state == "stopped" and by_rank[0].exit_exception is None
+            assert worker_info_states(base) == {"0": "stopped", "3": "exited"}
+    finally:
+        for worker in (crashing, stopping):
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(10)
 
 
 def worker_info_states(base: str) -> dict[str, str]:

@@ -95,6 +95,8 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
         state.stylize("green" if r.ready else "red" if r.state == "exited" else "yellow")
         if r.stopped_ts is not None:
             state.append(f" ({_ts(r.stopped_ts)})")
+        if r.exit_exception is not None:
+            state.append(f" ({r.exit_exception})")
         if r.stale:
             state.append(" stale", style="red").append(f" (last seen {_ts(r.last_seen_ts)})")
         row: list[object] = [

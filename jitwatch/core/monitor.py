@@ -40,7 +40,7 @@ from contextlib import ContextDecorator, contextmanager
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from jitwatch.backends.base import Backend, BackendStatus, Capture, CompileKind, FrameWatcher, current_parent
 from jitwatch.backends.base import parent_marks as _marks
@@ -143,6 +143,35 @@ class EventSink(Protocol):
     def flush(self, timeout: float = 5.0) -> bool: ...
 
     def close(self, timeout: float = 5.0) -> None: ...
+
+
+@runtime_checkable
+class ExitRecordingSink(Protocol):
+    """A sink that records how its worker exited (:class:`jitwatch.store.writer.JournalWriter`):
+    :attr:`exit_exception`, set before ``close``, names the unhandled exception's type."""
+
+    exit_exception: str | None
+
+
+def exception_type_name(exc: BaseException) -> str:
+    """``exc``'s type as recorded for an unclean exit: the qualified name, with its module unless
+    built in (``MemoryError``, ``torch.OutOfMemoryError``). Never the message (it may hold user
+    data). Never raises."""
+    kind = type(exc)
+    name = getattr(kind, "__qualname__", None) or getattr(kind, "__name__", "BaseException")
+    module = getattr(kind, "__module__", None)
+    return str(name) if not module or module == "builtins" else f"{module}.{name}"
+
+
+def unhandled_exception() -> BaseException | None:
+    """The exception the interpreter is exiting on, read in an ``atexit`` handler: Python's top-level
+    error printing stores it in ``sys.last_exc`` (3.12+) / ``sys.last_value`` before the exit
+    handlers run (an unhandled exception in the main thread, ``KeyboardInterrupt`` included).
+    ``None`` otherwise: a normal end, or ``sys.exit(n)`` / ``SystemExit`` whatever ``n`` (the
+    interpreter consumes the exception, and its code, before the handlers run: not knowable there).
+    An exception in another thread ends only that thread and is not seen. Never raises."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return exc if isinstance(exc, BaseException) and not isinstance(exc, SystemExit) else None
 
 
 class NullSink:
@@ -393,6 +422,7 @@ class Monitor:
         self._span_attributes = dict(span_attributes or {})
         self._tracer_provider = tracer_provider
         self._state = "new"  # new → installed → uninstalled
+        self._exception_at_install: BaseException | None = None  # see install()
 
     @property
     def sink(self) -> EventSink:
@@ -493,15 +523,24 @@ class Monitor:
         if marker:  # a reader on this machine tells at once that this process exited (jitwatch.core.process)
             attrs["process"] = marker
         self._emit(EventKind.WORKER_START, attrs=attrs)
+        # An exception printed before install (an interactive session) is not this worker's exit.
+        self._exception_at_install = unhandled_exception()
         atexit.register(self._at_exit)
         return self
 
     def _at_exit(self, timeout: float = 5.0) -> None:
-        """``atexit``: the process exits cleanly without :meth:`uninstall`. Flush and close the
-        sink, whose writer records this worker stopped (its rank not ready at once); bounded by
-        ``timeout`` seconds per step (:meth:`JournalWriter.close`), never raises. Backends' hooks
-        stay: the host may still compile in later exit handlers (those events are dropped, counted)."""
+        """``atexit``: the process exits without :meth:`uninstall`. Flush and close the sink, whose
+        writer records this worker stopped (its rank not ready at once) after a normal end or
+        ``sys.exit`` (any code: not knowable here), or exited when the interpreter is exiting on an
+        unhandled exception (:func:`unhandled_exception`: ``MemoryError``, ``KeyboardInterrupt``;
+        the record names the type, never the message), so the rank reads ``exited`` as after a
+        ``kill -9`` rather than a clean stop. Bounded by ``timeout`` seconds per step
+        (:meth:`JournalWriter.close`), never raises. Backends' hooks stay: the host may still
+        compile in later exit handlers (those events are dropped, counted)."""
         try:
+            exc = unhandled_exception()
+            if exc is not None and exc is not self._exception_at_install and isinstance(self.sink, ExitRecordingSink):
+                self.sink.exit_exception = exception_type_name(exc)
             self._submit_all(self.stalls.pending(self.identity.rank, self.identity.attrs()))
             self.sink.close(timeout)
         except Exception as exc:  # noqa: BLE001 - nothing may fail at the host's exit

@@ -90,6 +90,13 @@ COMPILE_DURATION_BUCKETS: tuple[float, ...] = (
 
 STOPPED_TS_ATTR = "stopped_ts"
 """Key of a worker row's ``attrs`` holding the Unix time of its clean stop (:meth:`Journal.mark_stopped`)."""
+EXIT_EXCEPTION_ATTR = "exit_exception"
+"""Key of a worker row's ``attrs`` naming the type of the unhandled exception its process exited on
+(:meth:`Journal.mark_exited`), e.g. ``MemoryError`` or ``torch.OutOfMemoryError``; never its message."""
+EXITED_TS_ATTR = "exited_ts"
+"""Key of a worker row's ``attrs`` holding the Unix time its exit on an unhandled exception was recorded."""
+EXCEPTION_NAME_MAX = 200
+"""Longest exception type name kept (characters; a longer one is cut)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,16 @@ class WorkerRow:
         Kept in ``attrs`` (``stopped_ts``): ``state`` keeps the last phase, so readers that
         predate it see the row as before."""
         return readsafe.timestamp(self.attrs.get(STOPPED_TS_ATTR))
+
+    @property
+    def exit_exception(self) -> str | None:
+        """The type of the unhandled exception this worker's process exited on, as it recorded at
+        its exit (:meth:`Journal.mark_exited`: ``MemoryError``, ``KeyboardInterrupt``), else
+        ``None`` (serving, stopped cleanly, or killed without a word). Never the message."""
+        value = self.attrs.get(EXIT_EXCEPTION_ATTR)
+        if not isinstance(value, str) or not value:
+            return None
+        return value[:EXCEPTION_NAME_MAX]
 
 
 @dataclass(frozen=True)
@@ -2026,6 +2043,31 @@ class Journal:
         return self._update_worker_attrs(
             host, pid, rank, ts, {STOPPED_TS_ATTR: float(ts), "exit": "clean", "inflight": None}
         )
+
+    def mark_exited(self, host: str, pid: int, rank: int, ts: float, exception: str) -> bool:
+        """Record that worker ``(host, pid, rank)``'s process is exiting at ``ts`` (Unix seconds) on
+        an unhandled exception of type ``exception`` (a name such as ``MemoryError``, cut to
+        :data:`EXCEPTION_NAME_MAX` characters; never the message, which may hold user data): its
+        row's ``attrs`` gain ``exited_ts``, ``exit: "exception"`` and ``exit_exception``, and
+        ``last_ts`` advances. Not a clean stop: no ``stopped_ts``, so readers read the rank
+        ``exited`` (:func:`jitwatch.views.status.exited_ranks`) and a reader that predates the
+        record sees it turn stale after its heartbeat window, as after a ``kill -9``. A worker that
+        registers again under the same ``(host, pid, rank)`` replaces the row, and so the record.
+
+        Returns ``False`` when there is no such worker row (nothing is written). Raises
+        ``ValueError`` for an empty ``exception``, ``PermissionError`` on a read-only journal and
+        ``sqlite3.Error`` like :meth:`write`.
+        """
+        name = str(exception).strip()[:EXCEPTION_NAME_MAX]
+        if not name:
+            raise ValueError("mark_exited needs the exception's type name")
+        changes: dict[str, Any] = {
+            EXITED_TS_ATTR: float(ts),
+            "exit": "exception",
+            EXIT_EXCEPTION_ATTR: name,
+            "inflight": None,
+        }
+        return self._update_worker_attrs(host, pid, rank, ts, changes)
 
     def _update_worker_attrs(self, host: str, pid: int, rank: int, ts: float, changes: dict[str, Any]) -> bool:
         """Merge ``changes`` into worker ``(host, pid, rank)``'s row ``attrs`` (a ``None`` value

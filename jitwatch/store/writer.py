@@ -204,6 +204,11 @@ class JournalWriter:
         """Set by the writer thread once :meth:`close` recorded the worker's clean stop."""
         self.stop_record_errors = 0
         """Failed attempts to record the worker's clean stop (logged at warning level)."""
+        self.exit_exception: str | None = None
+        """Set before :meth:`close` (the monitor's exit handler) to the type name of the unhandled
+        exception the process is exiting on: the last write then records the exit as not clean
+        (:meth:`~jitwatch.store.journal.Journal.mark_exited`, the rank reads ``exited``) instead
+        of a clean stop. ``None``: a clean stop."""
         self.interval_s = max(0.001, float(interval_s))
         self.settle_s = max(0.0, float(settle_s))
         self.max_lag_s = max(0.0, float(max_lag_s))
@@ -484,15 +489,21 @@ class JournalWriter:
             self._drop_journal()
 
     def _record_stop(self) -> None:
-        """The worker's clean stop, at :meth:`close` (writer thread only, after the last batch);
-        a failure is logged and counted (:attr:`stop_record_errors`), never raised."""
+        """The worker's clean stop, at :meth:`close` (writer thread only, after the last batch), or
+        its exit on an unhandled exception when :attr:`exit_exception` is set; a failure is logged
+        and counted (:attr:`stop_record_errors`), never raised."""
         assert self.worker_row is not None
         host, pid, rank = self.worker_row
+        exception = self.exit_exception
         try:
             if self._journal is None:
                 self._journal = open_or_recover(self.directory, **self._journal_kwargs)
             self._check_replaced()
-            if self._journal.mark_stopped(host, pid, rank, time.time()):
+            if exception:
+                recorded = self._journal.mark_exited(host, pid, rank, time.time(), exception)
+            else:
+                recorded = self._journal.mark_stopped(host, pid, rank, time.time())
+            if recorded:
                 self.stop_recorded = True
         except Exception as exc:  # noqa: BLE001 - storage faults must never reach the host (at its exit)
             self.stop_record_errors += 1

@@ -241,7 +241,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "state: startup / warmup / serving; stopped once it recorded a clean stop; exited once the sidecar saw "
         "its process gone on the sidecar's machine without a stop (killed or crashed: at the next scrape, where "
         "the sidecar shares the worker's machine and PID namespace; elsewhere only "
-        "jitwatch_worker_last_seen_timestamp_seconds tells, after the heartbeat window). One series per rank.",
+        "jitwatch_worker_last_seen_timestamp_seconds tells, after the heartbeat window), or once the worker "
+        "recorded its exit on an unhandled Python exception (any sidecar reads it). One series per rank.",
     ),
     MetricSpec(
         "jitwatch_specialization_coverage_ratio",

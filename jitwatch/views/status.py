@@ -74,7 +74,8 @@ class RankStatus(BaseModel):
     state: WorkerState = Field(
         description="startup → warmup → serving; stopped once the worker shut down cleanly "
         "(jitwatch.uninstall() or its exit); exited once its process was seen gone on the sidecar's "
-        "machine without recording a stop (killed or crashed): not ready until a new worker for the rank "
+        "machine without recording a stop (killed or crashed), or once it recorded its exit on an unhandled "
+        "exception (exit_exception): not ready until a new worker for the rank "
         "completes warmup."
     )
     ready: bool = Field(
@@ -83,6 +84,11 @@ class RankStatus(BaseModel):
     )
     stopped_ts: float | None = Field(
         default=None, description="Unix time the worker recorded its clean stop, seconds (state stopped)."
+    )
+    exit_exception: str | None = Field(
+        default=None,
+        description="Type of the unhandled exception the worker's process exited on, as it recorded at its exit "
+        "(state exited; e.g. MemoryError, KeyboardInterrupt): the type, never the message.",
     )
     host: str
     pid: int
@@ -419,8 +425,11 @@ def stale_window(worker: WorkerRow, stale_after: float) -> float | None:
 
 def worker_state(worker: WorkerRow, exited: bool = False) -> WorkerState:
     """``"stopped"`` once ``worker`` recorded its clean stop (:attr:`WorkerRow.stopped_ts`),
-    ``"exited"`` when its process was seen gone without one (``exited``: its rank is in
-    :func:`exited_ranks`), else its phase."""
+    ``"exited"`` when it recorded its exit on an unhandled exception
+    (:attr:`WorkerRow.exit_exception`) or its process was seen gone without a record (``exited``:
+    its rank is in :func:`exited_ranks`), else its phase."""
+    if worker.exit_exception is not None:
+        return "exited"
     if worker.stopped_ts is not None:
         return "stopped"
     return "exited" if exited else worker.state
@@ -431,14 +440,19 @@ def exited_ranks(workers: dict[int, WorkerRow]) -> dict[int, int]:
     stop, as a reader on the same machine and PID namespace sees it
     (:func:`jitwatch.core.process.processes_exited`, one pass for every rank: ``kill -9``, the OOM
     killer, ``vllm serve``'s default shutdown, a crash, ``os._exit``); ranks that cannot be told
-    are left out (judged by heartbeat). Never raises."""
+    are left out (judged by heartbeat). Ranks whose worker recorded its exit on an unhandled
+    exception (:attr:`WorkerRow.exit_exception`, any sidecar can read it) are in too, without a
+    look at the process. Never raises."""
+    recorded = {rank: w.pid for rank, w in sorted(workers.items()) if w.exit_exception is not None}
     candidates = [
         (rank, w)
         for rank, w in sorted(workers.items())
-        if STOPPED_TS_ATTR not in w.attrs or w.stopped_ts is None  # the property parses the attr: skip it mostly
+        if rank not in recorded
+        and (STOPPED_TS_ATTR not in w.attrs or w.stopped_ts is None)  # the property parses the attr: skip it mostly
     ]
     gone = processes_exited([(w.pid, w.attrs.get("process")) for _, w in candidates])
-    return {rank: w.pid for (rank, w), exited in zip(candidates, gone, strict=True) if exited}
+    seen = {rank: w.pid for (rank, w), exited in zip(candidates, gone, strict=True) if exited}
+    return dict(sorted({**recorded, **seen}.items()))
 
 
 def stale_ranks(
@@ -493,21 +507,28 @@ def readiness(
         for rank, w in sorted(workers.items())
         if w.state is not Phase.SERVING and rank not in stale and rank not in stopped and rank not in exited
     ]
+    # The incidents first (exited, then stale: a dead peer hangs the job), then the planned stops.
     reasons: list[str] = []
+    crashed = {r: workers[r] for r in exited if workers[r].exit_exception is not None}
+    if crashed:
+        detail = ", ".join(f"{r} (pid {w.pid}, {w.exit_exception})" for r, w in crashed.items())
+        whose = _plural(len(crashed), "the worker process of rank", "the worker processes of ranks")
+        reasons.append(f"{whose} {detail} exited on an unhandled exception")
+    killed = {r: pid for r, pid in exited.items() if r not in crashed}
+    if killed:
+        detail = ", ".join(f"{r} (pid {pid})" for r, pid in killed.items())
+        whose = _plural(len(killed), "the worker process of rank", "the worker processes of ranks")
+        reasons.append(f"{whose} {detail} exited without recording a stop (killed or crashed)")
+    if stale:
+        detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in stale.items())
+        gone = _plural(len(stale), "worker gone?", "workers gone?")
+        reasons.append(f"no heartbeat from {_ranks(len(stale))} {detail}: {gone}")
     if stopped:
         at = ", ".join(utc_time(ts) for ts in stopped.values())
         listed = ", ".join(str(r) for r in stopped)
         reasons.append(
             f"{_ranks(len(stopped))} {listed} stopped ({_plural(len(stopped), 'clean exit', 'clean exits')} at {at})"
         )
-    if exited:
-        detail = ", ".join(f"{r} (pid {pid})" for r, pid in exited.items())
-        whose = _plural(len(exited), "the worker process of rank", "the worker processes of ranks")
-        reasons.append(f"{whose} {detail} exited without recording a stop (killed or crashed)")
-    if stale:
-        detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in stale.items())
-        gone = _plural(len(stale), "worker gone?", "workers gone?")
-        reasons.append(f"no heartbeat from {_ranks(len(stale))} {detail}: {gone}")
     if waiting:
         detail = ", ".join(f"{r} ({workers[r].state.value})" for r in waiting)
         reasons.append(f"warmup not complete on {_ranks(len(waiting))} {detail}")
@@ -640,6 +661,7 @@ def build_status(
                 state=worker_state(w, rank in exited),
                 ready=w.state is Phase.SERVING and rank not in stale and rank not in exited and w.stopped_ts is None,
                 stopped_ts=w.stopped_ts,
+                exit_exception=w.exit_exception,
                 stale=rank in stale,
                 host=w.host,
                 pid=w.pid,

@@ -3,6 +3,7 @@ close (real SQLite, real writer thread; the sidecar side is in ``tests/test_side
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -94,11 +95,42 @@ def test_readiness_names_the_stopped_ranks_and_when(tmp_path: Path) -> None:
         assert r.reason == "ranks 0, 2 stopped (clean exits at 2027-01-15 08:00:05 UTC, 2027-01-15 08:00:06 UTC)"
         r = readiness(j.latest_workers(), now=t + 600, stale_after=60)  # rank 1 silent for 10 min
         assert r.stale_ranks == [1] and r.not_ready_ranks == [0, 1, 2]
-        assert (
-            r.reason is not None
-            and r.reason.startswith("ranks 0, 2 stopped")
-            and "no heartbeat from rank 1" in r.reason
+        assert r.reason is not None and r.reason.startswith("no heartbeat from rank 1"), r.reason
+        assert r.reason.endswith(
+            "; ranks 0, 2 stopped (clean exits at 2027-01-15 08:00:05 UTC, 2027-01-15 08:00:06 UTC)"
         )
+
+
+def test_mark_exited_names_the_exception_and_reads_exited_first(tmp_path: Path) -> None:
+    """A recorded exit on an unhandled exception: no ``stopped_ts`` (an older reader sees the row
+    turn stale, as after a kill), the type kept and cut to its bound, the compiles in flight
+    cleared; the rank is ``exited`` for any reader, and ``/readyz``'s reason lists the exited
+    and stale ranks before the stopped ones (the incident first; it listed stopped first)."""
+    with Journal(tmp_path) as j:
+        t = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+        for rank in (0, 1, 2, 3):
+            register(j, pid=100 + rank, rank=rank, ts=t)
+        assert j.set_inflight(HOST, 101, 1, [{"backend": "triton", "kernel": "k", "start_ts": t + 3}], t + 3)
+        assert j.mark_stopped(HOST, 100, 0, t + 5)
+        assert j.mark_exited(HOST, 101, 1, t + 6, "torch.OutOfMemoryError")
+        assert j.mark_exited(HOST, 103, 3, t + 6, "E" * 500)
+        assert not j.mark_exited(HOST, 999, 1, t + 6, "MemoryError")  # no such worker
+        with pytest.raises(ValueError):
+            j.mark_exited(HOST, 102, 2, t + 6, " ")
+        workers = j.latest_workers()
+    w = workers[1]
+    assert w.stopped_ts is None and w.state is Phase.SERVING and w.last_ts == t + 6
+    assert w.exit_exception == "torch.OutOfMemoryError" and w.attrs["exit"] == "exception"
+    assert "inflight" not in w.attrs and w.attrs["exited_ts"] == t + 6
+    assert workers[3].exit_exception == "E" * 200
+    r = readiness(workers, now=t + 600, stale_after=60)  # rank 2 silent for 10 min
+    assert r.ranks == {"0": "stopped", "1": "exited", "2": "serving", "3": "exited"}
+    assert r.exited_ranks == [1, 3] and r.stale_ranks == [2] and r.not_ready_ranks == [0, 1, 2, 3]
+    assert r.reason == (
+        f"the worker processes of ranks 1 (pid 101, torch.OutOfMemoryError), 3 (pid 103, {'E' * 200}) exited on "
+        "an unhandled exception; no heartbeat from rank 2 (last seen 599s ago): worker gone?; "
+        "rank 0 stopped (clean exit at 2027-01-15 08:00:05 UTC)"
+    )
 
 
 def test_writer_close_records_the_stop_of_its_worker_row_only(tmp_path: Path) -> None:
@@ -210,3 +242,76 @@ def test_process_exit_is_bounded_when_the_record_cannot_be_written(tmp_path: Pat
         if worker.poll() is None:
             worker.kill()
             worker.wait(10)
+
+
+ENDING_WORKER = """
+import sys
+from dataclasses import replace
+from pathlib import Path
+from jitwatch.config import Settings
+from jitwatch.worker import create_monitor
+settings = replace(Settings.from_env(), journal_dir=Path(sys.argv[1]), heartbeat_seconds=0.2)
+mon = create_monitor(settings, mode="warn", tracer_provider=False)
+mon.install()
+with mon.warmup():
+    pass
+mon.flush()
+"""
+
+ENDINGS = {
+    # (the worker's last statement, expected exit status, recorded exception type or None: a clean stop)
+    "memory error": ("raise MemoryError('user prompt: secret-token-123')", 1, "MemoryError"),
+    "keyboard interrupt": ("raise KeyboardInterrupt", -2, "KeyboardInterrupt"),
+    "custom exception": (
+        "class ShardLoadError(RuntimeError):\n    pass\nraise ShardLoadError('secret-token-123')",
+        1,
+        "__main__.ShardLoadError",
+    ),
+    "sys.exit(0)": ("sys.exit(0)", 0, None),
+    "sys.exit(3)": ("sys.exit(3)", 3, None),
+    "normal end": ("pass", 0, None),
+    "exception in another thread": (
+        "import threading\nt = threading.Thread(target=lambda: 1 / 0)\nt.start()\nt.join()",
+        0,
+        None,
+    ),
+    "exception handled": ("try:\n    raise MemoryError\nexcept MemoryError:\n    pass", 0, None),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_real_worker_records_how_it_ended(tmp_path: Path, ending: str) -> None:
+    """A real worker process ends each way: an unhandled exception in the main thread (Python runs
+    the exit handlers after printing it) records the exit as not clean, naming the exception's
+    type and never its message, and the rank reads ``exited`` first in ``/readyz``'s reason; a
+    normal end, ``sys.exit`` with any code (Python drops the code before the handlers run) and an
+    exception that ends another thread record a clean stop."""
+    last, status, exception = ENDINGS[ending]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update({"OTEL_SDK_DISABLED": "true", "TRITON_CACHE_DIR": str(tmp_path / "tc")})
+    (tmp_path / "journal").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", ENDING_WORKER + last, str(tmp_path / "journal")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == status, proc.stderr
+    with Journal(tmp_path / "journal", readonly=True) as j:
+        (row,) = j.workers()
+    state = readiness({0: row})
+    if exception is None:
+        assert row.stopped_ts is not None and row.exit_exception is None, row.attrs
+        assert row.attrs["exit"] == "clean"
+        assert state.ranks == {"0": "stopped"}
+        assert state.exited_ranks == []
+    else:
+        assert row.stopped_ts is None and row.exit_exception == exception, row.attrs
+        assert row.attrs["exit"] == "exception" and "secret-token-123" not in json.dumps(row.attrs)
+        assert state.ranks == {"0": "exited"}
+        assert state.exited_ranks == [0] and state.not_ready_ranks == [0] and state.stale_ranks == []
+        assert (
+            state.reason
+            == f"the worker process of rank 0 (pid {row.pid}, {exception}) exited on an unhandled exception"
+        )
