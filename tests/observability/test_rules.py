@@ -321,8 +321,8 @@ BACKEND_MUTATIONS = {
     ),
     # Counting (rank, backend) pairs: a rank compiling with two backends looks like two ranks.
     "skew counts backends": (
-        "count by (job, instance) (sum by (job, instance, rank) (jitwatch_rank:serving_compiles:increase5m) > 0)",
-        "count by (job, instance) (jitwatch_rank:serving_compiles:increase5m > 0)",
+        "(sum by (job, instance, rank) (jitwatch_rank:serving_compiles:increase5m) > 0)\n              and on",
+        "(jitwatch_rank:serving_compiles:increase5m > 0)\n              and on",
         "JitwatchRankSkew",
     ),
     # The per-kernel recording rule without backend: the alert loses its backend label.
@@ -365,19 +365,63 @@ WORKER_MUTATIONS = {
     ),
     # The exited alert at once: a planned restart (exited for one scrape) pages.
     "exited at once": (
-        'expr: max by (job, instance, rank) (jitwatch_worker_info{state="exited"})\n        for: 1m',
-        'expr: max by (job, instance, rank) (jitwatch_worker_info{state="exited"})\n        for: 0m',
+        '(jitwatch_worker_info{state=~"startup|warmup|serving"}) > 0)\n        for: 1m',
+        '(jitwatch_worker_info{state=~"startup|warmup|serving"}) > 0)\n        for: 0m',
         "JitwatchWorkerExited",
     ),
+    # The exited alert without its live-peer condition: a planned stop (every rank SIGKILLed) pages,
+    # and the alert never clears until new workers register.
+    "exited without a live peer": (
+        "          and on (job, instance)\n"
+        '          (count by (job, instance) (jitwatch_worker_info{state=~"startup|warmup|serving"}) > 0)\n',
+        "",
+        "JitwatchWorkerExited",
+    ),
+    # Every state counts as a peer: the exited ranks of a stopped server keep each other paging.
+    "exited ranks as live peers": (
+        '(count by (job, instance) (jitwatch_worker_info{state=~"startup|warmup|serving"}) > 0)',
+        "(count by (job, instance) (jitwatch_worker_info) > 0)",
+        "JitwatchWorkerExited",
+    ),
+    # Rank skew counting a stopped or exited rank (warmup_complete 1, no compile) as a serving peer.
+    "skew counts dead peers": (
+        "              (jitwatch_warmup_complete == 1)\n"
+        '              and on (job, instance, rank) jitwatch_worker_info{state=~"startup|warmup|serving"}\n',
+        "              (jitwatch_warmup_complete == 1)\n",
+        "JitwatchRankSkew",
+    ),
+    # Rank skew counting a dead rank's compiles: a live peer that compiled nothing goes unseen.
+    "skew counts dead compiling ranks": (
+        "              (sum by (job, instance, rank) (jitwatch_rank:serving_compiles:increase5m) > 0)\n"
+        '              and on (job, instance, rank) jitwatch_worker_info{state=~"startup|warmup|serving"}\n',
+        "              (sum by (job, instance, rank) (jitwatch_rank:serving_compiles:increase5m) > 0)\n",
+        "JitwatchRankSkew",
+    ),
+    # Rank skew firing for a dead rank's own compiles.
+    "skew fires for a dead rank": (
+        "            (jitwatch_rank:serving_compiles:increase5m > 0)\n"
+        '            and on (job, instance, rank) jitwatch_worker_info{state=~"startup|warmup|serving"}\n',
+        "            (jitwatch_rank:serving_compiles:increase5m > 0)\n",
+        "JitwatchRankSkew",
+    ),
+    # In-flight skew counting a stopped or exited rank (age 0) as a peer waiting.
+    "inflight skew counts dead peers": (
+        "                and on (job, instance, rank) (jitwatch_warmup_complete == 1)\n"
+        '                and on (job, instance, rank) jitwatch_worker_info{state=~"startup|warmup|serving"}\n',
+        "                and on (job, instance, rank) (jitwatch_warmup_complete == 1)\n",
+        "JitwatchInflightCompileSkew",
+    ),
 }
-"""``(old, new, alert)``: rule mistakes about known-gone and presumed-dead workers."""
+"""``(old, new, alert)``: rule mistakes about known-gone and presumed-dead workers and dead peers."""
 
 
 @pytest.mark.prometheus
 @pytest.mark.parametrize("mutation", sorted(WORKER_MUTATIONS))
 def test_promtool_unit_tests_catch_a_worker_state_mistake(tmp_path: Path, mutation: str) -> None:
     """The worker alerts' unit tests fail when the stale alert fires for stopped or exited ranks,
-    stops firing for ranks presumed dead, or the exited alert pages at once (the tests can fail)."""
+    stops firing for ranks presumed dead, the exited alert pages at once or without a live peer
+    (a planned stop), or the skew alerts count stopped and exited ranks as serving peers (the
+    tests can fail)."""
     promtool = _promtool()
     old, new, alert = WORKER_MUTATIONS[mutation]
     text = RULES.read_text()
