@@ -12,8 +12,9 @@ Routes (see ``docs/sidecar.md``):
   never waits for the journal or a thread).
 * ``GET /readyz`` — 200 once ≥ 1 rank registered and every rank's latest worker completed
   warmup and is neither stopped (a clean stop it recorded), exited (its process seen gone on this
-  machine without a stop) nor stale (stopped heartbeating for ``stale_after`` seconds); 503
-  otherwise, with the reason.
+  machine without a stop, or an exit on an unhandled Python exception it recorded) nor stale
+  (stopped heartbeating for ``stale_after`` seconds); 503 otherwise, with the reason (exited and
+  stale ranks first).
 
 ``/metrics`` and ``/jit`` are answered from an in-memory copy of the journal's aggregates, refreshed
 incrementally on each request through one long-lived read-only connection
@@ -407,7 +408,8 @@ def create_app(
         responses={
             503: {
                 "model": Readiness,
-                "description": "Some rank has not completed warmup, stopped, exited (its process seen gone) or is "
+                "description": "Some rank has not completed warmup, stopped, exited (its process seen gone, or it "
+                "recorded an exit on an unhandled Python exception) or is "
                 "stale (no heartbeat), or none registered.",
             }
         },

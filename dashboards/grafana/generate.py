@@ -728,7 +728,8 @@ def worker_state_per_rank() -> table.Panel:
             "Each rank's latest worker (jitwatch_worker_info): startup, warmup, serving; stopped once it "
             "recorded a clean stop (jitwatch.uninstall() or a normal exit); exited once the sidecar saw its "
             "process gone from the machine without a stop (killed or crashed; only a sidecar on the workers' "
-            "machine and PID namespace sees it, at the next scrape; JitwatchWorkerExited). A worker killed "
+            "machine and PID namespace sees it, at the next scrape), or once it recorded its exit on an "
+            "unhandled Python exception (JitwatchWorkerExited while another rank is live). A worker killed "
             "where the sidecar cannot see it keeps its last state until a new worker registers; "
             "JitwatchWorkerStale fires for it after the heartbeat window."
         )

@@ -24,7 +24,10 @@ same row (:attr:`JournalWriter.inflight_source`) whether or not the worker heart
 :meth:`JournalWriter.close` (``jitwatch.uninstall()``, or the monitor's ``atexit`` handler at a
 clean exit) the thread's last write records the worker stopped
 (:meth:`~jitwatch.store.journal.Journal.mark_stopped`), so its rank is not ready at once rather
-than after the stale window; a ``kill -9`` records nothing and is judged by the heartbeat.
+than after the stale window; when the process is exiting on an unhandled exception
+(:attr:`JournalWriter.exit_exception`, set by the monitor's handler) it records the exit as not
+clean instead (:meth:`~jitwatch.store.journal.Journal.mark_exited`: the rank reads ``exited``). A
+``kill -9`` records nothing and is judged by the process or the heartbeat.
 """
 
 from __future__ import annotations

@@ -315,3 +315,37 @@ def test_a_real_worker_records_how_it_ended(tmp_path: Path, ending: str) -> None
             state.reason
             == f"the worker process of rank 0 (pid {row.pid}, {exception}) exited on an unhandled exception"
         )
+
+
+def test_a_traceback_printed_before_install_is_not_the_workers_exit(tmp_path: Path) -> None:
+    """``sys.last_value`` already set when the monitor is installed (an interactive session printed
+    a traceback earlier) is not this worker's exit: a normal end after it records a clean stop."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update({"OTEL_SDK_DISABLED": "true", "TRITON_CACHE_DIR": str(tmp_path / "tc")})
+    (tmp_path / "journal").mkdir()
+    earlier = "import sys\nsys.last_type, sys.last_value = ValueError, ValueError('earlier')\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", earlier + ENDING_WORKER, str(tmp_path / "journal")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with Journal(tmp_path / "journal", readonly=True) as j:
+        (row,) = j.workers()
+    assert row.stopped_ts is not None and row.exit_exception is None, row.attrs
+
+
+def test_writer_close_records_an_exit_on_an_exception_instead_of_a_stop(tmp_path: Path) -> None:
+    """``exit_exception`` set before close (the monitor's exit handler): the last write records the
+    exit as not clean, with the type, and no ``stopped_ts``."""
+    w = JournalWriter(tmp_path, heartbeat=(HOST, 7, 0), heartbeat_s=0)
+    assert w.submit(Event(kind=EventKind.WORKER_START, ts=time.time(), rank=0, pid=7, host=HOST))
+    w.exit_exception = "MemoryError"
+    w.close()
+    assert w.stop_recorded and w.stop_record_errors == 0
+    with Journal(tmp_path, readonly=True) as j:
+        (row,) = j.workers()
+    assert row.exit_exception == "MemoryError" and row.stopped_ts is None and row.attrs["exit"] == "exception"
+    assert readiness({0: row}).ranks == {"0": "exited"}
