@@ -42,6 +42,31 @@ INT_RANGES = {"i32": "-2^31 ≤ value < 2^31", "i64": "value ≥ 2^31 or < -2^31
 """The values Triton types as each int type (``native_specialize_impl``), for fixes."""
 
 
+INT_EXAMPLES = {
+    ("i32", DIVISIBLE): "16",
+    ("i32", OTHER): "7",
+    ("i64", DIVISIBLE): "2**31 + 16",
+    ("i64", OTHER): "2**31 + 1",
+    ("i64", ANY): "2**31",
+    ("u64", DIVISIBLE): "2**63 + 16",
+    ("u64", OTHER): "2**63 + 1",
+    ("u64", ANY): "2**63",
+}
+"""A value of each int class, for fixes (``i32 any``: any i32, no example needed)."""
+
+_VOWEL_SOUND = frozenset("aefhilmnorsx")
+"""Letters whose spoken name starts with a vowel sound ("an i64", "an fp32", "an s…"; "a u64",
+"a bf16")."""
+
+
+def article(ty: Any) -> str:
+    """The indefinite article before a type's name as it is read aloud, letter by letter:
+    ``an`` before ``i32``, ``i64``, ``fp32`` (*eye*, *eff*), ``a`` before ``u64``, ``u1``, ``bf16``
+    (*you*, *bee*). Never raises."""
+    first = str(ty).lstrip("*")[:1].lower()
+    return "an" if first in _VOWEL_SOUND else "a"
+
+
 def int_type(value: int) -> str:
     """The type Triton gives a Python int argument: ``i32``, ``i64`` or ``u64`` (see
     :data:`INT_RANGES`)."""
@@ -115,11 +140,13 @@ __all__ = [
     "BOOL",
     "CONSTEXPR",
     "DIVISIBLE",
+    "INT_EXAMPLES",
     "INT_RANGES",
     "INT_TYPES",
     "ONE",
     "OTHER",
     "UNALIGNED",
+    "article",
     "class_of",
     "int_type",
     "is_folded_one",

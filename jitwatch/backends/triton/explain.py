@@ -198,29 +198,36 @@ def _describe(entry: tuple[Any, Any], int_arg: bool) -> str:
     return _classes.words(*_classes.class_of(entry, int_arg=int_arg))
 
 
-def _int_example(name: str, entry: tuple[Any, Any]) -> str:
-    """A value of ``entry``'s class to warm ``name`` with: ``name=1``, ``name = a multiple of
-    16``, ``name = an i64 value (value ≥ 2^31 or < -2^31) that is a multiple of 16``, …"""
+def _int_example(name: str, entry: tuple[Any, Any], *, typed: bool = False) -> str:
+    """A value of ``entry``'s class to warm ``name`` with, after ``warm``: ``name=1``, ``name =
+    a multiple of 16`` (an i32 class, when warmup passed an i32 too), or, naming the type (for any
+    other type, and with ``typed``: warmup passed another type, so a value of the old type with
+    the same class would not do), ``name with an i32 multiple of 16 (e.g. 16)``, ``name with an
+    i64 value that is not a multiple of 16 (value ≥ 2^31 or < -2^31, e.g. 2**31 + 1)``, …"""
     ty, cls = _classes.class_of(entry, int_arg=True)
     if cls == _classes.ONE:
         return f"{name}=1"
-    if ty == "i32":
+    if ty == "i32" and not typed:
         if cls == _classes.DIVISIBLE:
             return f"{name} = a multiple of 16"
         if cls == _classes.OTHER:
             return f"{name} = a value neither 1 nor a multiple of 16"
         return f"{name} = any i32 value ({_classes.INT_RANGES['i32']})"
-    rng = f" ({_classes.INT_RANGES[ty]})" if ty in _classes.INT_RANGES else ""
+    rng = _classes.INT_RANGES.get(str(ty)) if ty != "i32" or cls == _classes.ANY else None
+    example = _classes.INT_EXAMPLES.get((str(ty), str(cls)))
+    note = "; ".join(p for p in (rng, f"e.g. {example}" if example else None) if p)
+    tail = f" ({note})" if note else ""
     if cls == _classes.DIVISIBLE:
-        return f"{name} = {_a(ty)} {ty} value{rng} that is a multiple of 16"
+        return f"{name} with {_a(ty)} {ty} multiple of 16{tail}"
     if cls == _classes.OTHER:
-        return f"{name} = {_a(ty)} {ty} value{rng} that is not a multiple of 16"
-    return f"{name} = any {ty} value{rng}"
+        other = "neither 1 nor a multiple of 16" if ty == "i32" else "that is not a multiple of 16"
+        return f"{name} with {_a(ty)} {ty} value {other}{tail}"
+    return f"{name} with any {ty} value{tail}"
 
 
 def _a(ty: Any) -> str:
-    """The article before a type's name: ``an i64``, ``a u64``."""
-    return "an" if str(ty)[:1] in "aeiou" else "a"
+    """The article before a type's name: ``an i64``, ``a u64`` (:func:`.classes.article`)."""
+    return _classes.article(ty)
 
 
 def _int_fix(name: str, before: tuple[Any, Any], after: tuple[Any, Any]) -> str:
@@ -236,7 +243,7 @@ def _int_fix(name: str, before: tuple[Any, Any], after: tuple[Any, Any]) -> str:
         )
     if bt == _classes.BOOL:
         return (
-            f"warm {name} with an int too ({_int_example(name, after)}): Triton types an int i32/i64, "
+            f"warm {_int_example(name, after, typed=True)} too: Triton types an int i32/i64/u64, "
             "apart from the bool (u1) warmup passed"
         )
     dns = f'do_not_specialize=["{name}"] in @triton.jit'
@@ -246,7 +253,7 @@ def _int_fix(name: str, before: tuple[Any, Any], after: tuple[Any, Any]) -> str:
         if _classes.is_folded_one(after, True):
             warm = f"warm {name}=1 (Triton folds 1 into a constant: only 1 itself covers it)"
         else:
-            warm = f"warm {_int_example(name, after)}"
+            warm = f"warm {_int_example(name, after, typed=True)}"
         rng = _classes.INT_RANGES.get(str(at), str(at))
         return (
             f"{warm}, or {dns} and warm {name} with {_a(at)} {at} value too ({rng}; "

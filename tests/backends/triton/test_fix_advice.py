@@ -130,7 +130,9 @@ def test_int_warmed_as_i32_served_as_i64_fix_says_which_values(
     serving, _, _ = serve(tmp_path, fa_scale, [16], [2**31 + 3], caplog)
     assert [e.attrs["reason"] for e in serving] == ["n: i32 %16 → i64 other"]
     (fix,) = serving[0].attrs["fixes"]
-    assert fix.startswith("warm n = an i64 value (value ≥ 2^31 or < -2^31) that is not a multiple of 16, or ")
+    assert fix.startswith(
+        "warm n with an i64 value that is not a multiple of 16 (value ≥ 2^31 or < -2^31; e.g. 2**31 + 1), or "
+    )
     assert "warm n with an i64 value too" in fix
     assert serve(tmp_path, fa_scale, [16, -(2**31) - 5], [2**31 + 3], caplog)[0] == []
     assert serve(tmp_path, fa_scale_dns, [16, 2**40], [2**31 + 3], caplog)[0] == []
@@ -160,8 +162,70 @@ def test_int_passed_to_a_parameter_warmed_with_a_bool(tmp_path: Path, caplog: py
     serving, _, _ = serve(tmp_path, fa_flag, [True], [7], caplog)
     assert [e.attrs["reason"] for e in serving] == ["flag: u1 → i32 other"]
     (fix,) = serving[0].attrs["fixes"]
-    assert fix.startswith("warm flag with an int too (flag = a value neither 1 nor a multiple of 16)"), fix
+    assert fix.startswith("warm flag with an i32 value neither 1 nor a multiple of 16 (e.g. 7) too: "), fix
     assert serve(tmp_path, fa_flag, [True, 3], [7], caplog)[0] == []
+
+
+def example(fix: str) -> int:
+    """The value a fix gives as ``(…; e.g. 2**31 + 16)`` / ``(e.g. 16)``, as an int (digits, ``**``, ``+``
+    only)."""
+    import re
+
+    m = re.search(r"e\.g\. ([0-9*+ ]+)\)", fix)
+    assert m, fix
+    total = 0
+    for term in m.group(1).split("+"):
+        base, _, exp = term.strip().partition("**")
+        total += int(base) ** int(exp) if exp else int(base)
+    return total
+
+
+TYPE_CHANGES = [
+    # warmed with, served, reason, the fix's first words (the type named), a value of the old type and the
+    # served class that does not cover it (what "warm n = a multiple of 16" read as, warmup having passed one)
+    (BIG, 16, "n: i64 %16 → i32 %16", "warm n with an i32 multiple of 16 (e.g. 16), or ", 2**32),
+    (
+        BIG,
+        7,
+        "n: i64 %16 → i32 other",
+        "warm n with an i32 value neither 1 nor a multiple of 16 (e.g. 7), or ",
+        BIG + 1,
+    ),
+    (
+        16,
+        BIG,
+        "n: i32 %16 → i64 %16",
+        "warm n with an i64 multiple of 16 (value ≥ 2^31 or < -2^31; e.g. 2**31 + 16)",
+        32,
+    ),
+    (16, 2**63 + 32, "n: i32 %16 → u64 %16", "warm n with a u64 multiple of 16 (value ≥ 2^63; e.g. 2**63 + 16), ", BIG),
+    (
+        2**63 + 32,
+        7,
+        "n: u64 %16 → i32 other",
+        "warm n with an i32 value neither 1 nor a multiple of 16 (e.g. 7)",
+        2**63 + 1,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("warm", "served", "reason", "start", "old_type"), TYPE_CHANGES, ids=[c[2] for c in TYPE_CHANGES]
+)
+def test_type_change_fix_names_the_type_and_its_example_covers_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, warm: int, served: int, reason: str, start: str, old_type: int
+) -> None:
+    """A pure type change (``i64 %16 → i32 %16``): the fix names the new type and gives a value of
+    it, which, warmed, covers the served one; a value of the warmed type in the same class (what an
+    untyped "a multiple of 16" allows) does not. Articles read aloud: "an i32", "a u64"."""
+    serving, lines, jdir = serve(tmp_path, fa_scale, [warm], [served], caplog)
+    assert [e.attrs["reason"] for e in serving] == [reason]
+    (fix,) = serving[0].attrs["fixes"]
+    assert fix.startswith(start), fix
+    assert "an u" not in fix and "a i" not in fix.replace("a int", "")
+    assert why_lines(jdir) == [f"why: {reason}", f"fix: {fix}"] and f"(fix: {fix})" in lines[0]
+    assert serve(tmp_path, fa_scale, [warm, example(fix)], [served], caplog)[0] == []
+    assert len(serve(tmp_path, fa_scale, [warm, old_type], [served], caplog)[0]) == 1
 
 
 def test_class_names_agree_between_the_warn_line_why_and_coverage(
@@ -226,3 +290,14 @@ def test_describe_and_classify_use_the_same_class_names() -> None:
         assert classify(info, value).replace(":", " ") == words and words in described
     assert classes.words("*fp32", classes.ALIGNED) in described
     assert "(value 1)" not in described and "not specialized" not in described
+
+
+def test_article_before_every_type_name() -> None:
+    """ "an" before a name read with a vowel sound (i…: eye, fp…: eff), "a" before the others (u…:
+    you, bf…: bee), for every int type Triton has and the float and bool types."""
+    from jitwatch.backends.triton import classes
+
+    an = {t for t in classes.INT_TYPES if t.startswith("i")} | {"fp16", "fp32", "fp64", "fp8e4nv", "*fp32"}
+    a = {t for t in classes.INT_TYPES if t.startswith("u")} | {"u1", "bf16", "*bf16"}
+    assert len(an) == 10 and len(a) == 7
+    assert {t: classes.article(t) for t in an | a} == {**dict.fromkeys(an, "an"), **dict.fromkeys(a, "a")}
