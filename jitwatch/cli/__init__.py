@@ -1218,12 +1218,28 @@ def coverage(
             **FLAG,
         ),
     ] = False,
+    fail_on_other_source: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-other-source",
+            help="With --require-complete, also exit 1 when --manifest / --expect-journal keys were recorded for"
+            " another source of their kernel and cannot occur any more (do_not_specialize or the arguments"
+            " changed): by default they are listed apart, not compared, with a note to re-record them.",
+            **FLAG,
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the coverage report as JSON.", **FLAG)] = False,
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Also list every argument's classes.", **FLAG)
     ] = False,
 ) -> None:
-    """Specialization coverage per kernel and per exact key: what warmup compiled, what it missed."""
+    """Specialization coverage per kernel and per exact key: what warmup compiled, what it missed.
+
+    Expected keys recorded for another source of their kernel that cannot occur any more (its
+    ``do_not_specialize`` or its arguments changed since the manifest or the expected journal was
+    recorded) are listed apart and not compared; ``--fail-on-other-source`` makes
+    ``--require-complete`` fail on them too. A missing key recorded with another source hash (still
+    possible) is compared, and its reason says so."""
     import importlib
     import sys
 
@@ -1253,7 +1269,7 @@ def coverage(
             for e in read_one(source, key=settings.manifest_key).entries:
                 if e.backend == "triton":
                     attrs = {"signature": e.signature, "constexprs": e.constexprs, "options": e.options}
-                    expected.append(Expected(e.qualname, e.key, attrs, "manifest", e.module))
+                    expected.append(Expected(e.qualname, e.key, attrs, "manifest", e.module, e.source_hash))
     except (ManifestError, StoreError) as exc:
         raise _fail(str(exc)) from None
     modules = []
@@ -1306,6 +1322,18 @@ def coverage(
             + (f" ({pointer})" if pointer else " (is it the journal the workers write? --journal-dir / JITWATCH_DIR)"),
             1,
         )
+    other_source = report.of_other_source()
+    if other_source:  # on stderr, so that a CI log shows it beside the exit status (and --json stays JSON)
+        typer.echo(
+            f"jitwatch: {plural(len(other_source), 'expected key')} recorded for another source of"
+            " their kernel, impossible as recorded: re-record the manifest / expected journal from a run of the"
+            " current source" + ("" if fail_on_other_source else " (--fail-on-other-source to fail on them)"),
+            err=True,
+        )
+        for line in other_source:
+            typer.echo(plain(f"  {line}"), err=True)
+    if require_complete and fail_on_other_source and other_source and report.complete:
+        raise typer.Exit(1)
     if require_complete and not report.complete:
         missing = report.incomplete()
         typer.echo(

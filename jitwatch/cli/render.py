@@ -208,7 +208,8 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
 
 def render_coverage(report: CoverageReport, console: Console, *, verbose: bool = False) -> None:
     """Print one table row per kernel, its backend first (at every width), then the expected keys
-    missing, or ``complete: ...`` with how many keys of how many kernels were checked; with
+    missing, or ``complete: ...`` with how many keys of how many kernels were checked, then the
+    expected keys recorded for another source of their kernel (``other_source``), if any; with
     ``verbose``, a table of each kernel's arguments titled ``<backend> <kernel>``. A report with
     nothing to check (:attr:`CoverageReport.nothing_to_check`) is one line, ``nothing to check:
     <reason>``: no table, never ``complete``."""
@@ -274,6 +275,16 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
             f"complete: every expected key was compiled before serving ({keys} of"
             f" {plural(len(report.kernels), 'kernel')})"
         )
+    stale = [(k, m) for k in report.kernels for m in k.other_source]
+    if stale:  # expected keys that cannot occur with the source compiled now: listed, not compared
+        t = Grid(
+            "Expected keys recorded for another source of their kernel: they cannot occur as recorded (re-record them)",
+            ["=backend", "@kernel", "source", "what changed"],
+            narrow,
+        )
+        for k, m in stale:
+            t.add(cell(k.backend), cell(k.kernel), cell(m.source), cell(m.reason))
+        console.print(t.fit(console.width))
     if not verbose:
         return
     for k in report.kernels:  # titled by backend and kernel: one name can be a kernel of two backends

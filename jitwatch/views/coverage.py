@@ -67,6 +67,14 @@ kernels, ``@triton.jit`` functions of the modules allowed with ``--allow`` — a
 ``jitwatch coverage --require-complete`` exits 1 with the list (for CI, as Triton's own test
 suite does for its warmup), and passes once warmup (or a replayed manifest) compiles every
 expected key. Launch options (``num_warps``, ``num_stages``, …) are classes like arguments.
+
+**Expected keys recorded for another source of the kernel** (:func:`_as_now`): a manifest entry or
+previous run's key that cannot occur with the kernel compiled now — an argument specialized then
+and under ``do_not_specialize`` now (the fix jitwatch gives), or the other way, or other argument
+names — is listed apart (:attr:`KernelCoverage.other_source`), not counted, not missing; when the
+same launch has a key now (``('constexpr', 1)`` → ``('i32', None)``) that key is compared instead.
+The source hash does not decide it (``JITFunction.cache_key`` ignores the decorator and changes
+with the kernel's line number): a missing key recorded with another hash is compared, and says so.
 """
 
 from __future__ import annotations
@@ -82,7 +90,7 @@ from jitwatch.backends.explain import Reason, Seen, never_warmed, new_key, runna
 from jitwatch.backends.triton import classes as _classes
 from jitwatch.backends.triton.explain import by_exact_key, exact_key_fixes
 from jitwatch.backends.triton.explain import explain as explain_key
-from jitwatch.backends.triton.keys import parse_key
+from jitwatch.backends.triton.keys import key_options_text, parse_key
 from jitwatch.backends.triton.resolve import resolve_kernel
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.errors import KernelNotResolved
@@ -312,6 +320,10 @@ class Expected:
     attrs: Mapping[str, Any] = field(default_factory=dict)
     source: str = "manifest"
     module: str | None = None
+    source_hash: str | None = None
+    """The kernel's ``JITFunction.cache_key`` (a hash of its source and dependencies) when the key
+    was recorded: the manifest entry's ``source_hash``, the journal event's. ``None`` when unknown
+    (older manifests and journals): the key is then compared whatever the kernel's source."""
 
 
 class MissingKey(BaseModel):
@@ -319,6 +331,12 @@ class MissingKey(BaseModel):
 
     key: str | None = Field(description="The specialization key (None: the kernel as a whole).")
     source: str = Field(description="serving (compiled in serving), manifest, journal, or module (imported).")
+    source_hash: str | None = Field(
+        default=None,
+        description="The kernel's source hash (JITFunction.cache_key) the key was recorded for: set on a missing"
+        " key recorded with another hash than this journal's compiles of the kernel (its reason says so:"
+        " replay skips such manifest entries), and on other_source keys when known.",
+    )
     reason: str = Field(description="Why it would compile: same wording as `jitwatch why`.")
     reason_kind: str
     fixes: list[str] = Field(default_factory=list)
@@ -363,6 +381,14 @@ class KernelCoverage(BaseModel):
     missing: list[MissingKey] = Field(
         default_factory=list, description="Expected keys (exact combinations) not compiled before serving."
     )
+    other_source: list[MissingKey] = Field(
+        default_factory=list,
+        description="Expected keys (--manifest, --expect-journal) recorded for another source of this kernel"
+        " that cannot occur with the kernel compiled now: other argument names, or an argument specialized"
+        " when recorded and under do_not_specialize now (or the other way round), from the kernel (--allow)"
+        " or this journal's compiles of it. Not compared, not counted in total, not in missing (so"
+        " --require-complete passes unless --fail-on-other-source); re-record the manifest or expected journal.",
+    )
 
     @property
     def complete(self) -> bool:
@@ -405,6 +431,11 @@ class CoverageReport(BaseModel):
         """One line per missing key: ``kernel [source]: reason``."""
         return [f"{k.kernel} [{m.source}]: {m.reason}" for k in self.kernels for m in k.missing]
 
+    def of_other_source(self) -> list[str]:
+        """One line per expected key recorded for another source of its kernel
+        (:attr:`KernelCoverage.other_source`): ``kernel [source]: reason``."""
+        return [f"{k.kernel} [{m.source}]: {m.reason}" for k in self.kernels for m in k.other_source]
+
 
 @dataclass
 class _Obs:
@@ -422,6 +453,13 @@ class _Obs:
     keyed: dict[str, tuple[bool, bool]] = field(default_factory=dict)
     """Keys of compiles without argument classes, by exact key (:func:`_by_key`) → (compared by exact
     key by Triton's explainer, i.e. listener-only; met in serving or expected)."""
+    source_hashes: set[str] = field(default_factory=set)
+    """The source hashes (``attrs["source_hash"]``) this journal's compiles of the kernel carry."""
+    other_source: dict[str, tuple[Expected, str, str | None]] = field(default_factory=dict)
+    """Expected keys that cannot occur with the kernel compiled now, by key → (the key, what changed,
+    the key compared instead if any: :func:`_as_now`)."""
+    hash_changed: dict[str, str] = field(default_factory=dict)
+    """Expected keys (still possible) recorded with another source hash → the recorded hash."""
 
     def key_only(self) -> list[str]:
         """The keys counted by exact key only (never also read per argument), in order seen."""
@@ -477,10 +515,116 @@ def _missing(name: str, o: _Obs) -> list[MissingKey]:
             reason = _key_reason(name, o, key)
         else:
             reason = (explain_key(seen, baseline) if baseline else None) or never_warmed("this kernel")
+        recorded = o.hash_changed.get(key) if source != "serving" else None
+        note = _hash_note(name, o, recorded) if recorded else ""
         out.append(
-            MissingKey(key=key, source=source, reason=reason.text, reason_kind=reason.kind, fixes=list(reason.fixes))
+            MissingKey(
+                key=key,
+                source=source,
+                source_hash=recorded,
+                reason=reason.text + note,
+                reason_kind=reason.kind,
+                fixes=list(reason.fixes),
+            )
         )
     return out
+
+
+def _specialized_now(name: str, o: _Obs, info: ArgInfo | None) -> bool | None:
+    """Whether int / pointer argument ``name`` of the kernel compiled now is value-specialized
+    (``False``: under ``do_not_specialize``): from the kernel when given (``info``), else from this
+    journal's compiles of it, when they agree (Triton writes ``(type, None)`` for an int or pointer
+    only under ``do_not_specialize``). ``None`` when unknown (no such compile, or both seen)."""
+    if info is not None and info.known:  # an un-annotated parameter's kind is unknown: its flag is still exact
+        return None if info.kind in ("constexpr", "float", "bool") else info.specialize
+    specs = {
+        entry[1] is not None
+        for entry, _ in o.per_arg.get(name, [])
+        if len(entry) >= 2 and isinstance(entry[0], str) and (entry[0] in INT_TYPES or entry[0].startswith("*"))
+    }
+    return specs.pop() if len(specs) == 1 else None
+
+
+def _as_now(o: _Obs, ex: Expected, infos: Mapping[str, ArgInfo]) -> tuple[str | None, Expected | None]:
+    """Expected key ``ex`` against the kernel compiled now: ``(None, ex)`` when it can occur as
+    recorded (or nothing tells); else ``(what changed, the key it stands for now)``. An argument
+    specialized when recorded and under ``do_not_specialize`` now is rewritten as Triton keys it
+    now (``('constexpr', 1)`` / ``('i32', 'D')`` → ``('i32', None)``: the same launch compiles
+    that key), so the workload recorded is still checked; ``(what changed, None)`` when no key
+    stands for it: other argument names than this journal's compiles, or an argument under
+    ``do_not_specialize`` when recorded and specialized now (its value is unknown). Flags come from
+    the kernel (``infos``, ``--allow``) or this journal's compiles of it (:func:`_specialized_now`).
+
+    The source hash alone does not tell: Triton's ``JITFunction.cache_key`` hashes the function
+    from its ``def`` line (adding ``do_not_specialize`` to the decorator leaves it unchanged) and
+    its line number (an edit above it changes it, while every key stays possible)."""
+    parsed = parse_key(ex.key)
+    sig = ex.attrs.get("signature")
+    tail = key_options_text(ex.key)
+    if parsed is None or not isinstance(sig, Mapping) or tail is None:
+        return None, ex
+    names = [str(n) for n in sig]
+    now = list(infos) or o.names
+    if now and names != now:
+        return f"arguments ({', '.join(names)}) when recorded, ({', '.join(now)}) now", None
+    entries: list[tuple[Any, ...]] = list(parsed)
+    types = {str(k): v for k, v in sig.items()}
+    changed: list[str] = []
+    for i, (name, entry) in enumerate(zip(names, parsed, strict=False)):
+        if len(entry) < 2:
+            continue
+        specialized = _specialized_now(name, o, infos.get(name))
+        if specialized is None:
+            continue
+        ty, spec = entry[0], entry[1]
+        typed = isinstance(ty, str) and (ty in INT_TYPES or ty.startswith("*"))
+        if not (typed or _classes.is_folded_one((ty, spec), True)):
+            continue
+        was = not typed or spec is not None  # an int folded to 1 (==1) was specialized
+        if specialized and not was:
+            return f"{name}: do_not_specialize when recorded ({ty} any), specialized now", None
+        if was and not specialized:
+            shown = _classes.words(*_classes.class_of((ty, spec), int_arg=True))
+            served = _classes.served_type((ty, spec), True) or str(ty)
+            entries[i] = (served, None)
+            types[name] = served
+            changed.append(f"{name}: {shown} when recorded, do_not_specialize now ({served} any)")
+    if not changed:
+        return None, ex
+    attrs: dict[str, Any] = {**ex.attrs, "signature": types}
+    if isinstance(attrs.get("constexprs"), Mapping):  # an int folded to 1 is not a constant now
+        attrs["constexprs"] = {k: v for k, v in attrs["constexprs"].items() if types.get(str(k)) == "constexpr"}
+    return "; ".join(changed), Expected(ex.kernel, str(entries) + tail, attrs, ex.source, ex.module, ex.source_hash)
+
+
+def _other_source(name: str, ex: Expected, why: str, now: str | None) -> MissingKey:
+    """An expected key that cannot occur with kernel ``name`` compiled now (:func:`_as_now`);
+    ``now`` is the key that stands for it now, compared instead, if any."""
+    what = "the manifest" if ex.source == "manifest" else "the expected journal"
+    fix = (
+        "re-record the manifest from a run of the current source (jitwatch manifest export), or drop the entry"
+        if ex.source == "manifest"
+        else "pass --expect-journal a journal of a run of the current source"
+    )
+    return MissingKey(
+        key=ex.key,
+        source=ex.source,
+        source_hash=ex.source_hash,
+        reason=f"recorded for another source of {name} ({why}): "
+        + ("compared as the key it compiles as now; " if now else "not compared; ")
+        + f"re-record {what}",
+        reason_kind="other_source",
+        fixes=[fix],
+    )
+
+
+def _hash_note(name: str, o: _Obs, recorded: str) -> str:
+    """The note on a missing key recorded with another source hash of ``name`` (still possible)."""
+    now = ", ".join(sorted(h[:12] for h in o.source_hashes))
+    return (
+        f" (recorded for another source of {name}: source hash {recorded[:12]}, compiled now {now}; replay skips"
+        " such manifest entries: re-record the manifest / expected journal)"
+    )
 
 
 def coverage_from_events(
@@ -508,6 +652,8 @@ def coverage_from_events(
             continue
         o = obs.setdefault(ev.kernel, _Obs())
         warm = ev.phase is not Phase.SERVING
+        if isinstance(ev.attrs.get("source_hash"), str):
+            o.source_hashes.add(ev.attrs["source_hash"])
         compiled = Seen(ev.key, {k: ev.attrs[k] for k in ("signature", "constexprs", "options") if k in ev.attrs})
         if _observe(o, ev.key, ev.attrs, warm):
             o.classed.add(ev.key)
@@ -521,8 +667,23 @@ def coverage_from_events(
         else:
             o.serving_keys.add(ev.key)
             o.expected.setdefault(ev.key, ("serving", compiled))
-    for ex in expected:
+    kept: list[Expected] = []
+    for ex in expected:  # judged against this journal's compiles only, before any expected key is observed
         o = obs.setdefault(ex.kernel, _Obs())
+        fn = (kernels or {}).get(ex.kernel)
+        if ex.key in o.expected:
+            continue
+        why, now = _as_now(o, ex, {i.name: i for i in arg_infos_from_kernel(fn)} if fn is not None else {})
+        if why is not None:  # it cannot occur any more: listed apart, its key now (if any) compared instead
+            o.other_source.setdefault(ex.key, (ex, why, now.key if now else None))
+            if now is None:
+                continue
+            ex = now
+        if ex.source_hash is not None and o.source_hashes and ex.source_hash not in o.source_hashes:
+            o.hash_changed.setdefault(ex.key, ex.source_hash)
+        kept.append(ex)
+    for ex in kept:
+        o = obs[ex.kernel]
         o.module = o.module or ex.module
         if ex.key in o.expected:
             continue
@@ -640,6 +801,7 @@ def coverage_from_events(
                 arguments=args,
                 uncovered=[f"{a.name}:{c}" for a in args for c in a.uncovered],
                 missing=missing,
+                other_source=[_other_source(name, ex, why, now) for ex, why, now in o.other_source.values()],
             )
         )
     report.kernels.sort(key=lambda k: k.kernel)
@@ -762,7 +924,9 @@ def expected_from_journal(journal: Journal, *, source: str = "journal", limit: i
         if ev.kernel and ev.key:
             keep = ("signature", "constexprs", "options", "source")
             attrs: dict[str, Any] = {k: ev.attrs[k] for k in keep if k in ev.attrs}
-            out.append(Expected(ev.kernel, ev.key, attrs, source, ev.attrs.get("module")))
+            sh = ev.attrs.get("source_hash")
+            module = ev.attrs.get("module")
+            out.append(Expected(ev.kernel, ev.key, attrs, source, module, sh if isinstance(sh, str) else None))
     return out
 
 

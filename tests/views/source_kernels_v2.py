@@ -1,0 +1,13 @@
+"""``scale`` with the fix jitwatch advises applied (``do_not_specialize=["n"]``), for
+tests/views/test_coverage_other_source.py (source_kernels_v1.py is the kernel before; the ``def``
+on the same line, so the same ``JITFunction.cache_key``)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["n"])
+def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
