@@ -832,7 +832,7 @@ class LiveJournal:
                 chunks.append((m.name, old[1]))
             self._chunks[fmt] = cached = (agg.version, chunks)
         cov = self._coverage_chunk(coverage, fmt, encoder)
-        clock = {m.name: m for m in inflight_families(agg.workers, now, stale_after)}
+        clock = {m.name: m for m in inflight_families(agg.workers, now, stale_after, exited)}
         info = self._worker_info_chunk(agg, exited, fmt, encoder)
         body = [self._format(up, fmt, encoder)]
         for name, chunk in cached[1]:

@@ -161,17 +161,23 @@ INFLIGHT_FAMILIES = ("jitwatch_inflight_compiles", "jitwatch_inflight_compile_ag
 
 
 def inflight_families(
-    workers: dict[int, WorkerRow], now: float, stale_after: float = DEFAULT_STALE_SECONDS
+    workers: dict[int, WorkerRow],
+    now: float,
+    stale_after: float = DEFAULT_STALE_SECONDS,
+    exited: Mapping[int, int] | None = None,
 ) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
     """``jitwatch_inflight_compiles`` and ``jitwatch_inflight_compile_age_seconds`` per rank,
     aged at ``now`` (Unix seconds); a worker silent for more than ``stale_after`` seconds (the
     sidecar's ``--stale-after``, the same window ``/jit`` uses) has no current list
-    (:func:`inflight_of`)."""
+    (:func:`inflight_of`), nor has one whose process the sidecar saw exit (``exited``,
+    :func:`~jitwatch.views.status.exited_ranks`): its compiles ended with it, at once instead of
+    after the window (the collective-deadline alert would age a dead process's compile)."""
     inflight_n = _gauge(INFLIGHT_FAMILIES[0])
     inflight_age = _gauge(INFLIGHT_FAMILIES[1])
+    gone = exited or {}
     for rank in sorted(workers):
         w = workers[rank]
-        running = inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after)
+        running = [] if rank in gone else inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after)
         inflight_n.add_metric([str(rank)], float(len(running)))
         inflight_age.add_metric([str(rank)], running[0].age_s if running else 0.0)
     return inflight_n, inflight_age
@@ -482,9 +488,10 @@ def families_from(
     first = _gauge("jitwatch_first_request_latency_seconds")
     started = _gauge("jitwatch_worker_start_timestamp_seconds")
     last_seen = _gauge("jitwatch_worker_last_seen_timestamp_seconds")
-    info = worker_info_family(workers, exited_ranks(workers) if exited is None else exited)
+    exited = exited_ranks(workers) if exited is None else exited
+    info = worker_info_family(workers, exited)
     backend_info = _info("jitwatch_backend_info")
-    inflight_n, inflight_age = inflight_families(workers, now, stale_after)
+    inflight_n, inflight_age = inflight_families(workers, now, stale_after, exited)
     deadline = _gauge("jitwatch_collective_deadline_seconds")
     for rank in sorted(workers):
         w = workers[rank]

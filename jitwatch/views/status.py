@@ -654,7 +654,8 @@ def build_status(
     stale = stale_ranks(workers, now, stale_after, exited)
     ranks: list[RankStatus] = []
     for rank, w in sorted(workers.items()):
-        inflight = inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after)
+        # a process seen gone has no compile running: its list ends with it, not after the window
+        inflight = [] if rank in exited else inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after)
         ranks.append(
             RankStatus(
                 rank=rank,

@@ -10,6 +10,7 @@ import random
 import shutil
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -476,8 +477,20 @@ def test_an_exited_worker_turns_its_worker_info_exited_with_no_journal_change(tm
                 make_event(EventKind.WORKER_START, 1_700_000_000.0, rank=rank, pid=proc.pid, attrs=attrs),
                 make_event(EventKind.WARMUP_COMPLETE, 1_700_000_001.0, rank=rank, pid=proc.pid, phase=Phase.SERVING),
             ]
+        now = time.time()
         with Journal(tmp_path) as j:
             j.write(events)
+            for rank, proc in enumerate(procs):  # each rank compiling, its list refreshed now
+                # started "in an hour": its age reads 0 at every render, so renders agree byte for byte
+                item = {"backend": "triton", "kernel": "k", "start_ts": now + 3600, "phase": "serving"}
+                assert j.set_inflight("node-a", proc.pid, rank, [item], now)
+
+        def inflight(body: bytes) -> list[float]:
+            return [
+                float(line.rsplit(" ", 1)[1])
+                for line in body.decode().splitlines()
+                if line.startswith("jitwatch_inflight_compiles{")
+            ]
 
         def states(body: bytes) -> list[str]:
             return [
@@ -488,13 +501,19 @@ def test_an_exited_worker_turns_its_worker_info_exited_with_no_journal_change(tm
 
         live = LiveJournal(tmp_path)
         assert states(live.render()[0]) == ["serving", "serving"]
+        assert inflight(live.render()[0]) == [1.0, 1.0]
         assert_identical(live, tmp_path)
         versions = live._agg.version if live._agg is not None else None
         for killed in range(2):
             procs[killed].kill()
             procs[killed].wait(10)
             want = ["exited"] * (killed + 1) + ["serving"] * (1 - killed)
-            assert states(live.render()[0]) == want
+            body = live.render()[0]
+            assert states(body) == want
+            # a dead process's compile is not in flight any more: at once, not after the window
+            assert inflight(body) == [0.0] * (killed + 1) + [1.0] * (1 - killed)
+            doc = live.status(stale_after=60)
+            assert doc is not None and [len(r.inflight) for r in doc.ranks] == [0] * (killed + 1) + [1] * (1 - killed)
             assert_identical(live, tmp_path)
         assert live._agg is not None and live._agg.version == versions  # no journal change was read
         doc = live.status(stale_after=60)
