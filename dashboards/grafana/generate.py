@@ -687,27 +687,19 @@ def backends_per_rank() -> table.Panel:
                 },
             )
         )
-        .override_by_name(
-            "state",
-            [
-                dm.DynamicConfigValue(
-                    id_val="mappings",
-                    value=[
-                        {
-                            "type": "value",
-                            "options": {
-                                state: {"text": state, "color": color, "index": i}
-                                for i, (state, color) in enumerate(_BACKEND_STATES.items())
-                            },
-                        }
-                    ],
-                ),
-                dm.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"}),
-            ],
-        )
+        .override_by_name("state", _state_colours(_BACKEND_STATES))
         .span(12)
         .height(6)
     )
+
+
+def _state_colours(states: dict[str, str]) -> list[Any]:
+    """A table's ``state`` column coloured by value (``states``: value → colour, in display order)."""
+    options = {state: {"text": state, "color": color, "index": i} for i, (state, color) in enumerate(states.items())}
+    return [
+        dm.DynamicConfigValue(id_val="mappings", value=[{"type": "value", "options": options}]),
+        dm.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"}),
+    ]
 
 
 _WORKER_STATES = {
@@ -760,24 +752,7 @@ def worker_state_per_rank() -> table.Panel:
                 },
             )
         )
-        .override_by_name(
-            "state",
-            [
-                dm.DynamicConfigValue(
-                    id_val="mappings",
-                    value=[
-                        {
-                            "type": "value",
-                            "options": {
-                                state: {"text": state, "color": color, "index": i}
-                                for i, (state, color) in enumerate(_WORKER_STATES.items())
-                            },
-                        }
-                    ],
-                ),
-                dm.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"}),
-            ],
-        )
+        .override_by_name("state", _state_colours(_WORKER_STATES))
         .span(24)
         .height(6)
     )
