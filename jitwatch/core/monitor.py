@@ -156,11 +156,20 @@ class ExitRecordingSink(Protocol):
 def exception_type_name(exc: BaseException) -> str:
     """``exc``'s type as recorded for an unclean exit: the qualified name, with its module unless
     built in (``MemoryError``, ``torch.OutOfMemoryError``). Never the message (it may hold user
-    data). Never raises."""
-    kind = type(exc)
-    name = getattr(kind, "__qualname__", None) or getattr(kind, "__name__", "BaseException")
-    module = getattr(kind, "__module__", None)
-    return str(name) if not module or module == "builtins" else f"{module}.{name}"
+    data). Never raises: the name and module are read through ``type``'s own descriptors (a
+    metaclass cannot override them), a module that is not a ``str`` (a class attribute of any
+    object) is left out, and any failure gives ``BaseException``."""
+    try:
+        kind = type(exc)
+        name = type.__dict__["__qualname__"].__get__(kind)
+        module = type.__dict__["__module__"].__get__(kind)
+        if type(name) is not str or not name:
+            return "BaseException"
+        if type(module) is not str or module in ("", "builtins"):
+            return name
+        return f"{module}.{name}"
+    except Exception:  # noqa: BLE001 - read at the host's exit: never raises
+        return "BaseException"
 
 
 def unhandled_exception() -> BaseException | None:
@@ -423,6 +432,7 @@ class Monitor:
         self._tracer_provider = tracer_provider
         self._state = "new"  # new → installed → uninstalled
         self._exception_at_install: BaseException | None = None  # see install()
+        self._process_exception: BaseException | None = None  # see _note_process_exception()
 
     @property
     def sink(self) -> EventSink:
@@ -526,7 +536,34 @@ class Monitor:
         # An exception printed before install (an interactive session) is not this worker's exit.
         self._exception_at_install = unhandled_exception()
         atexit.register(self._at_exit)
+        self._watch_process_exception()
         return self
+
+    def _watch_process_exception(self) -> None:
+        """In a ``multiprocessing`` child (spawn, forkserver), an exception that ends the process's
+        target is caught and printed by ``multiprocessing`` itself, which then exits through
+        ``sys.exit(1)``: ``sys.last_value`` is never set and the exit read as a clean stop. Its
+        finalizers run in a ``finally`` while that exception propagates
+        (``multiprocessing.util._exit_function``), so one notes it there
+        (:meth:`_note_process_exception`). Never raises."""
+        try:
+            import multiprocessing
+            import multiprocessing.util
+
+            if multiprocessing.parent_process() is not None:
+                multiprocessing.util.Finalize(None, self._note_process_exception, exitpriority=100)
+        except Exception as exc:  # noqa: BLE001 - optional: never fails the install
+            log.debug("jitwatch: cannot watch the process target's exception: %s", type(exc).__name__)
+
+    def _note_process_exception(self) -> None:
+        """A ``multiprocessing`` finalizer: keep the exception propagating out of the process's
+        target, if any (``SystemExit`` is a chosen exit), for :meth:`_at_exit`. Never raises."""
+        try:
+            exc = sys.exc_info()[1]
+            if exc is not None and not isinstance(exc, SystemExit):
+                self._process_exception = exc
+        except Exception:  # noqa: BLE001 - at the host's exit
+            pass
 
     def _at_exit(self, timeout: float = 5.0) -> None:
         """``atexit``: the process exits without :meth:`uninstall`. Flush and close the sink, whose
@@ -537,10 +574,13 @@ class Monitor:
         ``kill -9`` rather than a clean stop. Bounded by ``timeout`` seconds per step
         (:meth:`JournalWriter.close`), never raises. Backends' hooks stay: the host may still
         compile in later exit handlers (those events are dropped, counted)."""
-        try:
-            exc = unhandled_exception()
+        try:  # apart: whatever naming the exception does, the sink is still flushed and closed
+            exc = unhandled_exception() or self._process_exception
             if exc is not None and exc is not self._exception_at_install and isinstance(self.sink, ExitRecordingSink):
                 self.sink.exit_exception = exception_type_name(exc)
+        except Exception as err:  # noqa: BLE001 - nothing may fail at the host's exit
+            log.warning("jitwatch: naming the exception at exit failed: %s", type(err).__name__)
+        try:
             self._submit_all(self.stalls.pending(self.identity.rank, self.identity.attrs()))
             self.sink.close(timeout)
         except Exception as exc:  # noqa: BLE001 - nothing may fail at the host's exit

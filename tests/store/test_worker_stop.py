@@ -267,6 +267,16 @@ ENDINGS = {
         1,
         "__main__.ShardLoadError",
     ),
+    "exception type with a module that is not a str": (
+        # a class attribute __module__ of any object: comparing or printing it raises; the exit
+        # handler named the type with it and, raising, skipped closing the journal (no record at all)
+        "class Weird:\n    __hash__ = object.__hash__\n"
+        "    def __eq__(self, other):\n        raise RuntimeError('no compare')\n"
+        "    def __str__(self):\n        raise RuntimeError('no str')\n"
+        "class OddError(Exception):\n    __module__ = Weird()\nraise OddError('secret-token-123')",
+        1,
+        "OddError",
+    ),
     "sys.exit(0)": ("sys.exit(0)", 0, None),
     "sys.exit(3)": ("sys.exit(3)", 3, None),
     "normal end": ("pass", 0, None),
@@ -349,3 +359,51 @@ def test_writer_close_records_an_exit_on_an_exception_instead_of_a_stop(tmp_path
         (row,) = j.workers()
     assert row.exit_exception == "MemoryError" and row.stopped_ts is None and row.attrs["exit"] == "exception"
     assert readiness({0: row}).ranks == {"0": "exited"}
+
+
+SPAWNED_WORKER = """
+import multiprocessing, sys
+def target(journal_dir, worker, last):
+    exec(worker.replace("Path(sys.argv[1])", repr(journal_dir).join(("Path(", ")"))) + last, {"__name__": "worker"})
+if __name__ == "__main__":
+    args = (sys.argv[1], sys.argv[2], sys.argv[3])
+    process = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    process.start()
+    process.join(60)
+    sys.exit(process.exitcode)
+"""
+
+
+@pytest.mark.parametrize(
+    ("last", "status", "exception"),
+    [("raise MemoryError('secret-token-123')", 1, "MemoryError"), ("pass", 0, None), ("sys.exit(3)", 3, None)],
+)
+def test_a_spawned_multiprocessing_worker_records_how_its_target_ended(
+    tmp_path: Path, last: str, status: int, exception: str | None
+) -> None:
+    """A worker started by ``multiprocessing`` (spawn, as vLLM's workers may be): an exception out
+    of its target is caught and printed by ``multiprocessing``, which exits with ``sys.exit(1)``
+    (``sys.last_value`` never set), so it was recorded as a clean stop; it records the exit on the
+    exception. A normal end and ``sys.exit(3)`` in the target stay clean stops."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update({"OTEL_SDK_DISABLED": "true", "TRITON_CACHE_DIR": str(tmp_path / "tc")})
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+    (tmp_path / "journal").mkdir()
+    script = tmp_path / "parent.py"  # spawn re-imports the main module: it needs a file
+    script.write_text(SPAWNED_WORKER)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "journal"), ENDING_WORKER, last],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == status, proc.stderr
+    with Journal(tmp_path / "journal", readonly=True) as j:
+        (row,) = j.workers()
+    if exception is None:
+        assert row.stopped_ts is not None and row.exit_exception is None, row.attrs
+    else:
+        assert row.stopped_ts is None and row.exit_exception == exception, row.attrs
+        assert "secret-token-123" not in json.dumps(row.attrs)
+        assert readiness({0: row}).ranks == {"0": "exited"}
