@@ -455,6 +455,9 @@ class _Obs:
     key by Triton's explainer, i.e. listener-only; met in serving or expected)."""
     source_hashes: set[str] = field(default_factory=set)
     """The source hashes (``attrs["source_hash"]``) this journal's compiles of the kernel carry."""
+    modules: set[str] = field(default_factory=set)
+    """The modules (``attrs["module"]``) this journal's compiles of the kernel name carry (two
+    kernels of one name in two modules share an entry)."""
     other_source: dict[str, tuple[Expected, str, str | None]] = field(default_factory=dict)
     """Expected keys that cannot occur with the kernel compiled now, by key → (the key, what changed,
     the key compared instead if any: :func:`_as_now`)."""
@@ -528,6 +531,12 @@ def _missing(name: str, o: _Obs) -> list[MissingKey]:
             )
         )
     return out
+
+
+def _module_of(fn: Any) -> str | None:
+    """The module of kernel ``fn`` (a ``JITFunction``: its Python function's ``__module__``), if known."""
+    module = getattr(getattr(fn, "fn", None), "__module__", None) or getattr(fn, "__module__", None)
+    return module if isinstance(module, str) else None
 
 
 def _specialized_now(name: str, o: _Obs, info: ArgInfo | None) -> bool | None:
@@ -654,6 +663,8 @@ def coverage_from_events(
         warm = ev.phase is not Phase.SERVING
         if isinstance(ev.attrs.get("source_hash"), str):
             o.source_hashes.add(ev.attrs["source_hash"])
+        if isinstance(ev.attrs.get("module"), str):
+            o.modules.add(ev.attrs["module"])
         compiled = Seen(ev.key, {k: ev.attrs[k] for k in ("signature", "constexprs", "options") if k in ev.attrs})
         if _observe(o, ev.key, ev.attrs, warm):
             o.classed.add(ev.key)
@@ -673,7 +684,14 @@ def coverage_from_events(
         fn = (kernels or {}).get(ex.kernel)
         if ex.key in o.expected:
             continue
-        why, now = _as_now(o, ex, {i.name: i for i in arg_infos_from_kernel(fn)} if fn is not None else {})
+        if fn is not None and ex.module is not None and _module_of(fn) not in (None, ex.module):
+            fn = None  # a kernel of the same name in another module: its flags say nothing of this one
+        why: str | None = None
+        now: Expected | None = ex
+        # a key recorded for a kernel of the same name in another module (or the journal's compiles
+        # mix modules): nothing tells that kernel's flags now, so the key is compared as recorded
+        if ex.module is None or not o.modules or o.modules == {ex.module}:
+            why, now = _as_now(o, ex, {i.name: i for i in arg_infos_from_kernel(fn)} if fn is not None else {})
         if why is not None:  # it cannot occur any more: listed apart, its key now (if any) compared instead
             o.other_source.setdefault(ex.key, (ex, why, now.key if now else None))
             if now is None:

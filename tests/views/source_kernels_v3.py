@@ -4,6 +4,8 @@
 import triton
 import triton.language as tl
 
+__name__ = "tests.views.source_kernels_v1"
+
 # moved down one line
 
 

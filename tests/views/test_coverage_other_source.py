@@ -13,16 +13,19 @@ and the key it stands for now is compared instead.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
 from jitwatch.cli import app
 from jitwatch.core.events import Phase
 from jitwatch.testing import fresh_kernel_cache, monitored
+from tests.views import source_kernels_other as sk_other
 from tests.views import source_kernels_v1 as v1
 from tests.views import source_kernels_v2 as v2
 from tests.views import source_kernels_v3 as v3
@@ -62,7 +65,7 @@ def export(tmp_path: Path, jdir: Path) -> Path:
     return out
 
 
-def test_the_advised_fix_passes_a_gate_of_the_previous_run(tmp_path: Path) -> None:
+def test_the_advised_fix_passes_a_gate_of_the_previous_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before the fix, the previous run's key fails the gate; after it (do_not_specialize and an i32
     warmed), the gate passes with the previous journal and manifest, listing their keys apart; with
     do_not_specialize alone it still fails, on the key the recorded launch compiles now."""
@@ -81,6 +84,9 @@ def test_the_advised_fix_passes_a_gate_of_the_previous_run(tmp_path: Path) -> No
 
     fixed, n = run(tmp_path, v2.scale, [BIG, 7], [1])
     assert n == 0  # the fix works: serving compiled nothing
+    # v2 is v1's module edited (its kernels name v1's module): --allow imports the edited source
+    assert v2.scale.fn.__module__ == v1.__name__
+    monkeypatch.setitem(sys.modules, v1.__name__, v2)
     allow = ["--allow", "tests.views"]  # flags read from the kernel itself, not inferred
     for expect in (
         ["--expect-journal", str(before)],
@@ -142,3 +148,24 @@ def test_a_key_recorded_with_another_source_hash_that_can_still_occur_is_compare
     assert (
         coverage("--journal-dir", str(fixed), "--manifest", str(export(tmp_path, before)), "--require-complete")[0] == 0
     )
+
+
+def test_a_key_of_a_same_named_kernel_of_another_module_is_compared_as_recorded(tmp_path: Path) -> None:
+    """Two kernels named ``scale`` (source_kernels_v1: ``n`` specialized; source_kernels_other: under
+    ``do_not_specialize``). The previous run served v1's scale with n = 1; this run warms only the other.
+    v1's recorded key (``n: ==1``) is not a key of another source of the other kernel: serving still
+    compiles it (v1 is unchanged and never warmed), so the gate must fail, not rewrite the key as
+    v2 compiles it and pass (a false pass)."""
+    other = sk_other.scale  # v2's source in a module of its own
+    assert other.fn.__module__ != v1.scale.fn.__module__
+    before, n = run(tmp_path, v1.scale, [BIG], [1])
+    assert n == 1
+    now, _ = run(tmp_path, other, [BIG, 7], [])
+    for expect in (["--expect-journal", str(before)], ["--manifest", str(export(tmp_path, before))]):
+        for flags in ([], ["--allow", "tests.views.source_kernels_other"]):
+            code, k, err = coverage("--journal-dir", str(now), *expect, "--require-complete", *flags)
+            assert code == 1, (expect, flags, k, err)
+            assert k["other_source"] == []
+            assert any("('constexpr', 1)" in (m["key"] or "") for m in k["missing"]), k
+    # which serving confirms: v1's scale, unwarmed in this run, compiles n = 1 in serving
+    assert run(tmp_path, v1.scale, [], [1])[1] == 1
