@@ -179,8 +179,13 @@ def unhandled_exception() -> BaseException | None:
     ``None`` otherwise: a normal end, or ``sys.exit(n)`` / ``SystemExit`` whatever ``n`` (the
     interpreter consumes the exception, and its code, before the handlers run: not knowable there).
     An exception in another thread ends only that thread and is not seen. Never raises."""
-    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    return exc if isinstance(exc, BaseException) and not isinstance(exc, SystemExit) else None
+    try:  # no truth test: an exception class may define __bool__ / __len__ (falsy, or raising)
+        exc = getattr(sys, "last_exc", None)
+        if exc is None:
+            exc = getattr(sys, "last_value", None)
+        return exc if isinstance(exc, BaseException) and not isinstance(exc, SystemExit) else None
+    except Exception:  # noqa: BLE001 - read at the host's exit: never raises
+        return None
 
 
 class NullSink:
@@ -575,7 +580,9 @@ class Monitor:
         (:meth:`JournalWriter.close`), never raises. Backends' hooks stay: the host may still
         compile in later exit handlers (those events are dropped, counted)."""
         try:  # apart: whatever naming the exception does, the sink is still flushed and closed
-            exc = unhandled_exception() or self._process_exception
+            exc = unhandled_exception()
+            if exc is None:
+                exc = self._process_exception
             if exc is not None and exc is not self._exception_at_install and isinstance(self.sink, ExitRecordingSink):
                 self.sink.exit_exception = exception_type_name(exc)
         except Exception as err:  # noqa: BLE001 - nothing may fail at the host's exit

@@ -277,6 +277,19 @@ ENDINGS = {
         1,
         "OddError",
     ),
+    "falsy exception": (
+        # an exception class that is also an empty container: a truth test read it as no exception
+        "class EmptyBatchError(Exception):\n    def __len__(self):\n        return 0\n"
+        "raise EmptyBatchError('secret-token-123')",
+        1,
+        "__main__.EmptyBatchError",
+    ),
+    "exception whose truth test raises": (
+        "class OddTruthError(Exception):\n    def __bool__(self):\n        raise RuntimeError('no truth')\n"
+        "raise OddTruthError('secret-token-123')",
+        1,
+        "__main__.OddTruthError",
+    ),
     "sys.exit(0)": ("sys.exit(0)", 0, None),
     "sys.exit(3)": ("sys.exit(3)", 3, None),
     "normal end": ("pass", 0, None),
