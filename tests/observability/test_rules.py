@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -432,3 +433,97 @@ def test_promtool_unit_tests_catch_a_worker_state_mistake(tmp_path: Path, mutati
     res = _run(promtool, "test", "rules", "rules_test.yml", cwd=tmp_path)
     assert res.returncode != 0
     assert alert in res.stdout + res.stderr
+
+
+# ------------------------------------------------------------------ known limits (real promtool)
+def exited_annotations(rank: str, instance: str) -> str:
+    """JitwatchWorkerExited's annotations as promtool expects them for ``rank`` at ``instance``."""
+    (rule,) = [r for r in alerts() if r["alert"] == "JitwatchWorkerExited"]
+    lines = ["            exp_annotations:"]
+    for key, text in rule["annotations"].items():
+        value = text.replace("{{ $labels.rank }}", rank).replace("{{ $labels.instance }}", instance)
+        lines.append(f"              {key}: {json.dumps(value)}")
+    return "\n".join(lines)
+
+
+EXITED_LIMITS = {
+    # One engine over two machines (ranks 0-1 on node-a, 2-3 on node-b), one sidecar and journal per
+    # machine (the journal is local: another machine's sidecar sees nothing of these ranks). Every
+    # worker of node-b dies at 5m; node-a's ranks stay live, hung in the next collective. Each
+    # sidecar counts live peers of its own instance only: node-b has none, node-a no exited rank,
+    # so nothing pages (nor JitwatchWorkerStale: node-b knows its ranks exited).
+    "a whole machine of a multi-machine engine exits": (
+        """
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="node-a:9400",rank="0",mode="warn",state="serving"}'
+        values: '1x30'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="node-a:9400",rank="1",mode="warn",state="serving"}'
+        values: '1x30'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="node-b:9400",rank="2",mode="warn",state="serving"}'
+        values: '1x4 stale'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="node-b:9400",rank="2",mode="warn",state="exited"}'
+        values: '_x5 1x25'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="node-b:9400",rank="3",mode="warn",state="serving"}'
+        values: '1x4 stale'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="node-b:9400",rank="3",mode="warn",state="exited"}'
+        values: '_x5 1x25'
+""",
+        [("2", "node-b:9400"), ("3", "node-b:9400")],
+    ),
+    # A planned redeploy with fewer ranks (TP 4 → 2) on the same journal directory: vllm serve's
+    # shutdown SIGKILLs every worker (all exited), the new server registers ranks 0-1 only. Ranks 2-3
+    # keep their exited rows, now beside live peers: a critical page that never clears.
+    "a redeploy with fewer ranks on the same journal": (
+        """
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="sidecar:9400",rank="0",mode="warn",state="serving"}'
+        values: '1x4 stale _x1 1x24'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="sidecar:9400",rank="0",mode="warn",state="exited"}'
+        values: '_x5 1 stale'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="sidecar:9400",rank="1",mode="warn",state="serving"}'
+        values: '1x4 stale _x1 1x24'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="sidecar:9400",rank="1",mode="warn",state="exited"}'
+        values: '_x5 1 stale'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="sidecar:9400",rank="2",mode="warn",state="serving"}'
+        values: '1x4 stale'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="sidecar:9400",rank="2",mode="warn",state="exited"}'
+        values: '_x5 1x25'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="sidecar:9400",rank="3",mode="warn",state="serving"}'
+        values: '1x4 stale'
+      - series: 'jitwatch_worker_info{job="jitwatch",instance="sidecar:9400",rank="3",mode="warn",state="exited"}'
+        values: '_x5 1x25'
+""",
+        [],
+    ),
+}
+"""Cases where JitwatchWorkerExited (matched per ``job, instance``) is wrong: input series, and the
+alerts that should fire at 20m as ``(rank, instance)``."""
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("case", sorted(EXITED_LIMITS))
+@pytest.mark.xfail(strict=True, reason="known limit of JitwatchWorkerExited, docs/runbook.md#jitwatchworkerexited")
+def test_promtool_worker_exited_known_limits(tmp_path: Path, case: str) -> None:
+    """Each case states what should page; the rule does otherwise (a strict xfail: it fails the
+    day the rule handles the case, to move it to rules_test.yml)."""
+    series, firing = EXITED_LIMITS[case]
+    shutil.copy(RULES, tmp_path / "rules.yml")
+    alerts_yaml = "".join(
+        f"""
+          - exp_labels:
+              severity: critical
+              job: jitwatch
+              instance: "{instance}"
+              rank: "{rank}"
+"""
+        + exited_annotations(rank, instance)
+        + "\n"
+        for rank, instance in firing
+    )
+    test = (
+        "rule_files:\n  - rules.yml\nevaluation_interval: 1m\ntests:\n"
+        f"  - name: {case}\n    interval: 1m\n    input_series:{series}"
+        "    alert_rule_test:\n      - eval_time: 20m\n        alertname: JitwatchWorkerExited\n"
+        + (f"        exp_alerts:{alerts_yaml}" if firing else "        exp_alerts: []\n")
+    )
+    (tmp_path / "limits_test.yml").write_text(test)
+    res = _run(_promtool(), "test", "rules", "limits_test.yml", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
