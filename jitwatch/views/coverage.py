@@ -384,7 +384,7 @@ class KernelCoverage(BaseModel):
     other_source: list[MissingKey] = Field(
         default_factory=list,
         description="Expected keys (--manifest, --expect-journal) recorded for another source of this kernel"
-        " that cannot occur with the kernel compiled now: other argument names, or an argument specialized"
+        " that cannot occur with the kernel compiled now: another number of arguments, or an argument specialized"
         " when recorded and under do_not_specialize now (or the other way round), from the kernel (--allow)"
         " or this journal's compiles of it. Not compared, not counted in total, not in missing (so"
         " --require-complete passes unless --fail-on-other-source); re-record the manifest or expected journal.",
@@ -559,8 +559,10 @@ def _as_now(o: _Obs, ex: Expected, infos: Mapping[str, ArgInfo]) -> tuple[str | 
     recorded (or nothing tells); else ``(what changed, the key it stands for now)``. An argument
     specialized when recorded and under ``do_not_specialize`` now is rewritten as Triton keys it
     now (``('constexpr', 1)`` / ``('i32', 'D')`` → ``('i32', None)``: the same launch compiles
-    that key), so the workload recorded is still checked; ``(what changed, None)`` when no key
-    stands for it: other argument names than this journal's compiles, or an argument under
+    that key), so the workload recorded is still checked; arguments renamed only (as many) are
+    compared by position under the names of now (Triton's key is positional: the same launch
+    compiles the same key); ``(what changed, None)`` when no key stands for it: another number of
+    arguments than this journal's compiles, or an argument under
     ``do_not_specialize`` when recorded and specialized now (its value is unknown). Flags come from
     the kernel (``infos``, ``--allow``) or this journal's compiles of it (:func:`_specialized_now`).
 
@@ -574,10 +576,19 @@ def _as_now(o: _Obs, ex: Expected, infos: Mapping[str, ArgInfo]) -> tuple[str | 
         return None, ex
     names = [str(n) for n in sig]
     now = list(infos) or o.names
-    if now and names != now:
-        return f"arguments ({', '.join(names)}) when recorded, ({', '.join(now)}) now", None
-    entries: list[tuple[Any, ...]] = list(parsed)
     types = {str(k): v for k, v in sig.items()}
+    constexprs = ex.attrs.get("constexprs")
+    renamed = bool(now) and names != now
+    if renamed:
+        if len(names) != len(now) or len(parsed) != len(now):
+            return f"arguments ({', '.join(names)}) when recorded, ({', '.join(now)}) now", None
+        # arguments renamed only: Triton's key is positional, so the same launch compiles the
+        # same key; it is compared by position, under the names of now
+        to_now = dict(zip(names, now, strict=True))
+        names, types = list(now), {to_now[k]: v for k, v in types.items()}
+        if isinstance(constexprs, Mapping):
+            constexprs = {to_now.get(str(k), str(k)): v for k, v in constexprs.items()}
+    entries: list[tuple[Any, ...]] = list(parsed)
     changed: list[str] = []
     for i, (name, entry) in enumerate(zip(names, parsed, strict=False)):
         if len(entry) < 2:
@@ -598,12 +609,13 @@ def _as_now(o: _Obs, ex: Expected, infos: Mapping[str, ArgInfo]) -> tuple[str | 
             entries[i] = (served, None)
             types[name] = served
             changed.append(f"{name}: {shown} when recorded, do_not_specialize now ({served} any)")
-    if not changed:
+    if not changed and not renamed:
         return None, ex
     attrs: dict[str, Any] = {**ex.attrs, "signature": types}
-    if isinstance(attrs.get("constexprs"), Mapping):  # an int folded to 1 is not a constant now
-        attrs["constexprs"] = {k: v for k, v in attrs["constexprs"].items() if types.get(str(k)) == "constexpr"}
-    return "; ".join(changed), Expected(ex.kernel, str(entries) + tail, attrs, ex.source, ex.module, ex.source_hash)
+    if isinstance(constexprs, Mapping):  # an int folded to 1 is not a constant now
+        attrs["constexprs"] = {k: v for k, v in constexprs.items() if types.get(str(k)) == "constexpr"}
+    key = str(entries) + tail if changed else ex.key
+    return ("; ".join(changed) or None), Expected(ex.kernel, key, attrs, ex.source, ex.module, ex.source_hash)
 
 
 def _other_source(name: str, ex: Expected, why: str, now: str | None) -> MissingKey:
@@ -696,6 +708,7 @@ def coverage_from_events(
             o.other_source.setdefault(ex.key, (ex, why, now.key if now else None))
             if now is None:
                 continue
+        if now is not None:  # the key compared: as recorded, or as it compiles now
             ex = now
         if ex.source_hash is not None and o.source_hashes and ex.source_hash not in o.source_hashes:
             o.hash_changed.setdefault(ex.key, ex.source_hash)

@@ -29,6 +29,7 @@ from tests.views import source_kernels_other as sk_other
 from tests.views import source_kernels_v1 as v1
 from tests.views import source_kernels_v2 as v2
 from tests.views import source_kernels_v3 as v3
+from tests.views import source_kernels_v4 as v4
 
 BIG = 2**31 + 16
 """An int Triton types i64, a multiple of 16."""
@@ -169,3 +170,21 @@ def test_a_key_of_a_same_named_kernel_of_another_module_is_compared_as_recorded(
             assert any("('constexpr', 1)" in (m["key"] or "") for m in k["missing"]), k
     # which serving confirms: v1's scale, unwarmed in this run, compiles n = 1 in serving
     assert run(tmp_path, v1.scale, [], [1])[1] == 1
+
+
+def test_a_key_recorded_before_an_argument_was_renamed_is_compared(tmp_path: Path) -> None:
+    """``n`` renamed ``size``, nothing else: Triton's key is positional, so the recorded launch
+    (n = 1: ``('constexpr', 1)``) compiles the same key now. Listed apart and not compared, the gate
+    passed while serving compiled it (a false pass); it is compared, by position."""
+    before, n = run(tmp_path, v1.scale, [BIG], [1])
+    assert n == 1
+    now, _ = run(tmp_path, v4.scale, [BIG], [])
+    for expect in (["--expect-journal", str(before)], ["--manifest", str(export(tmp_path, before))]):
+        code, k, err = coverage("--journal-dir", str(now), *expect, "--require-complete")
+        assert code == 1, (expect, k, err)
+        assert [m["key"].split("]")[0] for m in k["missing"]] == [
+            "[('*fp32', 'D'), ('*fp32', 'D'), ('constexpr', 1), ('constexpr', 64)"
+        ], k
+    fixed, _ = run(tmp_path, v4.scale, [BIG, 1], [])
+    assert coverage("--journal-dir", str(fixed), "--expect-journal", str(before), "--require-complete")[0] == 0
+    assert run(tmp_path, v4.scale, [BIG], [1])[1] == 1  # which serving confirms
