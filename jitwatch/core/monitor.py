@@ -562,9 +562,16 @@ class Monitor:
 
     def _note_process_exception(self) -> None:
         """A ``multiprocessing`` finalizer: keep the exception propagating out of the process's
-        target, if any (``SystemExit`` is a chosen exit), for :meth:`_at_exit`. Never raises."""
+        target, if any, for :meth:`_at_exit`. A ``SystemExit`` is a chosen exit, unless its code
+        is not 0 and it was raised while handling another exception, which is then kept: the
+        target's wrapper caught the exception and exited on it (``torch.multiprocessing.spawn``
+        writes the traceback for its parent, then ``sys.exit(1)``). Never raises."""
         try:
             exc = sys.exc_info()[1]
+            if isinstance(exc, SystemExit):
+                cause = exc.__context__
+                failed = exc.code not in (None, 0)
+                exc = cause if failed and isinstance(cause, BaseException) else None
             if exc is not None and not isinstance(exc, SystemExit):
                 self._process_exception = exc
         except Exception:  # noqa: BLE001 - at the host's exit

@@ -420,3 +420,50 @@ def test_a_spawned_multiprocessing_worker_records_how_its_target_ended(
         assert row.stopped_ts is None and row.exit_exception == exception, row.attrs
         assert "secret-token-123" not in json.dumps(row.attrs)
         assert readiness({0: row}).ranks == {"0": "exited"}
+
+
+TORCH_SPAWNED_WORKER = """
+import sys
+import torch.multiprocessing
+def target(index, journal_dir, worker, last):
+    exec(worker.replace("Path(sys.argv[1])", repr(journal_dir).join(("Path(", ")"))) + last, {"__name__": "worker"})
+if __name__ == "__main__":
+    try:
+        torch.multiprocessing.spawn(target, args=(sys.argv[1], sys.argv[2], sys.argv[3]), nprocs=1)
+    except torch.multiprocessing.ProcessRaisedException:
+        sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize(
+    ("last", "status", "exception"),
+    [("raise MemoryError('secret-token-123')", 1, "MemoryError"), ("pass", 0, None)],
+)
+def test_a_torch_spawned_worker_records_how_its_function_ended(
+    tmp_path: Path, last: str, status: int, exception: str | None
+) -> None:
+    """``torch.multiprocessing.spawn`` wraps the worker function: an exception out of it is caught,
+    its traceback written for the parent, and the process exits with ``sys.exit(1)`` raised while
+    handling it. That reads as an exit on the exception (it recorded a clean stop); a normal end
+    stays a clean stop."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")}
+    env.update({"OTEL_SDK_DISABLED": "true", "TRITON_CACHE_DIR": str(tmp_path / "tc")})
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+    (tmp_path / "journal").mkdir()
+    script = tmp_path / "parent.py"
+    script.write_text(TORCH_SPAWNED_WORKER)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "journal"), ENDING_WORKER, last],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == status, proc.stderr
+    with Journal(tmp_path / "journal", readonly=True) as j:
+        (row,) = j.workers()
+    if exception is None:
+        assert row.stopped_ts is not None and row.exit_exception is None, row.attrs
+    else:
+        assert row.stopped_ts is None and row.exit_exception == exception, row.attrs
+        assert "secret-token-123" not in json.dumps(row.attrs)
