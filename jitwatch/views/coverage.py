@@ -340,6 +340,12 @@ class MissingKey(BaseModel):
     reason: str = Field(description="Why it would compile: same wording as `jitwatch why`.")
     reason_kind: str
     fixes: list[str] = Field(default_factory=list)
+    compared_as: str | None = Field(
+        default=None,
+        description="other_source keys: the key compared in its place (the same launch's key with the kernel"
+        " compiled now); None: nothing stands for it, it was not compared (--require-complete fails on it"
+        " unless --allow-other-source).",
+    )
 
 
 class KernelCoverage(BaseModel):
@@ -386,8 +392,10 @@ class KernelCoverage(BaseModel):
         description="Expected keys (--manifest, --expect-journal) recorded for another source of this kernel"
         " that cannot occur with the kernel compiled now: another number of arguments, or an argument specialized"
         " when recorded and under do_not_specialize now (or the other way round), from the kernel (--allow)"
-        " or this journal's compiles of it. Not compared, not counted in total, not in missing (so"
-        " --require-complete passes unless --fail-on-other-source); re-record the manifest or expected journal.",
+        " or this journal's compiles of it. Not counted in total, not in missing; the key the same launch"
+        " compiles now, if any, is compared in its place (compared_as). --require-complete fails on those with"
+        " none (nothing checked them) unless --allow-other-source, and on all with --fail-on-other-source;"
+        " re-record the manifest or expected journal.",
     )
 
     @property
@@ -431,10 +439,17 @@ class CoverageReport(BaseModel):
         """One line per missing key: ``kernel [source]: reason``."""
         return [f"{k.kernel} [{m.source}]: {m.reason}" for k in self.kernels for m in k.missing]
 
-    def of_other_source(self) -> list[str]:
+    def of_other_source(self, *, uncompared_only: bool = False) -> list[str]:
         """One line per expected key recorded for another source of its kernel
-        (:attr:`KernelCoverage.other_source`): ``kernel [source]: reason``."""
-        return [f"{k.kernel} [{m.source}]: {m.reason}" for k in self.kernels for m in k.other_source]
+        (:attr:`KernelCoverage.other_source`): ``kernel [source]: reason``; ``uncompared_only``:
+        only those nothing stands for now (:attr:`MissingKey.compared_as` ``None``), which no
+        compile of this journal can show covered or not."""
+        return [
+            f"{k.kernel} [{m.source}]: {m.reason}"
+            for k in self.kernels
+            for m in k.other_source
+            if not (uncompared_only and m.compared_as is not None)
+        ]
 
 
 @dataclass
@@ -636,6 +651,7 @@ def _other_source(name: str, ex: Expected, why: str, now: str | None) -> Missing
         + f"re-record {what}",
         reason_kind="other_source",
         fixes=[fix],
+        compared_as=now,
     )
 
 
