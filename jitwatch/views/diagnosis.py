@@ -85,7 +85,12 @@ class InflightCompile(BaseModel):
 
 
 def inflight_of(
-    attrs: Mapping[str, Any], now: float, *, last_seen: float | None = None, stale_after: float = DEFAULT_STALE_SECONDS
+    attrs: Mapping[str, Any],
+    now: float,
+    *,
+    last_seen: float | None = None,
+    stale_after: float = DEFAULT_STALE_SECONDS,
+    exited: bool = False,
 ) -> list[InflightCompile]:
     """The in-flight compiles a worker row's ``attrs`` holds (written by
     :meth:`jitwatch.store.journal.Journal.set_inflight`), oldest first, aged at ``now``.
@@ -96,7 +101,10 @@ def inflight_of(
     is a dead (``kill -9``) or frozen process whose list is no longer current; ageing it forever
     would fire the collective-deadline alert for a process that is gone. The rank shows as stale
     instead (``/readyz``, ``stale_ranks``), or as exited where the sidecar saw its process gone
-    (``exited_ranks``)."""
+    (``exited_ranks``). None either with ``exited`` (the worker's process was seen gone: its
+    compiles ended with it, at once rather than after the window)."""
+    if exited:
+        return []
     refreshed = [t for t in (last_seen, attrs.get("inflight_ts")) if isinstance(t, int | float) and t == t]
     if refreshed and stale_after > 0 and now - max(refreshed) > stale_after:
         return []

@@ -177,7 +177,7 @@ def inflight_families(
     gone = exited or {}
     for rank in sorted(workers):
         w = workers[rank]
-        running = [] if rank in gone else inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after)
+        running = inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after, exited=rank in gone)
         inflight_n.add_metric([str(rank)], float(len(running)))
         inflight_age.add_metric([str(rank)], running[0].age_s if running else 0.0)
     return inflight_n, inflight_age

@@ -28,7 +28,6 @@ from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.core.process import processes_exited
 from jitwatch.store.journal import (
     ABANDONED_COUNTER,
-    STOPPED_TS_ATTR,
     Journal,
     RecompileRow,
     StatRow,
@@ -444,12 +443,7 @@ def exited_ranks(workers: dict[int, WorkerRow]) -> dict[int, int]:
     exception (:attr:`WorkerRow.exit_exception`, any sidecar can read it) are in too, without a
     look at the process. Never raises."""
     recorded = {rank: w.pid for rank, w in sorted(workers.items()) if w.exit_exception is not None}
-    candidates = [
-        (rank, w)
-        for rank, w in sorted(workers.items())
-        if rank not in recorded
-        and (STOPPED_TS_ATTR not in w.attrs or w.stopped_ts is None)  # the property parses the attr: skip it mostly
-    ]
+    candidates = [(rank, w) for rank, w in sorted(workers.items()) if rank not in recorded and w.stopped_ts is None]
     gone = processes_exited([(w.pid, w.attrs.get("process")) for _, w in candidates])
     seen = {rank: w.pid for (rank, w), exited in zip(candidates, gone, strict=True) if exited}
     return dict(sorted({**recorded, **seen}.items()))
@@ -471,11 +465,6 @@ def stale_ranks(
         if window is not None and now - w.last_ts > window:
             out[rank] = now - w.last_ts
     return out
-
-
-def _ranks(count: int) -> str:
-    """``rank`` or ``ranks``, as ``count`` wants (the reasons list the rank numbers after it)."""
-    return "rank" if count == 1 else "ranks"
 
 
 def _plural(count: int, one: str, several: str) -> str:
@@ -522,16 +511,15 @@ def readiness(
     if stale:
         detail = ", ".join(f"{r} (last seen {age:.0f}s ago)" for r, age in stale.items())
         gone = _plural(len(stale), "worker gone?", "workers gone?")
-        reasons.append(f"no heartbeat from {_ranks(len(stale))} {detail}: {gone}")
+        reasons.append(f"no heartbeat from {_plural(len(stale), 'rank', 'ranks')} {detail}: {gone}")
     if stopped:
         at = ", ".join(utc_time(ts) for ts in stopped.values())
         listed = ", ".join(str(r) for r in stopped)
-        reasons.append(
-            f"{_ranks(len(stopped))} {listed} stopped ({_plural(len(stopped), 'clean exit', 'clean exits')} at {at})"
-        )
+        exits = _plural(len(stopped), "clean exit", "clean exits")
+        reasons.append(f"{_plural(len(stopped), 'rank', 'ranks')} {listed} stopped ({exits} at {at})")
     if waiting:
         detail = ", ".join(f"{r} ({workers[r].state.value})" for r in waiting)
-        reasons.append(f"warmup not complete on {_ranks(len(waiting))} {detail}")
+        reasons.append(f"warmup not complete on {_plural(len(waiting), 'rank', 'ranks')} {detail}")
     if reasons:
         return Readiness(
             status="not ready",
@@ -654,8 +642,7 @@ def build_status(
     stale = stale_ranks(workers, now, stale_after, exited)
     ranks: list[RankStatus] = []
     for rank, w in sorted(workers.items()):
-        # a process seen gone has no compile running: its list ends with it, not after the window
-        inflight = [] if rank in exited else inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after)
+        inflight = inflight_of(w.attrs, now, last_seen=w.last_ts, stale_after=stale_after, exited=rank in exited)
         ranks.append(
             RankStatus(
                 rank=rank,
