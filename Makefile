@@ -1,5 +1,6 @@
 # jitwatch — the two commands a new user needs:
-#   make demo   # builds .venv (torch CPU, Triton, jitwatch) and runs `jitwatch demo`
+#   make demo   # builds .venv (torch 2.13, Triton 3.9, jitwatch) and runs `jitwatch demo`
+#               # (torch's CPU build only where pip is pointed at one: README.md, Quick start)
 #   make test   # lint + every test tier this machine can run (what CI runs)
 # Everything installs from package registries; nothing else is needed on a fresh machine
 # with Python 3.10+ (and, for the Prometheus and Redis tiers, Debian's apt for prometheus/redis-server).
