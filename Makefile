@@ -76,6 +76,7 @@ dsl-env: .venv-dsl/.installed
 
 test-dsl: .venv-dsl/.installed
 	JITWATCH_TEST_DSL_REQUIRED=1 $(BIN)/pytest -m "dsl and not gpu" $(PYTEST_ARGS)
+	OTEL_SDK_DISABLED=true $(BIN)/python benchmarks/bench_install_import.py --reps 1 --lib-reps 1 >/dev/null  # smoke: it must run
 
 # Every benchmark for a few seconds (no timing asserts): benchmarks never rot.
 bench-smoke: env

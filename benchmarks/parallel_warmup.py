@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "tests"
+TESTS = ROOT / "tests" / "backends" / "triton"  # kernels_fieldcases.py
 
 RECORD = r"""
 import sys, torch
@@ -79,7 +79,9 @@ print("RESULT " + json.dumps({{"wall_s": r.wall_s, "compiled": r.compiled, "fail
 
 def run(code: str, cache: str) -> str:
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_DEFAULT_FP_FUSION="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if out.returncode != 0:  # the child's traceback, not only its command line
+        raise SystemExit(f"parallel_warmup: a child process failed ({out.returncode}):\n{out.stderr[-3000:]}")
     return out.stdout
 
 

@@ -2,6 +2,8 @@
 # `make bench-smoke`: every benchmark, briefly, so none of them rots. Figures are meaningless at this
 # size and nothing is asserted on them; a benchmark that crashes fails the target. ~5 min on 2 idle cores.
 # bench_first_request.py and diag_first_request.py need a GPU (scripts/gpu/, benchmarks/README.md): not here.
+# bench_install_import.py needs .venv-dsl: `make test-dsl` runs it briefly. callgrind_compiling_thread.py
+# needs valgrind, which a fresh machine lacks: not run in CI.
 set -u
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
@@ -32,5 +34,16 @@ run memory --events 2000 --kernels 200
 run journal_paired --before jitwatch/store/journal.py --cases fleet_per_rank,fleet --reps 1 --events 512
 run journal_split --rounds 1 --events 512
 run host_probe -n 64
+run live_memory --kernels 50 --ranks 2
+run fleet --smoke
+run torch_compile --device cpu --calls 100 --reps 2
+run deepgemm_watcher --seconds 0.5 --entries 200
+t0=$SECONDS  # parallel_warmup.py is named and writes its JSON differently
+if timeout 300 "$PY" benchmarks/parallel_warmup.py --variants 2 --repeats 1 --workers 2 --json "$DEST/parallel_warmup.json" \
+  >"$DEST/parallel_warmup.log" 2>&1; then
+  echo "bench-smoke: parallel_warmup ok ($((SECONDS - t0)) s)"
+else
+  echo "bench-smoke: parallel_warmup FAILED ($((SECONDS - t0)) s)"; tail -30 "$DEST/parallel_warmup.log"; status=1
+fi
 rm -rf "$DEST"
 exit $status
