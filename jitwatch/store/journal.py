@@ -673,8 +673,12 @@ _DIGEST_MAX = 16384
 """Specialization records whose identity digest a writer keeps up to its row-id watermark (see
 :meth:`Journal._stored_digests`): ~120 bytes each, at most ~2 MB per connection."""
 _SPEC_GC_MIN_RETIRED = 1000
-"""Fewest events a connection retires between two sweeps of unreferenced specializations; the
-threshold is half the retention count when that is larger (see :meth:`Journal.prune`)."""
+"""Fewest events retired journal-wide (by any writer) between two sweeps of unreferenced
+specializations; the threshold is half the retention count when that is larger (see
+:meth:`Journal.prune`)."""
+_SPEC_SWEPT_AT = "spec_swept_retired"
+"""``meta`` key: the journal's ``retired_events`` count at the last sweep of unreferenced
+specializations (absent: none yet), from which the next one falls due."""
 _PLAIN_BUDGET = MAX_ATTRS_CHARS // 8
 """Compact JSON characters of an event's attrs (the rest and its specialization record together)
 under which :func:`capped` cannot change them (:func:`_size` counts at most 8 per JSON character:
@@ -961,7 +965,6 @@ class Journal:
         self._digest_top = 0
         self._digests_complete = True
         self._redacted: dict[str, str] = {}  # kernel names and keys → redacted (bounded)
-        self._retired_since_gc = 0
         self._parsed_workers: dict[tuple[Any, ...], WorkerRow] = {}  # raw row → parsed, last workers() read
         self._lean = True
         """Whether :meth:`write` takes :meth:`_lean_run` for compile events (tests compare it with
@@ -2130,12 +2133,13 @@ class Journal:
         """Retire events past the retention limits; returns how many were removed.
 
         Aggregates are untouched, so metrics do not move. The count is added to the
-        ``retired_events`` counter (rank -1, journal-wide). Once this connection has retired half
-        the retention count (at least :data:`_SPEC_GC_MIN_RETIRED`) since its last sweep, or with
-        ``force_gc``, it also deletes the specializations no event references any more. The sweep
-        reads every event row (~40 ms at 100,000 events on the 2-core VM), so it runs about twice
-        per turnover of the log (~1 µs per event), and the records of at most that many retired
-        events wait for it.
+        ``retired_events`` counter (rank -1, journal-wide). Once half the retention count (at least
+        :data:`_SPEC_GC_MIN_RETIRED`) was retired since the last sweep — by any writer, counted
+        from that counter and ``meta.spec_swept_retired``, so several ranks sharing the passes and
+        restarted workers add up — or with ``force_gc``, it also deletes the specializations no
+        event references any more. The sweep reads every event row (~40 ms at 100,000 events on
+        the 2-core VM), so it runs about twice per turnover of the log (~1 µs per event), and the
+        records of at most that many retired events (plus one pass's) wait for it.
         """
         now = time.time() if now is None else now
         with self._transaction() as conn:
@@ -2146,10 +2150,24 @@ class Journal:
             ).rowcount
             if removed:
                 self._add_counter(conn, -1, "retired_events", removed)
-                self._retired_since_gc += removed
-            due = self._retired_since_gc >= max(_SPEC_GC_MIN_RETIRED, self.retention_events // 2)
-            if "specializations" in self._tables and (due or force_gc):
-                self._retired_since_gc = 0
+            if "specializations" in self._tables and (removed or force_gc):
+                # due by the events retired journal-wide (every writer's passes, across restarts)
+                # since the last sweep: counted per connection, N ranks sharing the passes swept
+                # N times less often, and a worker restarting sooner never swept
+                retired, at = conn.execute(
+                    "SELECT (SELECT value FROM counters WHERE rank = -1 AND name = 'retired_events'),"
+                    f" (SELECT v FROM meta WHERE k = '{_SPEC_SWEPT_AT}')"
+                ).fetchone()
+                retired = readsafe.count(retired) or 0
+                at = int(at) if isinstance(at, str) and at.isdigit() else 0
+                due = force_gc or not 0 <= retired - at < max(_SPEC_GC_MIN_RETIRED, self.retention_events // 2)
+            else:
+                due = False
+            if due:
+                conn.execute(
+                    "INSERT INTO meta(k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                    (_SPEC_SWEPT_AT, str(retired)),
+                )
                 swept = conn.execute(
                     "DELETE FROM specializations WHERE id NOT IN"
                     " (SELECT DISTINCT spec_id FROM events WHERE spec_id IS NOT NULL)"

@@ -299,3 +299,33 @@ def test_one_cache_entry_per_triton_specialization(tmp_path: Path) -> None:
         assert len(j._spec_ids) == 3 and all(isinstance(k, tuple) for k in j._spec_ids)
         j.write([make_event(EventKind.COMPILE, T0, kernel="other", key="k", attrs={"signature": {"x": "i32"}})])
         assert len(j._spec_ids) == 4  # a capture without specialization_data: identified by its text
+
+
+@pytest.mark.parametrize("how", ["restarts", "ranks"])
+def test_the_sweep_falls_due_by_the_events_retired_journal_wide(tmp_path: Path, how: str) -> None:
+    """The sweep is due once half the retention count (at least 1,000 events) was retired since the
+    last sweep by any writer: a worker that restarts (a new connection) or several ranks sharing
+    the retention passes must not each count only their own part (with N ranks the records of N
+    times as many retired events waited; a worker restarting before it alone retired 1,000 events
+    never swept at all)."""
+    rounds = (
+        [Journal(tmp_path, retention_events=100, retention_seconds=10**9) for _ in range(3)] if how == "ranks" else []
+    )
+    n = 0
+    try:
+        for k in range(4):
+            j = rounds[k % 3] if rounds else Journal(tmp_path, retention_events=100, retention_seconds=10**9)
+            j.write([compile_event(i, 1000 + i, rank=k % 3) for i in range(n, n + 600)])  # type: ignore[misc]
+            n += 600
+            j.prune(now=T0 + n)
+            if not rounds:
+                j.close()
+            kept, records = rows(
+                tmp_path, "SELECT (SELECT COUNT(*) FROM events), (SELECT COUNT(*) FROM specializations)"
+            )[0]
+            assert kept == 100
+            assert records - kept <= 1000, (k, records)  # 600 retired per pass: swept every other pass
+    finally:
+        for j in rounds:
+            j.close()
+    assert rows(tmp_path, "SELECT COUNT(*) FROM events WHERE spec_id NOT IN (SELECT id FROM specializations)") == [(0,)]
