@@ -900,6 +900,18 @@ def test_a_worker_dying_on_an_unhandled_exception_reads_exited_first(tmp_path: P
             assert by_rank[3].state == "exited" and by_rank[3].exit_exception == "MemoryError"
             assert by_rank[0].state == "stopped" and by_rank[0].exit_exception is None
             assert worker_info_states(base) == {"0": "stopped", "3": "exited"}
+            env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")} | {"COLUMNS": "200"}
+            cli = subprocess.run(
+                [sys.executable, "-m", "jitwatch.cli", "status", "--url", base],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert cli.returncode == 3, cli.stdout + cli.stderr  # NOT READY
+            # when it exited: its recorded exit time (last_ts advanced to it), as a stopped rank shows its stop
+            assert "│ exited (MemoryError) (last seen 20" in cli.stdout, cli.stdout
+            assert "│ stopped (20" in cli.stdout, cli.stdout
     finally:
         for worker in (crashing, stopping):
             if worker.poll() is None:
