@@ -10,14 +10,18 @@ PY="${PYTHON:-.venv/bin/python}"
 DEST="$(mktemp -d)"
 export TRITON_DEFAULT_FP_FUSION=1 OTEL_SDK_DISABLED=true PYTHONUNBUFFERED=1 JITWATCH_DIR="$DEST/jitwatch"
 status=0
-run() { # run NAME ARGS...
-  local name=$1; shift
+run_script() { # run_script NAME SCRIPT ARGS...: one benchmark, its log kept for a failure
+  local name=$1 script=$2; shift 2
   local t0=$SECONDS
-  if timeout 300 "$PY" "benchmarks/bench_$name.py" --out "$DEST/$name.json" "$@" >"$DEST/$name.log" 2>&1; then
+  if timeout 300 "$PY" "$script" "$@" >"$DEST/$name.log" 2>&1; then
     echo "bench-smoke: $name ok ($((SECONDS - t0)) s)"
   else
     echo "bench-smoke: $name FAILED ($((SECONDS - t0)) s)"; tail -30 "$DEST/$name.log"; status=1
   fi
+}
+run() { # run NAME ARGS...: benchmarks/bench_NAME.py --out DEST/NAME.json ARGS...
+  local name=$1; shift
+  run_script "$name" "benchmarks/bench_$name.py" --out "$DEST/$name.json" "$@"
 }
 run cost_floor --smoke --device cpu
 if git rev-parse -q --verify HEAD >/dev/null 2>&1; then  # the side-by-side path too, where git is
@@ -38,12 +42,6 @@ run live_memory --kernels 50 --ranks 2
 run fleet --smoke
 run torch_compile --device cpu --calls 100 --reps 2
 run deepgemm_watcher --seconds 0.5 --entries 200
-t0=$SECONDS  # parallel_warmup.py is named and writes its JSON differently
-if timeout 300 "$PY" benchmarks/parallel_warmup.py --variants 2 --repeats 1 --workers 2 --json "$DEST/parallel_warmup.json" \
-  >"$DEST/parallel_warmup.log" 2>&1; then
-  echo "bench-smoke: parallel_warmup ok ($((SECONDS - t0)) s)"
-else
-  echo "bench-smoke: parallel_warmup FAILED ($((SECONDS - t0)) s)"; tail -30 "$DEST/parallel_warmup.log"; status=1
-fi
+run_script parallel_warmup benchmarks/parallel_warmup.py --variants 2 --repeats 1 --workers 2 --json "$DEST/parallel_warmup.json"
 rm -rf "$DEST"
 exit $status

@@ -791,14 +791,7 @@ def test_clean_stop_is_not_ready_at_once_and_a_restart_is_ready_again(tmp_path: 
             assert rank.state == "stopped" and not rank.ready and not rank.stale and not st.ready
             assert rank.stopped_ts is not None and before - 1 <= rank.stopped_ts <= time.time()
             assert rank.pid == worker.pid and rank.inflight == []
-            env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")} | {"COLUMNS": "200"}
-            cli = subprocess.run(
-                [sys.executable, "-m", "jitwatch.cli", "status", "--url", base],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            cli = status_cli(base)
             assert cli.returncode == 3, cli.stdout + cli.stderr  # NOT READY
             assert "rank 3 stopped (clean exit at 20" in cli.stdout and "│ stopped (20" in cli.stdout, cli.stdout
             info = [
@@ -900,14 +893,7 @@ def test_a_worker_dying_on_an_unhandled_exception_reads_exited_first(tmp_path: P
             assert by_rank[3].state == "exited" and by_rank[3].exit_exception == "MemoryError"
             assert by_rank[0].state == "stopped" and by_rank[0].exit_exception is None
             assert worker_info_states(base) == {"0": "stopped", "3": "exited"}
-            env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")} | {"COLUMNS": "200"}
-            cli = subprocess.run(
-                [sys.executable, "-m", "jitwatch.cli", "status", "--url", base],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            cli = status_cli(base)
             assert cli.returncode == 3, cli.stdout + cli.stderr  # NOT READY
             # when it exited: its recorded exit time (last_ts advanced to it), as a stopped rank shows its stop
             assert "│ exited (MemoryError) (last seen 20" in cli.stdout, cli.stdout
@@ -917,6 +903,18 @@ def test_a_worker_dying_on_an_unhandled_exception_reads_exited_first(tmp_path: P
             if worker.poll() is None:
                 worker.kill()
                 worker.wait(10)
+
+
+def status_cli(base: str) -> subprocess.CompletedProcess[str]:
+    """``jitwatch status --url base`` in a real process (no ``JITWATCH_*`` of this one, 200 columns)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JITWATCH_")} | {"COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "jitwatch.cli", "status", "--url", base],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def worker_info_states(base: str) -> dict[str, str]:

@@ -97,10 +97,10 @@ def render_status(status: JitStatus, console: Console, url: str | None = None) -
             state.append(f" ({_ts(r.stopped_ts)})")
         if r.exit_exception is not None:
             state.append(f" ({r.exit_exception})")
-        if r.state == "exited":  # when: its recorded exit, or (killed) its last heartbeat
-            state.append(f" (last seen {_ts(r.last_seen_ts)})")
         if r.stale:
-            state.append(" stale", style="red").append(f" (last seen {_ts(r.last_seen_ts)})")
+            state.append(" stale", style="red")
+        if r.stale or r.state == "exited":  # exited: its recorded exit, or (killed) its last heartbeat
+            state.append(f" (last seen {_ts(r.last_seen_ts)})")
         row: list[object] = [
             str(r.rank),
             state,
