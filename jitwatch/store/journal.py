@@ -2159,7 +2159,10 @@ class Journal:
                     f" (SELECT v FROM meta WHERE k = '{_SPEC_SWEPT_AT}')"
                 ).fetchone()
                 retired = readsafe.count(retired) or 0
-                at = int(at) if isinstance(at, str) and at.isdigit() else 0
+                # a plain count, else none yet: '²' passes isdigit but not int(), and past 4,300
+                # digits int() raises (a ValueError here stopped every prune and failed the write)
+                ok = isinstance(at, str) and at.isascii() and at.isdigit() and len(at) <= 19
+                at = int(at) if ok else 0
                 due = force_gc or not 0 <= retired - at < max(_SPEC_GC_MIN_RETIRED, self.retention_events // 2)
             else:
                 due = False

@@ -329,3 +329,25 @@ def test_the_sweep_falls_due_by_the_events_retired_journal_wide(tmp_path: Path, 
         for j in rounds:
             j.close()
     assert rows(tmp_path, "SELECT COUNT(*) FROM events WHERE spec_id NOT IN (SELECT id FROM specializations)") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    "value", ["²", "9" * 5000, "abc", "-5"], ids=["superscript digit", "5000 digits", "text", "negative"]
+)
+def test_a_corrupt_sweep_mark_neither_stops_retention_nor_fails_the_write(tmp_path: Path, value: str) -> None:
+    """``meta.spec_swept_retired`` that is not a plain count reads as no sweep yet: ``'²'`` passes
+    ``str.isdigit`` but not ``int()``, and 5,000 digits pass both checks but exceed Python's digit
+    limit; either raised ``ValueError`` from every prune (retention stopped for good) and from the
+    ``write`` whose events were already committed (the writer counted them as dropped)."""
+    with Journal(tmp_path, retention_events=100, retention_seconds=10**9) as j:
+        j.write([compile_event(i, 1000 + i) for i in range(600)])  # type: ignore[misc]
+        con = sqlite3.connect(tmp_path / JOURNAL_FILE)
+        con.execute("INSERT OR REPLACE INTO meta(k, v) VALUES ('spec_swept_retired', ?)", (value,))
+        con.commit()
+        con.close()
+        assert j.prune(now=T0 + 600) == 500
+        j.write([compile_event(i, 5000 + i) for i in range(600, 1700)])  # type: ignore[misc]  # prunes too
+        j.write([compile_event(i, 9000 + i) for i in range(1700, 2700)])  # type: ignore[misc]  # and again
+    assert rows(tmp_path, "SELECT COUNT(*) FROM events") == [(100,)]
+    assert rows(tmp_path, "SELECT v FROM meta WHERE k = 'spec_swept_retired'") == [("2600",)]  # swept since
+    assert rows(tmp_path, "SELECT COUNT(*) FROM specializations") == [(100,)]
