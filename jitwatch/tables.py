@@ -100,7 +100,8 @@ class Grid:
     - no prefix: text, wrapped at spaces.
 
     :meth:`fit` sets the widths for a console ``width`` characters wide: numbers and backends take
-    what they need (a number's header on one line when all of them fit so); the names and text share
+    what they need (a number's header on one line when all of them fit so with each text column at
+    its :data:`TEXT_FLOOR`); the names and text share
     the rest (each up to :data:`ROOMY`, then names whole,
     then text). A name or token wider than its column is broken after ``.``, ``_``, ``:`` and the
     like (:data:`BREAK_AFTER`), never cut; a value cut before it reaches the table ends with ``…``
@@ -183,7 +184,8 @@ class Grid:
             fill(names, {i: want[i] for i in names})
         numbers = [i for i, (_, kind) in enumerate(kept) if kind == "#"]
         widen = sum(max(len(kept[i][0]) - widths[i], 0) for i in numbers)
-        if widen <= spare:  # room left once the names are whole: the numbers' headers on one line
+        below_floor = sum(max(min(want[i], TEXT_FLOOR) - widths[i], 0) for i in texts)
+        if widen <= spare - below_floor:  # room left once the names are whole: the numbers' headers on one line
             for i in numbers:
                 widths[i] = max(widths[i], len(kept[i][0]))
             spare -= widen

@@ -235,3 +235,28 @@ def test_demo_summary_keeps_kernel_names_whole(sidecar: str, columns: int) -> No
     widths = header_widths(out, title)
     assert widths["warmup compiles"] == widths["serving compiles"] == len("compiles"), (widths, out)
     assert max(len(line) for line in out.splitlines() if line.startswith(("┏", "│"))) <= columns, out
+
+
+def test_a_text_column_keeps_its_floor_before_number_headers_go_on_one_line() -> None:
+    """``jitwatch status``'s Ranks table at 80 columns (host, pid, tp/pp/dp left out): the number
+    headers (``warmup compiles``, ``serving compiles``, ``first req``) went on one line at the cost
+    of the state column, 11 characters wide, less than its floor (TEXT_FLOOR, a date): an exited
+    rank's ``exited (MemoryError) (last seen …)`` took 7 lines with ``MemoryErro`` / ``r`` folded
+    mid-word. The headers now wrap at their spaces unless the text keeps its floor."""
+    from rich.console import Console
+
+    from jitwatch.tables import TEXT_FLOOR, Grid
+
+    columns = ["#rank", "state", "*host", "*#pid", "*#tp/pp/dp", "#warmup", "#warmup compiles", "#serving compiles"]
+    grid = Grid("Ranks", [*columns, "#first req"], narrow=True)
+    grid.add(
+        "1", "exited (MemoryError) (last seen 2026-12-04 18:18:02 UTC)", "vm", "1", "-/-/-", "0.000s", "0", "0", "-"
+    )
+    grid.add("2", "serving", "vm", "2", "-/-/-", "0.000s", "0", "0", "-")
+    console = Console(width=80, record=True)
+    console.print(grid.fit(80))
+    text = console.export_text()
+    assert "MemoryError" in text, text
+    state_width = len(text.splitlines()[1].split("┳")[1])
+    assert state_width >= TEXT_FLOOR, text
+    assert max(len(line) for line in text.splitlines()) <= 80
