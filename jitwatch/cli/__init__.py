@@ -1095,23 +1095,30 @@ def warmup_replay(
     if report.failed or report.refused:
         raise typer.Exit(1)
     if report.skipped and not (report.compiled or report.cached):
-        fix = (
-            "make the kernels' modules importable (PYTHONPATH; see the skip reasons above)"
-            if _allow(allow)
-            else "pass --allow MODULE_PREFIX (or set JITWATCH_MANIFEST_ALLOW) for the kernels' modules"
-            + _modules_needed(manifest)
-            + ", or import them first"
-        )
+        prefixes = _allow(allow)
+        needed = _modules_needed(manifest, prefixes)
+        if not prefixes:
+            fix = (
+                "pass --allow MODULE_PREFIX (or set JITWATCH_MANIFEST_ALLOW) for the kernels' modules"
+                + needed
+                + ", or import them first"
+            )
+        elif needed:  # an allow-list that does not reach the manifest's modules (`--allow vllm`)
+            given = ", ".join(plain(p) for p in prefixes)
+            fix = f"the allowed prefixes ({given}) do not cover the kernels' modules{needed}"
+        else:
+            fix = "make the kernels' modules importable (PYTHONPATH; see the skip reasons above)"
         raise _fail(f"every entry was skipped ({report.skipped}), nothing compiled: {fix}", 1)
 
 
-def _modules_needed(manifest: Any, limit: int = 5) -> str:
-    """`` (the manifest's: --allow a --allow b)``: the modules its entries name, as text only
-    (never imported), at most ``limit`` (``, …`` after); ``""`` when it names none. Never raises."""
+def _modules_needed(manifest: Any, allow: list[str] | None = None, limit: int = 5) -> str:
+    """`` (the manifest's: --allow a --allow b)``: the modules its entries name that no prefix in
+    ``allow`` allows, as text only (never imported), at most ``limit`` (``, …`` after); ``""`` when
+    there is none. Never raises."""
     from jitwatch.warmup.replay import needed_modules
 
     try:
-        names = needed_modules(manifest)
+        names = needed_modules(manifest, allow or ())
     except Exception:  # noqa: BLE001 - a hint only
         return ""
     if not names:

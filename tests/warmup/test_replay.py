@@ -265,6 +265,14 @@ def test_cli_replay_all_skipped_fails_with_a_hint(
     shown = skip_line.split(f"{name}.scale_copy ", 1)[1].split("…:", 1)[0]
     assert key.startswith(shown) and shown.endswith("),"), skip_line  # cut between tuples
     assert not marker.exists()
+    # an allow prefix that does not cover the module (docs/manifests.md's `--allow vllm` on a
+    # manifest of other kernels): the module is importable, so the hint names the prefix it needs,
+    # not PYTHONPATH (it said "make the kernels' modules importable (PYTHONPATH …)")
+    res = CliRunner().invoke(app, ["warmup", "replay", str(path), "--allow", "vllm"])
+    assert res.exit_code == 1, res.output
+    hint = "nothing compiled: the allowed prefixes (vllm) do not cover the kernels' modules"
+    assert f"{hint} (the manifest's: --allow {name})" in res.output, res.output
+    assert "PYTHONPATH" not in res.output and not marker.exists()
     # allowed through the environment: the CLI reads JITWATCH_MANIFEST_ALLOW too (then it is a
     # different skip: the module has no such kernel), still exit 1 as nothing compiled
     monkeypatch.setenv(JITWATCH_MANIFEST_ALLOW, name)
