@@ -295,7 +295,7 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
             continue
         flags = "flags from kernel" if k.flags_known else "flags inferred from keys"
         title = f"{plain(k.backend)} {plain(k.kernel)} ({flags})"
-        t = Grid(escape(title), ["@argument", "kind", "warmed", "never compiled", "met only in serving"], narrow)
+        t = Grid(escape(title), ["@argument", "kind", "warmed", "not warmed", "met only in serving"], narrow)
         for a in k.arguments:
             cells = [a.name, a.kind, " ".join(a.covered), " ".join(a.uncovered), " ".join(a.serving_only)]
             t.add(*(cell(v) for v in cells))

@@ -183,8 +183,18 @@ def test_cli_coverage(harness: MonitorHarness) -> None:
     assert res.exit_code == 0, res.output
     k = {x["kernel"]: x for x in json.loads(res.output)["kernels"]}["zero_kv_blocks"]
     assert k["covered"] == 0 and k["serving_keys"] == 3
-    res = CliRunner().invoke(app, ["coverage", "--journal-dir", str(harness.journal_dir), "-v"])
+    res = CliRunner().invoke(app, ["coverage", "--journal-dir", str(harness.journal_dir), "-v"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "zero_kv_blocks" in res.output
+    # -v's argument table: the classes warmup did not compile are "not warmed"; the column was
+    # headed "never compiled" while listing the classes serving compiled (also in "met only in serving")
+    (header,) = [line for line in res.output.splitlines() if "┃ argument" in line]
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == [
+        "argument",
+        "kind",
+        "warmed",
+        "not warmed",
+        "met only in serving",
+    ], header
 
 
 def test_demo_slot_mapping_warmed_for_every_count_reads_full_coverage(harness: MonitorHarness) -> None:
