@@ -979,16 +979,42 @@ def expected_from_journal(journal: Journal, *, source: str = "journal", limit: i
 
 def known_kernels(modules: Iterable[Any]) -> dict[str, str | None]:
     """``{fn.name: module}`` of the ``@triton.jit`` functions (``@triton.autotune`` included)
-    defined in the given, already imported modules (attributes with ``params`` and a ``fn``)."""
+    defined in the given, already imported modules (attributes with ``params`` and a ``fn``),
+    less the device functions: a ``@triton.jit`` function another one of its module calls by name
+    (``_slot_mapping_body`` in :mod:`jitwatch.kernels.slot_mapping`) is compiled inside its caller
+    and never on its own, so expecting a compile of it would fail ``--require-complete`` forever."""
     out: dict[str, str | None] = {}
     for mod in modules:
+        found: dict[str, Any] = {}
         for value in vars(mod).values():
             fn = value
             while not hasattr(fn, "params") and hasattr(fn, "fn"):
                 fn = fn.fn
             if hasattr(fn, "params") and hasattr(fn, "fn") and getattr(fn.fn, "__module__", None) == mod.__name__:
-                out[str(getattr(fn, "__name__", None) or fn.fn.__qualname__)] = mod.__name__
+                found[str(getattr(fn, "__name__", None) or fn.fn.__qualname__)] = fn
+        called = set().union(*(_called_names(fn) for fn in found.values())) if found else set()
+        for name, fn in found.items():
+            if getattr(fn.fn, "__name__", name) not in called:
+                out[name] = mod.__name__
     return out
+
+
+def _called_names(fn: Any) -> set[str]:
+    """The plain names ``fn``'s source calls (``helper(...)``), from Triton's ``JITFunction.src``;
+    empty when the source is not there or does not parse. Never raises."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(str(fn.src)))
+    except Exception:  # noqa: BLE001 - no source, or not parseable: nothing known to be called
+        return set()
+    own = getattr(fn.fn, "__name__", None)
+    return {
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id != own
+    }
 
 
 def coverage_ratio_samples(report: CoverageReport, labels: Mapping[str, str] | None = None) -> dict[str, float]:

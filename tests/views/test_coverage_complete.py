@@ -166,3 +166,20 @@ def test_never_warmed_kernels_of_a_module(run1: Path) -> None:
     # a module not imported yet and not under --allow is never imported
     refused = run(["coverage", "--journal-dir", str(run1 / "j1"), "--module", "jitwatch_not_a_module"])
     assert refused[0] == 2 and "not under an allowed prefix" in refused[2]
+
+
+def test_module_kernels_leave_out_device_functions(tmp_path: Path) -> None:
+    """``--module jitwatch.kernels.slot_mapping`` expected a compile of ``_slot_mapping_body``, the
+    ``@triton.jit`` device function both slot-mapping kernels call: Triton compiles it inside its
+    callers, never on its own, so ``--require-complete`` could never pass. The kernels it launches
+    are still expected (an empty journal: every one missing)."""
+    Journal(tmp_path / "j").close()
+    mod = "jitwatch.kernels.slot_mapping"
+    res = CliRunner().invoke(
+        app, ["coverage", "--journal-dir", str(tmp_path / "j"), "--module", mod, "--allow", mod, "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    body = json.loads(res.stdout)
+    assert body["complete"] is False
+    missing = {k["kernel"]: [m["source"] for m in k["missing"]] for k in body["kernels"]}
+    assert missing == {"slot_mapping_kernel": ["module"], "slot_mapping_kernel_specialized": ["module"]}, missing
