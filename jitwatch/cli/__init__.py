@@ -1111,6 +1111,21 @@ def warmup_replay(
         raise _fail(f"every entry was skipped ({report.skipped}), nothing compiled: {fix}", 1)
 
 
+def _submodules_hint(mod: Any, limit: int = 5) -> str:
+    """`` (a package: submodules are not searched; name each, e.g. --module p.a --module p.b)`` for
+    a package ``mod``, its submodules read from its directory, never imported; ``""`` otherwise."""
+    import pkgutil
+
+    try:
+        names = [f"{mod.__name__}.{m.name}" for m in pkgutil.iter_modules(mod.__path__)]
+    except Exception:  # noqa: BLE001 - a hint only (not a package: no __path__)
+        return ""
+    if not names:
+        return " (a package: submodules are not searched)"
+    shown = " ".join(f"--module {n}" for n in names[:limit])
+    return f" (a package: submodules are not searched; name each, e.g. {shown}{' …' if len(names) > limit else ''})"
+
+
 def _modules_needed(manifest: Any, allow: list[str] | None = None, limit: int = 5) -> str:
     """`` (the manifest's: --allow a --allow b)``: the modules its entries name that no prefix in
     ``allow`` allows, as text only (never imported), at most ``limit`` (``, …`` after); ``""`` when
@@ -1299,6 +1314,8 @@ def coverage(
             modules.append(sys.modules.get(name) or importlib.import_module(name))
         except Exception as exc:  # noqa: BLE001 - the user's module failed to import
             raise _fail(f"--module {name}: import failed: {type(exc).__name__}: {exc}") from None
+        if not known_kernels(modules[-1:]):  # a package: its kernels' modules are not searched
+            raise _fail(f"--module {name}: defines no @triton.jit kernel{_submodules_hint(modules[-1])}")
     with journal_read as jdir:
         for prev in expect_journal or []:
             try:  # an --expect-journal's error is not the journal's

@@ -183,3 +183,21 @@ def test_module_kernels_leave_out_device_functions(tmp_path: Path) -> None:
     assert body["complete"] is False
     missing = {k["kernel"]: [m["source"] for m in k["missing"]] for k in body["kernels"]}
     assert missing == {"slot_mapping_kernel": ["module"], "slot_mapping_kernel_specialized": ["module"]}, missing
+
+
+def test_a_module_without_kernels_is_refused(tmp_path: Path) -> None:
+    """``--module jitwatch.kernels`` (a package whose kernels are in its submodules) added no
+    expected kernel and said nothing: a CI gate given a package checked nothing more than without
+    it. A module that defines no ``@triton.jit`` kernel is one line, exit 2, naming the
+    submodules of a package (read from its directory)."""
+    Journal(tmp_path / "j").close()
+    res = CliRunner().invoke(
+        app, ["coverage", "--journal-dir", str(tmp_path / "j"), "--module", "jitwatch.kernels", "--allow", "jitwatch"]
+    )
+    assert res.exit_code == 2, res.output
+    assert "jitwatch: --module jitwatch.kernels: defines no @triton.jit kernel (a package: submodules are not" in (
+        res.output
+    )
+    assert (
+        "--module jitwatch.kernels.kv_blocks" in res.output and "--module jitwatch.kernels.slot_mapping" in res.output
+    )
