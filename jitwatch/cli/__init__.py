@@ -810,14 +810,18 @@ AllowOpt = Annotated[
     typer.Option(
         "--allow",
         show_default="$JITWATCH_MANIFEST_ALLOW (comma-separated), else none",
-        help="Module prefix that may be imported by name (repeatable), e.g. --allow vllm. Nothing else is imported.",
+        help="Module prefix that may be imported by name (repeatable, or comma-separated as in"
+        " JITWATCH_MANIFEST_ALLOW), e.g. --allow vllm. Nothing else is imported.",
     ),
 ]
 
 
 def _allow(allow: list[str] | None) -> list[str]:
-    """``--allow`` values, else ``JITWATCH_MANIFEST_ALLOW`` (from :class:`Settings`)."""
-    return list(allow) if allow else list(_settings(config.JITWATCH_MANIFEST_ALLOW).manifest_allow)
+    """``--allow`` values, each split at commas as ``JITWATCH_MANIFEST_ALLOW`` is (no module name
+    has a comma: ``--allow vllm,my_kernels`` was one prefix that allowed nothing), else
+    ``JITWATCH_MANIFEST_ALLOW`` (from :class:`Settings`)."""
+    given = list(dict.fromkeys(p.strip() for value in allow or [] for p in value.split(",") if p.strip()))
+    return given if given else list(_settings(config.JITWATCH_MANIFEST_ALLOW).manifest_allow)
 
 
 def _short(text: str, width: int = 80) -> str:

@@ -283,6 +283,10 @@ def test_cli_replay_all_skipped_fails_with_a_hint(
     missing = save(_entry_like(recorded, module="jw_no_such_module"), tmp_path / "missing.json")
     res = CliRunner().invoke(app, ["warmup", "replay", str(missing), "--allow", "jw_no_such_module"])
     assert res.exit_code == 1 and "is it on sys.path?" in res.output and "pass --allow" not in res.output
+    # --allow takes a comma-separated list as JITWATCH_MANIFEST_ALLOW does ('vllm,jw_no_such_module'
+    # was one prefix, which no module name matches): the module is allowed, as just above
+    res = CliRunner().invoke(app, ["warmup", "replay", str(missing), "--allow", "vllm, jw_no_such_module"])
+    assert res.exit_code == 1 and "is it on sys.path?" in res.output, res.output
 
 
 def test_threaded_compile_failure_is_retried_serially(
