@@ -318,6 +318,9 @@ def test_every_command_has_help() -> None:
         res = CliRunner().invoke(app, [*path, "--help"])
         assert res.exit_code == 0, (path, res.output, res.exception)
         assert "Usage" in res.output
+        # docstring markup (reST ``literal``) is printed as is: `coverage --help` showed
+        # ``do_not_specialize`` and ``--require-complete`` with their double backticks
+        assert "``" not in res.output, (path, res.output)
     res = CliRunner().invoke(app, ["cache", "check", "--help"])
     assert "[/DB]" in res.output
 

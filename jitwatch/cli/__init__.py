@@ -1272,10 +1272,10 @@ def coverage(
     """Specialization coverage per kernel and per exact key: what warmup compiled, what it missed.
 
     Expected keys recorded for another source of their kernel that cannot occur any more (its
-    ``do_not_specialize`` or its arguments changed since the manifest or the expected journal was
+    do_not_specialize or its arguments changed since the manifest or the expected journal was
     recorded) are listed apart; the key the same launch compiles now is compared in their place
-    where there is one. ``--require-complete`` fails on those that nothing stands for (not
-    compared) unless ``--allow-other-source``, and on all of them with ``--fail-on-other-source``.
+    where there is one. --require-complete fails on those that nothing stands for (not
+    compared) unless --allow-other-source, and on all of them with --fail-on-other-source.
     A missing key recorded with another source hash (still possible) is compared, and its reason
     says so."""
     import importlib
