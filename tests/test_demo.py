@@ -935,3 +935,21 @@ def test_demo_refuses_a_journal_directory_of_another_user(tmp_path: Path) -> Non
     with pytest.raises(DemoSetupError, match="owned by uid 65534"):
         run_demo(DemoOptions(port=free_port(), journal_dir=jdir, exit_after=True))
     assert (jdir / JOURNAL_FILE).read_text() == "theirs"
+
+
+def test_the_first_line_keeps_the_journal_path_whole_in_a_narrow_terminal(tmp_path: Path) -> None:
+    """``sidecar on <url> (journal <dir>)`` was wrapped at the terminal's width: at 100 columns the
+    default ``~/.local/state/jitwatch/demo-9400`` of a longer home went onto the next line, split
+    from ``(journal``. The line is printed unwrapped, as the summary's command lines are."""
+    from rich.console import Console
+
+    jdir = tmp_path / ("long-directory-name-" * 4) / "demo-9400"
+    console = Console(record=True, width=60)
+    with pytest.raises(DemoError, match="did not reach"):
+        run_demo(
+            DemoOptions(port=free_port(), journal_dir=jdir, exit_after=True, worker_timeout_s=0.01), console=console
+        )
+    first = console.export_text().splitlines()[0]
+    assert first.startswith("jitwatch demo: sidecar on http://127.0.0.1:") and first.endswith(f"(journal {jdir})"), (
+        console.export_text()
+    )

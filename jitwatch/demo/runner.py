@@ -410,7 +410,10 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
     from rich.markup import escape
 
     # the directory is the user's (--journal-dir): text, not markup ("[/b]" raised MarkupError)
-    console.print(f"[bold]jitwatch demo[/bold]: sidecar on {escape(url)} (journal {escape(shown_name(journal_dir))})")
+    console.print(  # unwrapped, as the summary's commands: the path stays whole, one copy away
+        f"[bold]jitwatch demo[/bold]: sidecar on {escape(url)} (journal {escape(shown_name(journal_dir))})",
+        soft_wrap=True,
+    )
     proc: subprocess.Popen[str] | None = None
     serving = stopped = False
     try:
