@@ -157,6 +157,16 @@ def test_status_bad_url_is_one_line(url: str) -> None:
     assert out.startswith("jitwatch: invalid --url") and len(out.splitlines()) == 1
 
 
+def test_status_url_without_a_scheme_says_which_to_pass() -> None:
+    """``--url localhost:9400`` (a host:port, as curl takes it) answered only httpx's "Request URL
+    is missing an 'http://' or 'https://' protocol"; the line now gives the URL that works."""
+    result = runner.invoke(app, ["status", "--url", "localhost:9400", "--timeout", "1"])
+    assert result.exit_code == 2, result.output
+    out = result.output.strip()
+    assert out.startswith("jitwatch: invalid --url 'localhost:9400'") and len(out.splitlines()) == 1, out
+    assert out.endswith("(pass --url http://localhost:9400)"), out
+
+
 def test_version() -> None:
     from jitwatch import __version__
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sqlite3
 import stat
@@ -501,7 +502,9 @@ def status(
             raise _fail(
                 f"{config.JITWATCH_HOST}={settings.host!r} does not make a valid URL ({shown!r}): {exc}"
             ) from None
-        raise _fail(f"invalid --url {shown!r}: {exc}") from None
+        bare = "://" not in url and re.fullmatch(r"[A-Za-z0-9._\-\[\]:]+(/\S*)?", url)  # host:port, as curl takes
+        scheme = f" (pass --url http://{shown})" if bare else ""
+        raise _fail(f"invalid --url {shown!r}: {exc}{scheme}") from None
     except httpx.ConnectError as exc:
         hint = _start_hint(url, exc) + _live_demo_hint(url, exc, settings)
         raise _fail(f"cannot reach {shown}: {exc or type(exc).__name__}{hint}", 1) from None
