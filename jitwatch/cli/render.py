@@ -258,9 +258,8 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
         )
     console.print(grid)
     if console.width < COVERAGE_DETAIL and detail:
-        console.print(
-            f"(arg classes (detail) left out below {COVERAGE_DETAIL} columns; -v or --json show them)", style="dim"
-        )
+        shown = "listed per argument below" if verbose else "-v or --json show them"
+        console.print(f"(arg classes (detail) left out below {COVERAGE_DETAIL} columns; {shown})", style="dim")
     missing = [(k, m) for k in report.kernels for m in k.missing]
     if missing:
         t = Grid(

@@ -103,6 +103,9 @@ def test_the_verbose_tables_are_titled_by_backend(journal: Path) -> None:
     backend, and a kernel without classes is one line saying it is covered by exact key."""
     res = CliRunner().invoke(app, ["coverage", "-v", "--journal-dir", str(journal)], env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
+    # the narrow-terminal line said "-v or --json show them" to a user who had passed -v
+    assert "(arg classes (detail) left out below 150 columns; listed per argument below)" in (res.stdout), res.stdout
+    assert "-v or --json show them" not in res.stdout
     lines = [line.strip() for line in res.stdout.splitlines()]
     assert "triton sample_probs (flags inferred from keys)" in lines, res.stdout
     assert "torch_compile sample_probs: no argument classes (covered by exact key)" in lines, res.stdout
