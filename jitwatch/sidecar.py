@@ -492,6 +492,17 @@ def startup_line(host: str, port: int, journal_dir: Path, token: str | None) -> 
     return f"jitwatch sidecar on http://{shown}:{port} (journal {journal_dir}; {auth})"
 
 
+def warn_all_interfaces(host: str, token: str | None) -> None:
+    """Log a WARNING when ``host`` binds every interface (``0.0.0.0``, ``::``, empty): the
+    endpoints expose kernel names and specialization keys (``jitwatch serve`` and ``jitwatch demo``)."""
+    if is_all_interfaces(host):
+        log.warning(
+            "jitwatch sidecar bound to all interfaces (%s)%s; bind 127.0.0.1 unless remote scrapes need it",
+            host or "0.0.0.0",
+            "" if token else " WITHOUT a token (JITWATCH_TOKEN)",
+        )
+
+
 def run(
     host: str | None = None,
     port: int | None = None,
@@ -522,12 +533,7 @@ def run(
     port = port if port is not None else settings.port
     token = token if token is not None else settings.token
     app = create_app(journal_dir, token=token, settings=settings, stale_after=stale_after)
-    if is_all_interfaces(host):
-        log.warning(
-            "jitwatch sidecar bound to all interfaces (%s)%s; bind 127.0.0.1 unless remote scrapes need it",
-            host or "0.0.0.0",
-            "" if token else " WITHOUT a token (JITWATCH_TOKEN)",
-        )
+    warn_all_interfaces(host, token)
     check_bind(host, port)
     print(startup_line(host, port, app.state.journal_dir, token), file=sys.stderr, flush=True)
     served, options = server_options(app, host, port, token, settings, log_level=log_level, access_log=access_log)

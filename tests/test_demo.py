@@ -953,3 +953,21 @@ def test_the_first_line_keeps_the_journal_path_whole_in_a_narrow_terminal(tmp_pa
     assert first.startswith("jitwatch demo: sidecar on http://127.0.0.1:") and first.endswith(f"(journal {jdir})"), (
         console.export_text()
     )
+
+
+def test_demo_on_all_interfaces_warns_as_serve_does(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``jitwatch demo --host 0.0.0.0`` served kernel names and keys on every interface, without a
+    token, and said nothing: ``jitwatch serve --host 0.0.0.0`` logs a warning (README: "a warning
+    is logged for all-interfaces binds"). The demo's sidecar logs the same one."""
+    import logging
+
+    from rich.console import Console
+
+    opts = DemoOptions(
+        host="0.0.0.0", port=free_port(), journal_dir=tmp_path / "j", exit_after=True, worker_timeout_s=0.01
+    )
+    with caplog.at_level(logging.WARNING, logger="jitwatch.sidecar"), pytest.raises(DemoError, match="did not reach"):
+        run_demo(opts, console=Console(record=True, width=200))
+    assert "jitwatch sidecar bound to all interfaces (0.0.0.0) WITHOUT a token (JITWATCH_TOKEN)" in caplog.text, (
+        caplog.text
+    )

@@ -231,11 +231,12 @@ class _Sidecar:
         import uvicorn
 
         from jitwatch.config import Settings
-        from jitwatch.sidecar import create_app, server_options
+        from jitwatch.sidecar import create_app, server_options, warn_all_interfaces
 
         # host and port are the demo's own (--host/--port, or the variables the CLI read): not re-read.
         settings = Settings.from_env(strict=False).require_all_but(JITWATCH_HOST, JITWATCH_PORT)
         app = create_app(journal_dir=journal_dir, token=None, settings=settings)
+        warn_all_interfaces(host, None)  # as `jitwatch serve` does: the demo's sidecar has no token
         # The same guards as `jitwatch serve` (head timeout, connection cap, Host check).
         served, options = server_options(app, host, port, None, settings, log_level="warning", access_log=False)
         config = uvicorn.Config(served, **options)
