@@ -493,6 +493,11 @@ def loads(text: str | bytes, *, source: str = "<manifest>", key: bytes | None = 
     if not isinstance(raw, dict):
         raise ManifestError(f"{source}: a manifest is a JSON object, got {type(raw).__name__}")
     fmt = raw.get("format")
+    if "format" not in raw:  # `{}`, a /jit document, another tool's JSON
+        raise ManifestError(
+            f'{source}: not a jitwatch manifest: it has no "format" field ("{FORMAT}" in the files'
+            " `jitwatch manifest export` writes)"
+        )
     if fmt != FORMAT:
         raise ManifestError(f"{source}: format is {str(fmt)[:60]!r}, expected {FORMAT!r}")
     version = raw.get("version")

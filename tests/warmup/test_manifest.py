@@ -120,6 +120,11 @@ def test_wrong_format_and_shape(good_text: str) -> None:
         loads(json.dumps(raw))
     with pytest.raises(ManifestError, match="JSON object"):
         loads("[1, 2]")
+    # a JSON object of something else (`{}`, a /jit document) read "format is 'None', expected
+    # 'jitwatch.manifest'": it says what the file is not
+    with pytest.raises(ManifestError, match=r"not a jitwatch manifest: it has no \"format\" field") as exc:
+        loads("{}")
+    assert "None" not in str(exc.value)
 
 
 @pytest.mark.parametrize(
