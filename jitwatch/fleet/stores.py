@@ -242,6 +242,13 @@ def read_one(location: str, *, client: Any | None = None, key: bytes | None = No
         from jitwatch.warmup.manifest import load
 
         return load(loc.file, key=key)
+    if loc.name is None and isinstance(loc.store, DirectoryStore):  # a directory has no /NAME form
+        if not loc.store.path.exists():  # `warmup` for `warmup.json`: no directory was meant
+            raise StoreError(f"{location}: no such manifest file or directory")
+        names = loc.store.names()
+        files = ", ".join(str(loc.store.path / f"{n}.json") for n in names[:3]) + (", …" if len(names) > 3 else "")
+        hint = f"pass one of its files: {files}" if names else "it holds none"
+        raise StoreError(f"{location} is a directory of manifests (NAME.json), not one manifest: {hint}")
     if loc.name is None:
         raise StoreError(f"{safe_location(location)} is a store, not one manifest: add /NAME")
     assert loc.store is not None

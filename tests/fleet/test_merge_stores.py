@@ -111,6 +111,15 @@ def test_directory_store_round_trip(host_a: Manifest, tmp_path: Path) -> None:
     assert DirectoryStore(store_dir).names() == ["gpu-node-1", "gpu-node-2"]
     with pytest.raises(StoreError, match="not"):
         write_manifest(str(store_dir), host_a, name="../escape")
+    # one manifest wanted (replay, cache check, coverage --manifest): a directory answered "is a
+    # store, not one manifest: add /NAME", and DIR/NAME answered the same; it names a file that works
+    with pytest.raises(StoreError, match=r"is a directory of manifests \(NAME.json\), not one manifest: pass one"):
+        read_one(str(store_dir))
+    with pytest.raises(StoreError, match=str(store_dir / "gpu-node-1.json")):
+        read_one(str(store_dir))
+    # a path that is not there (a manifest named without its .json): no such file, not "a store"
+    with pytest.raises(StoreError, match=r"no such manifest file or directory"):
+        read_one(str(tmp_path / "warmup"))
 
 
 def test_redis_store_round_trip(host_a: Manifest, redis_server: RedisServer) -> None:
