@@ -971,3 +971,31 @@ def test_demo_on_all_interfaces_warns_as_serve_does(tmp_path: Path, caplog: pyte
     assert "jitwatch sidecar bound to all interfaces (0.0.0.0) WITHOUT a token (JITWATCH_TOKEN)" in caplog.text, (
         caplog.text
     )
+
+
+@pytest.mark.slow
+def test_demo_says_so_when_its_worker_dies_while_serving(tmp_path: Path) -> None:
+    """The worker killed (``kill -9``) while the demo served: the demo stopped its sidecar and
+    exited 0 without a word, as if asked to stop. Now one line says what happened, exit 1."""
+    import re
+    import signal
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--port", str(port), "--journal-dir", str(tmp_path / "j")]
+    proc = subprocess.Popen(cmd, env=demo_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "Ctrl-C to stop" in line:
+                break
+        (pid,) = re.findall(r"^worker pid (\d+) ", "".join(seen), re.M)
+        os.kill(int(pid), signal.SIGKILL)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, (rest, err)
+    assert "jitwatch demo: the worker exited while serving (killed by SIGKILL); the sidecar is shut down" in err, err
+    assert STOPPED_LINE not in rest and "Traceback" not in rest + err

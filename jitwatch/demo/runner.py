@@ -465,6 +465,14 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
                     )
                     while proc.poll() is None:
                         time.sleep(0.5)
+                    # The worker ended on its own: a signal it handles (Ctrl-C reaches it too) is
+                    # exit 0, stopped; anything else (kill -9, a crash) must not end the demo silently.
+                    if proc.returncode != 0:
+                        raise DemoError(
+                            f"the worker exited while serving ({_exit_status(proc.returncode)}); "
+                            "the sidecar is shut down"
+                        )
+                    stopped = True
             finally:
                 # Stop the worker while its temporary Triton cache still exists: removing the
                 # directory under a compiling worker lets it recreate files there (interrupted runs
@@ -480,6 +488,18 @@ def _run_locked(opts: DemoOptions, journal_dir: Path, console: Any) -> DemoRepor
     if stopped:
         console.print(STOPPED_LINE)
     return report
+
+
+def _exit_status(code: int) -> str:
+    """``exit code 3`` or ``killed by SIGKILL`` (a negative ``returncode``)."""
+    import signal
+
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 def _close_stdin(proc: subprocess.Popen[str]) -> None:
