@@ -98,9 +98,11 @@ def _reregister_after_clear(handler: Any, backend: TorchCompileBackend) -> None:
             wrapped = current
 
             def clear() -> None:
-                wrapped()
-                for b in list(live):
-                    b._register()
+                try:
+                    wrapped()  # torch's: empties the lists, *then* raises if a compile is pending
+                finally:
+                    for b in list(live):
+                        b._register()
 
             setattr(clear, _CLEAR_MARK, live)
             clear.__wrapped__ = wrapped  # type: ignore[attr-defined]

@@ -602,3 +602,48 @@ def test_fix_for_s_cache_keeps_the_first_line_of_each_reason_only() -> None:
     for i in range(5):
         fix_for(line + trace + str(i))
     assert _fix_of_line.cache_info().currsize == 1
+
+
+def test_a_reset_that_raises_leaves_jitwatch_registered(fresh_dynamo: None) -> None:
+    """``torch._dynamo.reset()`` while a lazy backward compile runs on another thread: torch's
+    ``callback_handler.clear`` empties the callback lists and *then* raises (``AssertionError:
+    Cannot clear callbacks while 1 are pending``). jitwatch registered again only after a ``clear``
+    that returned, so from then on it saw no compile at all, and the pending backward compile,
+    whose end callback was gone, stayed in flight forever (found by an attack review)."""
+    import threading
+    import time
+
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.callback import callback_handler
+
+    def forward_compiler(gm: Any, example_inputs: Any) -> Any:
+        return gm.forward
+
+    def slow_backward_compiler(gm: Any, example_inputs: Any) -> Any:
+        entered.set()
+        time.sleep(0.5)
+        return gm.forward
+
+    entered = threading.Event()
+    backend = TorchCompileBackend()
+    with monitored(mode="warn", backends=[backend], compile_only=False) as h:
+        f = torch.compile(
+            lambda x: (x.sin() * 2).sum(),
+            backend=aot_autograd(fw_compiler=forward_compiler, bw_compiler=slow_backward_compiler),
+        )
+        loss = f(torch.randn(4, requires_grad=True))
+        worker = threading.Thread(target=loss.backward)
+        worker.start()
+        assert entered.wait(30)
+        with pytest.raises(AssertionError, match="pending"):
+            torch._dynamo.reset()  # torch's own refusal reaches the caller unchanged
+        worker.join(30)
+        assert backend._on_start in callback_handler.start_callbacks
+        assert backend._on_end in callback_handler.end_callbacks
+        g = torch.compile(lambda x: x * 3, backend="eager")
+        g(torch.randn(3))
+        assert h.monitor.flush()
+        triggers = [e.attrs["trigger"] for e in _tc_events(h)]
+        assert triggers.count("dynamo") == 2  # f's forward and g: g was not seen
+        assert h.monitor.inflight() == []  # the backward compile ended (its end callback ran)
+    assert backend._on_start not in callback_handler.start_callbacks
