@@ -377,7 +377,8 @@ class LibraryBackend:
     for every backend: ``unavailable`` (and nothing imported) when the library is not installed;
     hooks in at once when the host already imported :attr:`module`; otherwise waits for that
     import (:func:`jitwatch.importhook.when_imported`) and reports ``backend_ready`` then. A
-    :meth:`hook_in` that raises makes the status ``failed``; nothing reaches the host.
+    :meth:`hook_in` that raises makes the status ``failed``, after :meth:`unhook` took out what it
+    had installed (so :meth:`unhook` must cope with a partial install); nothing reaches the host.
     """
 
     name: ClassVar[str]
@@ -437,6 +438,10 @@ class LibraryBackend:
         try:
             self._status = self.hook_in(module)
         except Exception as exc:  # noqa: BLE001 - an unexpected library version must not stop the host
+            try:  # take out what hook_in installed before it raised: uninstall() skips a failed backend
+                self.unhook()
+            except Exception as undo:  # noqa: BLE001
+                self.report_error(f"undoing a failed hook into {self.module}", undo)
             self._status = BackendStatus(
                 self.name, "failed", self.version(), degraded=f"hooking into {self.module} failed: {exc!r}"[:500]
             )

@@ -694,3 +694,34 @@ def test_an_aot_compile_is_one_compile_event(fresh_dynamo: None) -> None:
         (refused,) = _tc_events(h)
         assert refused.phase is Phase.SERVING and refused.attrs["trigger"] == "aot_compile"
         assert h.monitor.inflight() == []
+
+
+def test_a_hook_in_that_raises_midway_leaves_nothing_installed(
+    fresh_dynamo: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library that changed under jitwatch can make ``hook_in`` raise after it installed part of
+    its hooks (here the last step, waiting for Inductor's autotuner module, fails). The status was
+    ``failed`` and ``uninstall()`` skips a failed backend, so the Dynamo callbacks, the ``clear``
+    wrapper and the wrapped ``log_compilation_event`` stayed in torch for good, calling a monitor
+    that was gone (found by an attack review). Now what it installed is taken out at once."""
+    from torch._dynamo import utils as dynamo_utils
+    from torch._dynamo.callback import callback_handler
+
+    import jitwatch.backends.torch_compile.backend as backend_module
+
+    def changed_library(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("simulated: this torch changed")
+
+    monkeypatch.setattr(backend_module, "when_imported", changed_library)
+    before_log = dynamo_utils.log_compilation_event
+    backend = TorchCompileBackend()
+    with monitored(mode="warn", backends=[backend], compile_only=False) as h:
+        status = h.monitor.backend_statuses["torch_compile"]
+        assert status.state == "failed" and "simulated" in (status.degraded or "")
+        assert backend._on_start not in callback_handler.start_callbacks
+        assert backend._on_end not in callback_handler.end_callbacks
+        assert dynamo_utils.log_compilation_event is before_log
+        assert "clear" not in vars(callback_handler)
+        f = torch.compile(scale, backend="eager")
+        assert f(torch.randn(2, 2), True).shape == ()  # the host compiles and runs as without jitwatch
+        assert _tc_events(h) == []
