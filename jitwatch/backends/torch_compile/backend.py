@@ -376,6 +376,9 @@ class TorchCompileBackend(LibraryBackend):
         self._lock = threading.Lock()
         self._open: dict[tuple[int, str, str], _Open] = {}
         self._names: OrderedDict[str, str] = OrderedDict()
+        self._refused: OrderedDict[tuple[int, str], None] = OrderedDict()
+        """(thread, compile id) of Dynamo compiles error mode refused at their start: recorded then,
+        so their metrics record is not recorded again (:meth:`_unopened`)."""
         self._handler: Any = None
         self._utils: Any = None
         self._config: Any = None
@@ -554,6 +557,11 @@ class TorchCompileBackend(LibraryBackend):
                     exit_parent(opened.parent_prev)
                     opened.parent_set = False
                 self._close(opened)  # the sink recorded and finished it: error mode's deliberate raise
+                if opened.trigger == "DYNAMO":  # its metrics record (fail_type ServingCompileError) follows
+                    with self._lock:
+                        self._refused[(threading.get_ident(), opened.compile_id)] = None
+                        if len(self._refused) > _NAMES_MAX:
+                            self._refused.popitem(last=False)
                 raise
 
     def _on_end(self, args: Any) -> None:
@@ -603,42 +611,70 @@ class TorchCompileBackend(LibraryBackend):
         self._finish(opened, metrics)  # may raise ServingCompileError only in error mode
 
     def _unopened(self, metrics: Any) -> None:
-        """A metrics record with no compile opened for it. Dynamo hitting its recompile limit
-        (``torch._dynamo.config.recompile_limit``, 8 by default) fires no start callback, only this
-        record (``fail_type`` ``Unsupported``, ``fail_reason`` "Dynamo recompile limit exceeded"):
-        from then on the frame runs eagerly, a silent performance cliff. It is recorded as a compile
-        that fell back (``attrs.fallback: "eager"``), with the guard failure that triggered it, so
-        it is warned about, counted and alerted on in serving like any compile; error mode does not
-        raise here (Dynamo has already given up on the frame; raising would only break the call)."""
-        reason = str(getattr(metrics, "fail_reason", "") or "")
-        if self.sink is None or "recompile limit" not in reason.lower():
+        """A metrics record of a Dynamo compile that no start callback opened (compiling thread).
+
+        * Dynamo hitting its recompile limit (``torch._dynamo.config.recompile_limit``, 8 by
+          default) fires no start callback, only this record (``fail_type`` ``Unsupported``,
+          ``fail_reason`` "Dynamo recompile limit exceeded"): from then on the frame runs eagerly,
+          a silent performance cliff. It is recorded as a compile that fell back
+          (``attrs.fallback: "eager"``), with the guard failure that triggered it.
+        * A compile whose start callback did not run: torch runs the start (and end) callbacks only
+          for the outermost of the compiles pending at once in the process
+          (``CompilationCallbackHandler.install_callbacks`` counts them across threads), so a Dynamo
+          compile on one thread while a lazy backward compile or a CUDA-graph recording runs on
+          another, or a compile nested in another, fires none; so does one begun before
+          ``install()``. It is recorded from the record (start, duration, reason, breakdown),
+          ``attrs.start_seen: false``.
+
+        Either is warned about, counted and alerted on in serving like any compile; error mode
+        does not raise here (the compile is over, or Dynamo has already given up on the frame;
+        raising would only break the call): it logs the refusal at ERROR."""
+        sink = self.sink
+        if sink is None or getattr(metrics, "is_runtime", False):
             return
-        guard = getattr(metrics, "recompile_reason", None)
-        detail: dict[str, Any] = {
-            "compile_id": str(getattr(metrics, "compile_id", None)),
-            "trigger": "dynamo",
-            "fallback": "eager",
-            "fail_type": str(getattr(metrics, "fail_type", "") or ""),
-            "reason": f"recompile limit exceeded: the frame now runs eagerly (last guard failure: {guard})",
-            "reason_class": reason_class(str(guard)) if guard else "other",
-            "fixes": [
-                "find why it recompiles (the guard failure above) and warm or mark that dimension dynamic;"
-                " raising torch._dynamo.config.recompile_limit only postpones the cliff"
-            ],
-        }
-        compile_id = detail["compile_id"]
-        name = str(getattr(metrics, "co_name", None) or self._names.get(f"{compile_id.partition('/')[0]}/0") or "")
-        name = name or f"frame {compile_id.partition('/')[0]}"
-        location = getattr(metrics, "co_filename", None)
-        if location:
-            detail["location"] = f"{location}:{getattr(metrics, 'co_firstlineno', '')}"  # redacted by the journal
+        raw_id = getattr(metrics, "compile_id", None)
+        compile_id = str(raw_id)
+        with self._lock:
+            if self._refused.pop((threading.get_ident(), compile_id), False) is None:
+                return  # error mode refused it at its start, and recorded it then
+        reason = str(getattr(metrics, "fail_reason", "") or "")
         start = getattr(metrics, "start_time", None)
         took = getattr(metrics, "entire_frame_compile_time_s", None)
-        self.sink.record(
-            Capture(self.name, name, key=detail["reason"], detail=detail),
-            start_ts=float(start) if isinstance(start, int | float) else time.time(),
-            duration_s=float(took) if isinstance(took, int | float) else 0.0,
-        )
+        name = str(getattr(metrics, "co_name", None) or self._names.get(f"{compile_id.partition('/')[0]}/0") or "")
+        name = name or f"frame {compile_id.partition('/')[0]}"
+        if "recompile limit" in reason.lower():
+            guard = getattr(metrics, "recompile_reason", None)
+            detail: dict[str, Any] = {
+                "compile_id": compile_id,
+                "trigger": "dynamo",
+                "fallback": "eager",
+                "fail_type": str(getattr(metrics, "fail_type", "") or ""),
+                "reason": f"recompile limit exceeded: the frame now runs eagerly (last guard failure: {guard})",
+                "reason_class": reason_class(str(guard)) if guard else "other",
+                "fixes": [
+                    "find why it recompiles (the guard failure above) and warm or mark that dimension dynamic;"
+                    " raising torch._dynamo.config.recompile_limit only postpones the cliff"
+                ],
+            }
+            location = getattr(metrics, "co_filename", None)
+            if location:
+                detail["location"] = f"{location}:{getattr(metrics, 'co_firstlineno', '')}"  # redacted by the journal
+            capture = Capture(self.name, name, key=detail["reason"], detail=detail)
+        elif raw_id is not None and getattr(metrics, "co_name", None) and isinstance(took, int | float):
+            opened = _Open(None, "DYNAMO", compile_id, name, None, None)
+            capture = self._capture(opened, metrics)
+            assert isinstance(capture.detail, dict)
+            capture.detail["start_seen"] = False
+        else:
+            return
+        try:
+            sink.record(
+                capture,
+                start_ts=float(start) if isinstance(start, int | float) else time.time(),
+                duration_s=float(took) if isinstance(took, int | float) else 0.0,
+            )
+        except ServingCompileError as exc:  # error mode: nothing left to refuse
+            log.error("jitwatch: error mode cannot refuse this compile, it is over: %s", exc)
 
     # ------------------------------------------------------------------ captures
     def _close(self, opened: _Open) -> None:

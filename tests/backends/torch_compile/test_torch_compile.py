@@ -725,3 +725,70 @@ def test_a_hook_in_that_raises_midway_leaves_nothing_installed(
         f = torch.compile(scale, backend="eager")
         assert f(torch.randn(2, 2), True).shape == ()  # the host compiles and runs as without jitwatch
         assert _tc_events(h) == []
+
+
+def test_a_compile_while_a_backward_compiles_on_another_thread_is_recorded(fresh_dynamo: None) -> None:
+    """torch runs the start and end callbacks only for the outermost of the compiles pending at
+    once in the process (``install_callbacks`` counts them across threads): a serving Dynamo
+    compile on one thread while a lazy backward compile runs on another fired none, and jitwatch
+    dropped its metrics record as unopened: the compile, its request and its stall were not
+    recorded at all (found by an attack review). It is recorded from its metrics record now."""
+    import threading
+    import time
+
+    from torch._dynamo.backends.common import aot_autograd
+
+    def forward_compiler(gm: Any, example_inputs: Any) -> Any:
+        return gm.forward
+
+    def slow_backward_compiler(gm: Any, example_inputs: Any) -> Any:
+        entered.set()
+        time.sleep(0.5)
+        return gm.forward
+
+    entered = threading.Event()
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        f = torch.compile(
+            lambda x: (x.sin() * 2).sum(),
+            backend=aot_autograd(fw_compiler=forward_compiler, bw_compiler=slow_backward_compiler),
+        )
+        loss = f(torch.randn(4, requires_grad=True))
+        h.monitor.activate()
+        worker = threading.Thread(target=loss.backward)
+        worker.start()
+        assert entered.wait(30)
+        with h.monitor.request(name="req-concurrent"):
+            torch.compile(scale, backend="eager")(torch.randn(3), True)
+        worker.join(30)
+        events = _tc_events(h)
+        (seen,) = [e for e in events if e.kernel == "scale"]
+        (metrics,) = [m for m in _metrics() if m.co_name == "scale"]
+        assert seen.phase is Phase.SERVING and seen.attrs["request"] == "req-concurrent"
+        assert seen.attrs["start_seen"] is False and seen.attrs["compile_id"] == metrics.compile_id
+        assert seen.attrs["reason_class"] == "first compile"
+        assert seen.duration_s == pytest.approx(metrics.entire_frame_compile_time_s)
+        assert [e.attrs["trigger"] for e in events].count("lazy_backward") == 1
+        assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
+
+
+def test_error_mode_at_the_recompile_limit_is_no_hook_error(
+    fresh_dynamo: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Error mode records a serving recompile that hit Dynamo's recompile limit without raising
+    (Dynamo has already fallen back to eager). The refusal raised inside jitwatch's own
+    ``log_compilation_event`` wrapper, which counted it as a hook error and logged `error inside
+    torch._dynamo.utils.log_compilation_event (count 1): ServingCompileError`: a jitwatch fault
+    that was none, counted in ``jitwatch_hook_errors_total`` (found by an attack review)."""
+    with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
+        f = torch.compile(scale, backend="eager", dynamic=False)
+        with torch._dynamo.config.patch(recompile_limit=2), caplog.at_level(logging.WARNING, logger="jitwatch"):
+            with h.monitor.warmup():
+                f(torch.randn(8, 4), True)
+                f(torch.randn(9, 4), True)
+            assert f(torch.randn(3, 4), True).shape == ()  # eager from now on: the call is not broken
+            assert h.monitor.flush()
+        events = _tc_events(h)
+        assert [e.attrs.get("fallback") for e in events if e.phase is Phase.SERVING] == ["eager"]
+        assert h.monitor.hook_errors == 0 and h.events(EventKind.HOOK_ERROR) == []
+        assert not any("error inside" in r.getMessage() for r in caplog.records)
+        assert any("error mode cannot refuse" in r.getMessage() for r in caplog.records)
