@@ -9,7 +9,9 @@ written into its ``attrs`` (``reason``, ``reason_kind``, ``reason_changes``, ``f
   kept verbatim, kind ``compiler``;
 * nothing of that kernel compiled before serving: ``never warmed``;
 * else the backend's ``explain`` (Triton: :func:`jitwatch.backends.triton.explain.explain`) diffs
-  the key against the nearest baseline key; a backend without one gets kind ``unknown``;
+  the key against the nearest baseline key; a backend without one (or whose ``explain`` says
+  nothing) gets kind ``unknown``: a new key, or, when the same key compiled before serving
+  (torch.compile after ``torch._dynamo.reset()``), compiled again;
 * unless the backend's ``by_exact_key`` says the key has no argument classes (Triton: a
   listener-only compile, its key Triton's cache hash): nothing is diffed, the same key before
   serving means it compiled again (:func:`~jitwatch.backends.explain.compiled_again`), another key
@@ -159,6 +161,8 @@ class Diagnoser:
                 reason = ex.explain(Seen(event.key, event.attrs), list(base.values()))
                 if reason is not None:
                     return reason
+            if (event.key or "") in base:  # not a new key: the same one compiled before serving
+                return compiled_again(name)
             return new_key(name, len(base), event.backend, module=module)
         # A key compared by exact key (e.g. Triton's cache hash) has nothing to diff; its fixes
         # are the backend's (its explainer's exact_key_fixes, else a neutral text).

@@ -792,3 +792,20 @@ def test_error_mode_at_the_recompile_limit_is_no_hook_error(
         assert h.monitor.hook_errors == 0 and h.events(EventKind.HOOK_ERROR) == []
         assert not any("error inside" in r.getMessage() for r in caplog.records)
         assert any("error mode cannot refuse" in r.getMessage() for r in caplog.records)
+
+
+def test_a_recompile_after_a_reset_in_serving_reads_compiled_again(tc: MonitorHarness) -> None:
+    """``torch._dynamo.reset()`` in serving drops every compiled graph: the next call compiles the
+    same function at the same shapes again, a first compile (no guard failure, key ``None``) like
+    the warmup's. The reason read `new key; 1 other key of kernel scale was warmed`, untrue: the key
+    is the one warmup compiled (found by an attack review). It reads `compiled again` now."""
+    f = torch.compile(scale, backend="eager")
+    with tc.monitor.warmup():
+        f(torch.randn(8, 4), True)
+    torch._dynamo.reset()
+    f(torch.randn(8, 4), True)
+    warm, served = _tc_events(tc)
+    assert warm.key is None and served.key is None and served.phase is Phase.SERVING
+    assert served.attrs["reason"].startswith("the same key compiled before serving")
+    assert "new key" not in served.attrs["reason"]
+    assert served.attrs["fixes"] and "again" in served.attrs["fixes"][0]
