@@ -551,7 +551,12 @@ class TorchCompileBackend(LibraryBackend):
             return
         if opened.trigger != "CUDAGRAPH_RECORDING":
             try:
-                sink.admit(opened.token, self._capture(opened, None))
+                capture = self._capture(opened, None)
+            except Exception as exc:  # noqa: BLE001 - jitwatch's fault: never into the host's compile
+                self.report_error("torch._dynamo start callback", exc)
+                return  # still open: finished (or, if its capture fails again, cancelled) at its end
+            try:
+                sink.admit(opened.token, capture)
             except BaseException:
                 if opened.parent_set:
                     exit_parent(opened.parent_prev)

@@ -809,3 +809,25 @@ def test_a_recompile_after_a_reset_in_serving_reads_compiled_again(tc: MonitorHa
     assert served.attrs["reason"].startswith("the same key compiled before serving")
     assert "new key" not in served.attrs["reason"]
     assert served.attrs["fixes"] and "again" in served.attrs["fixes"][0]
+
+
+def test_a_fault_building_the_capture_at_the_start_never_reaches_the_host(
+    tc: MonitorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start callback built the compile's capture (for error mode's ``admit``) outside its own
+    ``try``, in every mode: a fault there (here the reason classifier raising, as a jitwatch bug
+    would) left the Dynamo callback as an exception, and the host's compiled call failed with
+    ``InternalTorchDynamoError`` in warn mode (found by an attack review). It is counted as a hook
+    error now, and the call runs."""
+    import jitwatch.backends.torch_compile.backend as backend_module
+
+    def broken(reason: str | None) -> str:
+        raise RuntimeError("simulated jitwatch bug")
+
+    monkeypatch.setattr(backend_module, "reason_class", broken)
+    f = torch.compile(scale, backend="eager")
+    assert f(torch.randn(3, 3), True).shape == ()
+    assert tc.monitor.hook_errors >= 1
+    assert tc.monitor.inflight() == []
+    hooks = [e.attrs["hook"] for e in tc.events(EventKind.HOOK_ERROR)]
+    assert "torch._dynamo start callback" in hooks
