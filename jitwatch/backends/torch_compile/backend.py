@@ -67,6 +67,11 @@ BACKEND = "torch_compile"
 _NAMES_MAX = 1024
 """Compile ids remembered (→ function name) for naming later CUDA-graph recordings / backwards."""
 
+_METRICS_TRIGGERS = ("DYNAMO", "LAZY_BACKWARD")
+"""Triggers whose compile ends with a compilation-metrics record (a lazy backward's has
+``is_forward`` false): finished there, so a compile whose end callback torch did not run (it runs
+only for the last of the compiles pending at once in the process) still ends, at its own end."""
+
 _FRAME_DEPTH = 40
 """How far up the stack the start callback looks for Dynamo's ``_compile`` frame."""
 
@@ -376,9 +381,9 @@ class TorchCompileBackend(LibraryBackend):
         self._lock = threading.Lock()
         self._open: dict[tuple[int, str, str], _Open] = {}
         self._names: OrderedDict[str, str] = OrderedDict()
-        self._refused: OrderedDict[tuple[int, str], None] = OrderedDict()
-        """(thread, compile id) of Dynamo compiles error mode refused at their start: recorded then,
-        so their metrics record is not recorded again (:meth:`_unopened`)."""
+        self._refused: OrderedDict[tuple[int, str, str], None] = OrderedDict()
+        """(thread, trigger, compile id) of the compiles error mode refused at their start: recorded
+        then, so their metrics record is not recorded again (:meth:`_unopened`)."""
         self._handler: Any = None
         self._utils: Any = None
         self._config: Any = None
@@ -562,9 +567,9 @@ class TorchCompileBackend(LibraryBackend):
                     exit_parent(opened.parent_prev)
                     opened.parent_set = False
                 self._close(opened)  # the sink recorded and finished it: error mode's deliberate raise
-                if opened.trigger == "DYNAMO":  # its metrics record (fail_type ServingCompileError) follows
+                if opened.trigger in _METRICS_TRIGGERS:  # its metrics record follows
                     with self._lock:
-                        self._refused[(threading.get_ident(), opened.compile_id)] = None
+                        self._refused[(threading.get_ident(), opened.trigger, opened.compile_id)] = None
                         if len(self._refused) > _NAMES_MAX:
                             self._refused.popitem(last=False)
                 raise
@@ -580,7 +585,7 @@ class TorchCompileBackend(LibraryBackend):
             if opened.parent_set:
                 exit_parent(opened.parent_prev)
                 opened.parent_set = False
-            if trigger == "DYNAMO" and self._metrics_pending():
+            if trigger in _METRICS_TRIGGERS and self._metrics_pending():
                 opened.ended = True  # finished by the compilation-metrics record that follows
                 return
             self._close(opened)
@@ -597,14 +602,15 @@ class TorchCompileBackend(LibraryBackend):
 
     def _on_metrics(self, metrics: Any) -> None:
         try:
-            if getattr(metrics, "is_runtime", False) or getattr(metrics, "is_forward", True) is False:
+            if getattr(metrics, "is_runtime", False):
                 return
+            trigger = "LAZY_BACKWARD" if getattr(metrics, "is_forward", True) is False else "DYNAMO"
             compile_id = str(getattr(metrics, "compile_id", None))
-            key = (threading.get_ident(), "DYNAMO", compile_id)
+            key = (threading.get_ident(), trigger, compile_id)
             with self._lock:
                 opened = self._open.get(key)
             if opened is None:
-                self._unopened(metrics)
+                self._unopened(metrics, trigger)
                 return
             if opened.parent_set:  # the end callback did not run (e.g. an exception path)
                 exit_parent(opened.parent_prev)
@@ -615,7 +621,7 @@ class TorchCompileBackend(LibraryBackend):
             return
         self._finish(opened, metrics)  # may raise ServingCompileError only in error mode
 
-    def _unopened(self, metrics: Any) -> None:
+    def _unopened(self, metrics: Any, trigger: str = "DYNAMO") -> None:
         """A metrics record of a Dynamo compile that no start callback opened (compiling thread).
 
         * Dynamo hitting its recompile limit (``torch._dynamo.config.recompile_limit``, 8 by
@@ -629,7 +635,8 @@ class TorchCompileBackend(LibraryBackend):
           compile on one thread while a lazy backward compile or a CUDA-graph recording runs on
           another, or a compile nested in another, fires none; so does one begun before
           ``install()``. It is recorded from the record (start, duration, reason, breakdown),
-          ``attrs.start_seen: false``.
+          ``attrs.start_seen: false``. The same for a lazy backward compile (its record has
+          ``is_forward`` false), named after its forward's frame.
 
         Either is warned about, counted and alerted on in serving like any compile; error mode
         does not raise here (the compile is over, or Dynamo has already given up on the frame;
@@ -640,11 +647,22 @@ class TorchCompileBackend(LibraryBackend):
         raw_id = getattr(metrics, "compile_id", None)
         compile_id = str(raw_id)
         with self._lock:
-            if self._refused.pop((threading.get_ident(), compile_id), False) is None:
+            if self._refused.pop((threading.get_ident(), trigger, compile_id), False) is None:
                 return  # error mode refused it at its start, and recorded it then
         reason = str(getattr(metrics, "fail_reason", "") or "")
         start = getattr(metrics, "start_time", None)
         took = getattr(metrics, "entire_frame_compile_time_s", None)
+        if trigger == "LAZY_BACKWARD":
+            took_us = getattr(metrics, "duration_us", None)
+            took = took_us / 1e6 if isinstance(took_us, int | float) else None
+            name = self._names.get(compile_id) or f"graph {compile_id}"
+            if raw_id is None or took is None:
+                return
+            capture = self._capture(_Open(None, trigger, compile_id, name, None, None), metrics)
+            assert isinstance(capture.detail, dict)
+            capture.detail["start_seen"] = False
+            self._record_unopened(sink, capture, start, took)
+            return
         name = str(getattr(metrics, "co_name", None) or self._names.get(f"{compile_id.partition('/')[0]}/0") or "")
         name = name or f"frame {compile_id.partition('/')[0]}"
         if "recompile limit" in reason.lower():
@@ -672,6 +690,10 @@ class TorchCompileBackend(LibraryBackend):
             capture.detail["start_seen"] = False
         else:
             return
+        self._record_unopened(sink, capture, start, took)
+
+    @staticmethod
+    def _record_unopened(sink: Any, capture: Capture, start: Any, took: Any) -> None:
         try:
             sink.record(
                 capture,

@@ -831,3 +831,65 @@ def test_a_fault_building_the_capture_at_the_start_never_reaches_the_host(
     assert tc.monitor.inflight() == []
     hooks = [e.attrs["hook"] for e in tc.events(EventKind.HOOK_ERROR)]
     assert "torch._dynamo start callback" in hooks
+
+
+def test_a_backward_compile_whose_end_callback_torch_skipped_ends_at_its_own_end(fresh_dynamo: None) -> None:
+    """torch runs the end callbacks only when the last of the compiles pending at once ends, with
+    *that* compile's arguments: a lazy backward compile on one thread that ended while a Dynamo
+    compile begun meanwhile on another still ran got no end callback of its own, so it stayed in
+    flight for good (``/jit`` and ``jitwatch_inflight_compile_age_seconds`` aged it as a compile
+    that never ends; found by an attack review). It ends at its own compilation-metrics record
+    now, with its true duration; and a backward compile whose *start* torch skipped (begun while
+    a Dynamo compile ran on another thread) is recorded from that record."""
+    import threading
+    import time
+
+    from torch._dynamo.backends.common import aot_autograd
+
+    def forward_compiler(gm: Any, example_inputs: Any) -> Any:
+        return gm.forward
+
+    def backward_compiler(gm: Any, example_inputs: Any) -> Any:
+        entered.set()
+        time.sleep(0.4)
+        return gm.forward
+
+    def slower(gm: Any, example_inputs: Any) -> Any:
+        entered.set()
+        time.sleep(0.8)
+        return gm.forward
+
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        # (a) the backward compile starts first, the Dynamo compile starts during it and ends after it
+        entered = threading.Event()
+        f = torch.compile(
+            lambda x: (x.sin() * 2).sum(),
+            backend=aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler),
+        )
+        loss = f(torch.randn(4, requires_grad=True))
+        worker = threading.Thread(target=loss.backward)
+        worker.start()
+        assert entered.wait(30)
+        torch.compile(lambda x: x * 3, backend=slower)(torch.randn(3))
+        worker.join(30)
+        assert h.monitor.inflight() == []
+        (bwd,) = [e for e in _tc_events(h) if e.attrs["trigger"] == "lazy_backward"]
+        assert bwd.duration_s is not None and 0.3 < bwd.duration_s < 0.75
+        # (b) the Dynamo compile starts first, the backward compile starts during it
+        entered = threading.Event()
+        g = torch.compile(
+            lambda x: (x.cos() * 2).sum(),
+            backend=aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler),
+        )
+        loss = g(torch.randn(4, requires_grad=True))
+        entered = threading.Event()
+        compiling = threading.Thread(target=lambda: torch.compile(lambda x: x * 5, backend=slower)(torch.randn(3)))
+        compiling.start()
+        assert entered.wait(30)
+        loss.backward()
+        compiling.join(30)
+        assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
+        backwards = [e for e in _tc_events(h) if e.attrs["trigger"] == "lazy_backward"]
+        assert len(backwards) == 2
+        assert backwards[1].attrs["start_seen"] is False and backwards[1].attrs["compile_id"] == "2/0"
+        assert backwards[1].duration_s is not None and 0.3 < backwards[1].duration_s < 0.75
