@@ -17,6 +17,14 @@ and after; a file that is new or rewritten means a build (``cache_hit=False``), 
 load from FlashInfer's cache (``cache_hit=True``). That stat runs only when ``build_and_load`` is
 called (once per module per process), never per kernel launch.
 
+Several processes (the ranks of one engine) that need the same module wait on FlashInfer's file
+lock while one of them builds it, then load it: the ``.so`` is new to each of them. So the
+``build`` method of each ``JitSpec`` subclass defined when FlashInfer is imported (``JitSpecNvcc``,
+``JitSpecCuteDsl``) is wrapped too, only to stat the ``.so`` around it (ninja, run by ``build``
+after the lock, no-ops when another process built it meanwhile): a new ``.so`` that did not change
+during this process's ``build`` is a load (``cache_hit=True``, ``built_elsewhere``), the wait
+included in its duration. A subclass defined later keeps the ``.so`` test alone.
+
 Capture: ``name`` and ``key`` the spec's name (it spells the configuration), ``detail``:
 ``spec_type`` (``JitSpecNvcc``, ``JitSpecCuteDsl``), ``aot`` (a prebuilt artifact), ``sources``
 (how many), ``library`` (the artifact's path; home directories are redacted by the store).
@@ -25,6 +33,7 @@ Capture: ``name`` and ``key`` the spec's name (it spells the configuration), ``d
 from __future__ import annotations
 
 import importlib
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -45,6 +54,43 @@ def _artifact(spec: Any) -> tuple[str | None, tuple[int, int] | None]:
     return str(path), (st.st_mtime_ns, st.st_size)
 
 
+_local = threading.local()
+
+
+def _calls() -> list[dict[str, bool]]:
+    calls: list[dict[str, bool]] | None = getattr(_local, "calls", None)
+    if calls is None:
+        calls = _local.calls = []
+    return calls
+
+
+def _pop(call: dict[str, bool]) -> None:
+    calls = _calls()
+    if calls and calls[-1] is call:
+        calls.pop()
+
+
+class _Build:
+    """Around ``build(self, ...)`` of a ``JitSpec`` subclass: notes whether the spec's ``.so``
+    changed during it (ninja rebuilt it; a no-op leaves it untouched) for the enclosing
+    ``build_and_load`` on this thread. Records nothing itself."""
+
+    def before(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        calls = _calls()
+        if not calls or not args:
+            return None
+        return calls[-1], args[0], _artifact(args[0])[1]
+
+    def after(self, state: Any, result: Any) -> None:
+        call, spec, before = state
+        after = _artifact(spec)[1]
+        if after is not None and after != before:
+            call["built"] = True
+
+    def failed(self, state: Any, exc: BaseException) -> None:
+        pass
+
+
 class _BuildAndLoad(CancelOnFailure):
     """Around ``JitSpec.build_and_load(self)``."""
 
@@ -58,14 +104,24 @@ class _BuildAndLoad(CancelOnFailure):
         spec = args[0]
         name = str(getattr(spec, "name", None) or type(spec).__name__)
         _path, stamp = _artifact(spec)
-        return (sink.begin(self.backend.name, name), name, spec, stamp)
+        call = {"built": False, "watched": type(spec) in self.backend.build_watched}
+        _calls().append(call)
+        return (sink.begin(self.backend.name, name), name, spec, stamp, call)
+
+    def failed(self, state: Any, exc: BaseException) -> None:
+        _pop(state[4])
+        super().failed(state, exc)
 
     def after(self, state: Any, result: Any) -> None:
-        token, name, spec, before = state
+        token, name, spec, before, call = state
+        _pop(call)
         sink = self.backend.sink
         assert sink is not None
         path, after = _artifact(spec)
         cache_hit = None if after is None else before == after
+        elsewhere = cache_hit is False and call["watched"] and not call["built"]
+        if elsewhere:  # a new .so this process did not build: another process built it while this one waited
+            cache_hit = True
         try:
             aot = bool(getattr(spec, "is_aot", False))
         except Exception:  # noqa: BLE001
@@ -80,6 +136,7 @@ class _BuildAndLoad(CancelOnFailure):
                 "aot": aot,
                 "sources": len(sources) if isinstance(sources, (list, tuple)) else None,
                 "library": path,
+                **({"built_elsewhere": True} if elsewhere else {}),
             }
 
         sink.finish(token, Capture(self.backend.name, name, key=name, cache_hit=cache_hit, detail=detail))
@@ -96,6 +153,8 @@ class FlashInferBackend(LibraryBackend):
     def __init__(self) -> None:
         super().__init__()
         self._patches: list[Patch] = []
+        self.build_watched: set[type] = set()
+        """The ``JitSpec`` subclasses whose ``build`` (their own or inherited) is wrapped."""
 
     def hook_in(self, module: ModuleType) -> BackendStatus:
         core = importlib.import_module("flashinfer.jit.core")
@@ -116,9 +175,26 @@ class FlashInferBackend(LibraryBackend):
                 on_error=self.report_error,
             )
         )
-        return BackendStatus(self.name, "active", self.version(), ("flashinfer.jit.core.JitSpec.build_and_load",))
+        hooks = ["flashinfer.jit.core.JitSpec.build_and_load"]
+        pending, seen = list(spec_cls.__subclasses__()), set()
+        while pending:
+            cls = pending.pop(0)
+            if cls in seen:
+                continue
+            seen.add(cls)
+            pending.extend(cls.__subclasses__())
+            if callable(cls.__dict__.get("build")) and not getattr(cls.build, "__isabstractmethod__", False):
+                self._patches.append(
+                    patch_attribute(cls, "build", _Build(), where=f"{cls.__name__}.build", on_error=self.report_error)
+                )
+                hooks.append(f"{cls.__module__}.{cls.__qualname__}.build")
+        self.build_watched = {
+            cls for cls in seen if any(base in seen and "build" in base.__dict__ for base in cls.__mro__)
+        }
+        return BackendStatus(self.name, "active", self.version(), tuple(hooks))
 
     def unhook(self) -> None:
         for patch in reversed(self._patches):
             patch.restore()
         self._patches.clear()
+        self.build_watched = set()

@@ -44,7 +44,8 @@ def run(tmp_path: Path, journal: str, **env: str) -> tuple[dict[str, Any], list[
 def test_builds_in_warmup_and_serving_then_a_second_process_loads_from_the_jit_cache(tmp_path: Path) -> None:
     first, built = run(tmp_path, "j1")
     assert (first["before"], first["after"]) == ("waiting", "active")
-    assert first["hooks"] == ["flashinfer.jit.core.JitSpec.build_and_load"] and first["hook_errors"] == 0
+    assert first["hooks"][0] == "flashinfer.jit.core.JitSpec.build_and_load" and first["hook_errors"] == 0
+    assert "flashinfer.jit.core.JitSpecNvcc.build" in first["hooks"]
     lib = first["library"]
     assert not any(k.endswith("_error") for k in lib), lib
     warm, serving = first["records"]
@@ -69,3 +70,51 @@ def test_builds_in_warmup_and_serving_then_a_second_process_loads_from_the_jit_c
     third, _ = run(tmp_path, "j3", JITWATCH_MODE="error")
     assert "warmup_error" not in third["library"]
     assert third["library"]["serving_error"] == "ServingCompileError"
+
+
+def test_processes_waiting_for_another_s_build_record_a_load(tmp_path: Path) -> None:
+    """The ranks of one engine need the same module at once: FlashInfer builds it in one process
+    under its file lock; the others wait, then run ninja, which finds the ``.so`` up to date, and
+    load it. The ``.so`` was new to every one of them, so each recorded a build (``cache_hit:
+    false``): N builds for one (found by an attack review). The waiters record a load now
+    (``cache_hit: true``, ``built_elsewhere``), their wait as its duration."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    race = Path(__file__).resolve().parent / "fi_race_worker.py"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("JITWATCH_", "OTEL_"))}
+    base.update(
+        PYTHONPATH=dsl_env.pythonpath(race.parent),
+        OTEL_SDK_DISABLED="true",
+        FLASHINFER_WORKSPACE_BASE=str(tmp_path / "fi-workspace"),
+        FLASHINFER_CUDA_ARCH_LIST="9.0a",
+    )
+    toolkit = dsl_env.cuda_toolkit()
+    if toolkit is not None:
+        base["CUDA_HOME"] = str(toolkit)
+        base["PATH"] = os.pathsep.join([str(toolkit / "bin"), str(dsl_env.site() / "bin"), base.get("PATH", "")])
+        base["LD_LIBRARY_PATH"] = os.pathsep.join([str(toolkit / "lib"), base.get("LD_LIBRARY_PATH", "")])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(race)],
+            env={**base, "JITWATCH_DIR": str(tmp_path / f"j{i}")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=900) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-3000:] for _, err in outs]
+    built = [BUILDING.findall(err) for _, err in outs]
+    assert sorted(len(b) for b in built) == [0, 1]  # the library's own view: one build, one wait
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    for names, result in zip(built, results, strict=True):
+        (record,) = result["records"]
+        assert result["hook_errors"] == 0 and record["name"] == "silu_and_mul"
+        if names:
+            assert record["cache_hit"] is False and "built_elsewhere" not in record["attrs"]
+        else:
+            assert record["cache_hit"] is True and record["attrs"]["built_elsewhere"] is True
