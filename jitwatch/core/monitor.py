@@ -320,10 +320,11 @@ def _key_shown(diagnoser: Diagnoser | None, event: Event, journal_dir: Path, com
     """The warning line's end for ``event``'s key (writer thread): the specialization it stands
     for, in its backend's words (:meth:`Diagnoser.describe_key`), and the command that prints the
     full key, ``; specialization x_ptr: *fp32 aligned16, … (the full key: `jitwatch why --journal-dir
-    <dir> --json`)``, run as ``command``; else the key itself (at most 2,000 characters), ``; key <key>``."""
+    <dir> --json`)``, run as ``command``; else the key itself (at most 2,000 characters), ``; key <key>``;
+    nothing for a compile without a key (a torch.compile first compile: there is none to show)."""
     described = diagnoser.describe_key(event) if diagnoser is not None else None
     if described is None:
-        return f"; key {redact(event.key or '')[:2000]}"
+        return f"; key {redact(event.key)[:2000]}" if event.key else ""
     return f"; specialization {redact(described)} (the full key: {why_json_command(journal_dir, command)})"
 
 

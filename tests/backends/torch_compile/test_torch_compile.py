@@ -893,3 +893,18 @@ def test_a_backward_compile_whose_end_callback_torch_skipped_ends_at_its_own_end
         assert len(backwards) == 2
         assert backwards[1].attrs["start_seen"] is False and backwards[1].attrs["compile_id"] == "2/0"
         assert backwards[1].duration_s is not None and 0.3 < backwards[1].duration_s < 0.75
+
+
+def test_the_warn_line_of_a_compile_without_a_key_does_not_end_in_an_empty_key(
+    tc: MonitorHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A first compile of a torch.compile'd function in serving has no key (no guard failed): its
+    warning line ended `…not torch_compile's)); key ` with nothing after `key` (found by an attack
+    review)."""
+    with tc.monitor.warmup():
+        pass
+    with caplog.at_level(logging.WARNING, logger="jitwatch"):
+        torch.compile(scale, backend="eager")(torch.randn(2), True)
+        assert tc.monitor.flush()
+    (line,) = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    assert "never warmed" in line and not line.rstrip().endswith("; key")
