@@ -423,10 +423,11 @@ class TorchCompileBackend(LibraryBackend):
                 backend = self
 
                 def log_compilation_event(metrics: Any) -> Any:
-                    try:
-                        backend._on_metrics(metrics)
-                    except Exception as exc:  # noqa: BLE001 - the chained logger always runs
-                        backend.report_error("torch._dynamo.utils.log_compilation_event", exc)
+                    if backend._wrapped_log is log_compilation_event:  # else unhooked: a pass-through
+                        try:
+                            backend._on_metrics(metrics)
+                        except Exception as exc:  # noqa: BLE001 - the chained logger always runs
+                            backend.report_error("torch._dynamo.utils.log_compilation_event", exc)
                     return original_log(metrics)
 
                 self._utils, self._config = dynamo_utils, dynamo_config

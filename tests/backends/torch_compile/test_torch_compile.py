@@ -908,3 +908,32 @@ def test_the_warn_line_of_a_compile_without_a_key_does_not_end_in_an_empty_key(
         assert tc.monitor.flush()
     (line,) = [r.getMessage() for r in caplog.records if "post-warmup compile" in r.getMessage()]
     assert "never warmed" in line and not line.rstrip().endswith("; key")
+
+
+def test_after_uninstall_under_a_host_s_wrapper_the_metrics_hook_is_a_pass_through(
+    fresh_dynamo: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host that wraps ``torch._dynamo.utils.log_compilation_event`` after jitwatch keeps its
+    wrapper at uninstall, so jitwatch's stays in the chain: it must pass through, not feed the
+    uninstalled monitor (whose error mode then logged every later compile as refused, and whose
+    warn mode warned about compiles of a monitor that was gone)."""
+    from torch._dynamo import utils as dynamo_utils
+
+    original = dynamo_utils.log_compilation_event
+    seen: list[str] = []
+    with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
+        inner = dynamo_utils.log_compilation_event
+
+        def host_wrapper(metrics: Any) -> Any:
+            seen.append(str(metrics.compile_id))
+            return inner(metrics)
+
+        dynamo_utils.log_compilation_event = host_wrapper
+        h.monitor.activate()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="jitwatch"):
+            torch.compile(scale, backend="eager")(torch.randn(2), True)
+        assert seen  # the host's wrapper still runs, and calls down the chain
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("jitwatch")] == []
+    finally:
+        dynamo_utils.log_compilation_event = original
