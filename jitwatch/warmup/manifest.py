@@ -126,6 +126,8 @@ class ManifestEntry(BaseModel):
             data = json.loads(self.specialization_data)
         except json.JSONDecodeError as exc:
             raise ValueError(f"specialization_data is not JSON: {exc}") from None
+        except RecursionError:  # not a ValueError: pydantic would let it out of load()
+            raise ValueError("specialization_data is nested too deeply to read") from None
         if not isinstance(data, dict):
             raise ValueError("specialization_data is not a JSON object")
         missing = {"name", "signature", "constant_keys", "constant_vals", "attrs_keys", "attrs_vals", "key"} - set(data)
@@ -516,7 +518,16 @@ def loads(text: str | bytes, *, source: str = "<manifest>", key: bytes | None = 
         )
         more = f" (+{exc.error_count() - 10} more)" if exc.error_count() > 10 else ""
         raise ManifestError(f"{source}: invalid manifest: {problems}{more}") from None
-    verify(manifest, key, source=source)
+    except RecursionError:
+        raise ManifestError(f"{source}: invalid manifest: a value is nested too deeply to read") from None
+    try:
+        verify(manifest, key, source=source)
+    except ManifestError:
+        raise
+    except (ValueError, RecursionError) as exc:  # pydantic's "Maximum serialization depth exceeded"
+        raise ManifestError(
+            f"{source}: invalid manifest: a value is nested too deeply to check its digest ({exc})"[:300]
+        ) from None
     return manifest
 
 
@@ -527,7 +538,10 @@ def load(path: str | os.PathLike[str], *, key: bytes | None = None) -> Manifest:
         size = p.stat().st_size
         if size > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{p}: {size} bytes is over the {MAX_MANIFEST_BYTES}-byte limit")
-        data = p.read_bytes()
+        with p.open("rb") as f:
+            # st_size is 0 for a device, a pipe or a /proc file: read at most one byte over the limit
+            # (/dev/zero was read until memory ran out), and loads refuses that
+            data = f.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise ManifestError(f"{p}: cannot read manifest: {exc.strerror or exc}") from None
     return loads(data, source=str(p), key=key)

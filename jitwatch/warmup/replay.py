@@ -714,6 +714,9 @@ def replay_from_env(
     except ManifestError as exc:
         log.error("jitwatch: not replaying warmup manifest: %s", exc)
         return None
+    except Exception as exc:  # noqa: BLE001 - never break the host's warmup (load raises ManifestError only)
+        log.error("jitwatch: not replaying warmup manifest %s: %s: %s", path, type(exc).__name__, exc)
+        return None
     try:
         report = replay(
             manifest,

@@ -418,3 +418,62 @@ def test_re_export_after_a_replay_does_not_silently_drop_the_replayed_entries(tm
     res = export(run2, "--force")  # the operator's choice: serving-phase compiles only
     assert res.exit_code == 0 and "1 specialization of 1 kernel (serving)" in res.stdout, res.output
     assert len(manifest_mod.load(manifest).entries) == 1
+
+
+def _nested(depth: int) -> object:
+    value: object = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("where", ["specialization_data", "constexprs"])
+def test_deeply_nested_manifest_is_a_manifest_error(
+    good_text: str, where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nesting deep enough to exhaust a parser is one ManifestError, and replay_from_env logs it and
+    returns: JSON nested 200,000 deep inside specialization_data raised RecursionError out of load()
+    (and out of replay_from_env, which never raises, into the host's warmup), and a constexpr nested
+    300 deep, which json.loads reads, raised pydantic's ValueError 'Maximum serialization depth
+    exceeded' from the digest check."""
+    from jitwatch.warmup.replay import replay_from_env
+
+    raw = json.loads(good_text)
+    raw.pop("integrity", None)
+    if where == "specialization_data":
+        raw["entries"][0]["specialization_data"] = "[" * 200_000 + "]" * 200_000
+    else:
+        raw["entries"][0]["constexprs"] = {"BLOCK": _nested(300)}
+    with pytest.raises(ManifestError, match="nested too deeply"):
+        loads(json.dumps(raw))
+    p = tmp_path / "nested.json"
+    p.write_text(json.dumps(raw))
+    monkeypatch.setenv("JITWATCH_MANIFEST", str(p))
+    with caplog.at_level("ERROR", logger="jitwatch.warmup.replay"):
+        assert replay_from_env(None) is None
+    assert "nested too deeply" in caplog.text
+
+
+def test_manifest_path_on_a_device_is_read_only_to_the_size_limit() -> None:
+    """A path whose size stat() cannot tell (/dev/zero, a pipe, a /proc file: st_size 0) is read to
+    one byte over the limit and refused; it was read until memory ran out (MemoryError under a
+    1 GB address-space limit, here in a child process so the check cannot exhaust this one)."""
+    import subprocess
+
+    code = (
+        "import resource, jitwatch.warmup.manifest as m\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "try:\n    m.load('/dev/zero')\nexcept BaseException as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={"PYTHONPATH": str(root)},
+    )
+    limit = manifest_mod.MAX_MANIFEST_BYTES
+    want = f"ManifestError /dev/zero: {limit + 1} bytes is over the {limit}-byte limit"
+    assert out.stdout.strip() == want, out.stdout + out.stderr
