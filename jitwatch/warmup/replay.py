@@ -320,6 +320,7 @@ def replay(
         report.wall_s = time.perf_counter() - t_start
         return report
 
+    other_triton = _other_triton(manifest)
     plans: list[_Plan] = []
     resolved: dict[tuple[str, str], Any] = {}
     for entry in manifest.entries:
@@ -361,7 +362,7 @@ def replay(
         try:
             data = verified_preload_data(fn, entry.specialization_data, entry.key)
         except ManifestEntryRefused as exc:
-            report.results.append(EntryResult(entry.kernel, entry.key, "refused", str(exc)))
+            report.results.append(EntryResult(entry.kernel, entry.key, "refused", other_triton + str(exc)))
             continue
         if _in_memory(fn, entry.key):
             report.results.append(EntryResult(entry.kernel, entry.key, "cached", IN_MEMORY))
@@ -409,6 +410,26 @@ def replay(
             _load_compiled(plans, report)
     report.wall_s = time.perf_counter() - t_start
     return report
+
+
+def _other_triton(manifest: Manifest) -> str:
+    """The start of a refused entry's reason when ``manifest`` was recorded with another Triton
+    version than this process runs (``""`` when the same or unknown): Triton's keys, options and
+    attributes change between versions, so such an entry is refused for a mismatch that says nothing
+    about tampering (3.9 → 3.6: ``KeyError: 'Keyword argument fpsan_homomorphic_casts was specified
+    but unrecognised'``; 3.6 → 3.9: ``attributes differ from what the key compiles``)."""
+    try:
+        import triton
+
+        here = str(triton.__version__)
+    except Exception:  # noqa: BLE001
+        return ""
+    recorded = manifest.triton_version
+    if not recorded or recorded == here:
+        return ""
+    return (
+        f"recorded with Triton {str(recorded)[:40]}, this is Triton {here}: re-record the manifest with this Triton; "
+    )
 
 
 def _compile_only_active() -> bool:

@@ -447,3 +447,59 @@ def test_replay_from_env_warns_when_entries_are_not_replayed(
     )
     assert replay_from_env(settings=env) is not None
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+_OTHER_VENV = {"3.9": "/work/main/.venv-triton36", "3.6": "/work/main/.venv"}
+
+_RECORD = """
+import sys, torch
+sys.path.insert(0, sys.argv[2])
+import kernels_fieldcases as kf
+from jitwatch.testing import monitored, fresh_kernel_cache
+from jitwatch.warmup.manifest import export
+with monitored(journal_dir=sys.argv[1] + "/journal", triton_cache_dir=sys.argv[1] + "/cache") as h:
+    fresh_kernel_cache(kf.scale_copy)
+    with h.monitor.warmup():
+        kf.scale_copy.warmup(torch.zeros(64), torch.empty(64), 60, BLOCK=64, grid=(1,))
+    kf.scale_copy.warmup(torch.zeros(64), torch.empty(64)[1:], 60, BLOCK=64, grid=(1,))
+    h.monitor.flush()
+export(sys.argv[1] + "/journal", sys.argv[1] + "/m.json")
+"""
+
+
+def test_an_entry_recorded_with_another_triton_says_so(tmp_path: Path, triton_cache: Path, compile_only: Any) -> None:
+    """A manifest recorded with another Triton version (real: the other test environment's Triton,
+    3.6 against 3.9) is refused with a reason that starts by naming both versions: it read as a
+    tampered entry ('attributes differ from what the key compiles'; from 3.9 to 3.6 'KeyError:
+    Keyword argument fpsan_homomorphic_casts was specified but unrecognised'), saying nothing of
+    the upgrade that is the usual cause."""
+    import triton
+
+    here = ".".join(triton.__version__.split(".")[:2])
+    other = Path(_OTHER_VENV.get(here, "/nonexistent")) / "bin" / "python"
+    if not other.exists():
+        pytest.skip(f"no other Triton environment for Triton {triton.__version__}")
+    root = TESTS.parents[1]
+    subprocess.run(
+        [str(other), "-c", _RECORD, str(tmp_path), str(TRITON_TESTS)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    m = load(tmp_path / "m.json")
+    assert m.triton_version and m.triton_version != triton.__version__
+    fresh_kernel_cache(kf.scale_copy)
+    report = replay(m, allow=ALLOW, parallel="serial")
+    assert [r.status for r in report.results] == ["refused"]
+    reason = report.results[0].reason or ""
+    assert reason.startswith(
+        f"recorded with Triton {m.triton_version}, this is Triton {triton.__version__}: "
+        "re-record the manifest with this Triton; "
+    ), reason
+    # the same manifest, claiming this Triton: the reason is the check's alone
+    m.triton_version = triton.__version__
+    again = replay(m, allow=ALLOW, parallel="serial")
+    assert again.results[0].status == "refused"
+    assert "recorded with Triton" not in (again.results[0].reason or "")
