@@ -478,6 +478,14 @@ class _Obs:
     the key compared instead if any: :func:`_as_now`)."""
     hash_changed: dict[str, str] = field(default_factory=dict)
     """Expected keys (still possible) recorded with another source hash → the recorded hash."""
+    warm_by_rank: dict[int, dict[str, Seen]] = field(default_factory=dict)
+    """Rank → the keys that rank compiled before serving (what its own caches hold)."""
+    served_on: dict[str, dict[int, Seen]] = field(default_factory=dict)
+    """Key compiled in serving → the ranks that compiled it in serving (first compile each)."""
+    rank_missed: dict[str, list[int]] = field(default_factory=dict)
+    """Keys another rank compiled before serving, compiled in serving on these ranks, which never
+    compiled them before serving: each rank compiles into its own process's cache, so another rank's
+    warmup covers nothing here (:func:`_rank_missed`)."""
 
     def key_only(self) -> list[str]:
         """The keys counted by exact key only (never also read per argument), in order seen."""
@@ -523,13 +531,55 @@ def _key_reason(name: str, o: _Obs, key: str) -> Reason:
     return new_key(name, len(o.warm_keys), "triton", exact_key=fixes, module=o.module)
 
 
+def _rank_missed(o: _Obs) -> None:
+    """Move the keys some rank compiled in serving without compiling them before serving itself
+    out of :attr:`_Obs.warm_keys` into :attr:`_Obs.rank_missed`: a key rank 0 warmed and rank 1
+    compiled in serving was counted covered (another process's warmup), and ``--require-complete``
+    passed while rank 1 stalled its peers."""
+    for key, ranks in o.served_on.items():
+        if key not in o.warm_keys:
+            continue
+        missed = sorted(r for r in ranks if key not in o.warm_by_rank.get(r, {}))
+        if missed:
+            o.rank_missed[key] = missed
+            o.warm_keys.discard(key)
+
+
+def _rank_reason(name: str, o: _Obs, key: str, seen: Seen) -> Reason:
+    """Why ``key`` compiled in serving on the first rank of :attr:`_Obs.rank_missed` that missed
+    it: against that rank's own compiles before serving (as the rank's own diagnosis says it:
+    ``never warmed`` when it warmed nothing of the kernel), naming the ranks that warmed it."""
+    missed = o.rank_missed[key]
+    rank = missed[0]
+    own = [v for k, v in o.warm_by_rank.get(rank, {}).items() if k != key]
+    exact = exact_key_fixes(name) if o.keyed.get(key, (False, False))[0] else None
+    if not own:
+        base = never_warmed(name, backend="triton", exact_key=exact, module=o.module)
+    elif key not in o.classed:
+        base = new_key(name, len(own), "triton", exact_key=exact, module=o.module)
+    else:
+        base = explain_key(seen, own) or never_warmed("this kernel")
+    warmed = sorted(r for r, keys in o.warm_by_rank.items() if key in keys)
+    on = f"rank {rank}" if len(missed) == 1 else f"ranks {', '.join(map(str, missed))}"
+    by = f"rank {warmed[0]}" if len(warmed) == 1 else f"ranks {', '.join(map(str, warmed[:8]))}"
+    more = ", …" if len(warmed) > 8 else ""
+    return Reason(
+        base.kind,
+        f"on {on}: {base.text}; {by}{more} compiled this key before serving (each rank compiles its own)",
+        base.changes,
+        base.fixes,
+    )
+
+
 def _missing(name: str, o: _Obs) -> list[MissingKey]:
     out: list[MissingKey] = []
     baseline = list(o.warm_seen.values())
     for key, (source, seen) in o.expected.items():
         if key in o.warm_keys:
             continue
-        if key not in o.classed:
+        if key in o.rank_missed and source == "serving":
+            reason = _rank_reason(name, o, key, seen)
+        elif key not in o.classed:
             reason = _key_reason(name, o, key)
         else:
             reason = (explain_key(seen, baseline) if baseline else None) or never_warmed("this kernel")
@@ -703,9 +753,13 @@ def coverage_from_events(
             _by_key(o, ev.key, ev.attrs, warm)
         if warm:
             o.warm_keys.add(ev.key)
+            o.warm_by_rank.setdefault(ev.rank, {}).setdefault(ev.key, compiled)
         else:
             o.serving_keys.add(ev.key)
             o.expected.setdefault(ev.key, ("serving", compiled))
+            o.served_on.setdefault(ev.key, {}).setdefault(ev.rank, compiled)
+    for o in obs.values():
+        _rank_missed(o)
     kept: list[Expected] = []
     for ex in expected:  # judged against this journal's compiles only, before any expected key is observed
         o = obs.setdefault(ex.kernel, _Obs())
@@ -842,7 +896,7 @@ def coverage_from_events(
                 classes_covered=cov,
                 classes_total=total,
                 class_ratio=cov / total if total else 1.0,
-                warmup_keys=len(o.warm_keys),
+                warmup_keys=len(o.warm_keys) + len(o.rank_missed),  # rank_missed: warm on another rank
                 serving_keys=len(o.serving_keys - o.warm_keys),
                 flags_known=fn is not None,
                 arguments=args,
@@ -914,7 +968,7 @@ def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
     backends): per (backend, kernel), each key first compiled in serving and never before is
     missing, with the reason the event carries (Dynamo's guard failure for torch.compile) or
     "compiled in serving". So ``--require-complete`` fails on a serving recompile of any backend."""
-    warm: dict[tuple[str, str], set[str]] = {}
+    warm: dict[tuple[str, str], dict[int, set[str]]] = {}
     serving: dict[tuple[str, str], dict[str, Any]] = {}
     modules: dict[tuple[str, str], str | None] = {}
     for ev in sorted(events, key=lambda e: (e.ts, e.id or 0)):
@@ -923,11 +977,11 @@ def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
         k = (ev.backend, ev.kernel)
         modules.setdefault(k, ev.attrs.get("module") if isinstance(ev.attrs.get("module"), str) else None)
         key = ev.key or ""
-        if ev.phase is Phase.SERVING:
-            if key not in warm.get(k, set()):
+        if ev.phase is Phase.SERVING:  # another rank's warmup fills another process's caches
+            if key not in warm.get(k, {}).get(ev.rank, set()):
                 serving.setdefault(k, {}).setdefault(key, ev)
         else:
-            warm.setdefault(k, set()).add(key)
+            warm.setdefault(k, {}).setdefault(ev.rank, set()).add(key)
     out: list[KernelCoverage] = []
     for k in sorted(set(warm) | set(serving)):
         missing = []
@@ -943,7 +997,8 @@ def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
                     fixes=[str(f) for f in fixes] if isinstance(fixes, list) else [],
                 )
             )
-        n_warm = len(warm.get(k, set()))
+        warmed = set().union(*warm.get(k, {}).values())
+        n_warm = len(warmed - set(serving.get(k, {})))  # a key one rank missed is not covered
         out.append(
             KernelCoverage(
                 backend=k[0],
@@ -952,7 +1007,7 @@ def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
                 covered=n_warm,
                 total=n_warm + len(missing),
                 ratio=n_warm / (n_warm + len(missing)) if n_warm + len(missing) else 1.0,
-                warmup_keys=n_warm,
+                warmup_keys=len(warmed),
                 serving_keys=len(missing),
                 flags_known=False,
                 missing=missing,

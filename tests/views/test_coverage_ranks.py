@@ -1,0 +1,100 @@
+"""Coverage counts a key warm only on the ranks that compiled it before serving: each rank is its own
+process, with its own caches, so another rank's warmup covers nothing on it (real compiles,
+compile-only driver, two workers sharing one journal)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from jitwatch.cli import app
+from jitwatch.core.events import Phase
+from jitwatch.store.journal import Journal
+from jitwatch.testing import JournalBuilder, fresh_kernel_cache, monitored
+from jitwatch.views.coverage import coverage_for_journal
+from tests._paths import TRITON_TESTS
+
+sys.path.insert(0, str(TRITON_TESTS))
+import kernels_fieldcases as kf
+
+
+def _copy(block: int) -> None:
+    kf.scale_copy.warmup(torch.zeros(1024), torch.empty(1024), 1000, BLOCK=block, grid=(1,))
+
+
+def _rank(journal: Path, rank: int, warm: list[int], serve: list[int]) -> None:
+    with monitored(journal_dir=journal, rank=rank) as h:
+        fresh_kernel_cache(kf.scale_copy)
+        with h.monitor.warmup():
+            for block in warm:
+                _copy(block)
+        for block in serve:
+            _copy(block)
+        h.monitor.flush()
+
+
+def _coverage(journal: Path) -> tuple[int, dict[str, object]]:
+    out = CliRunner().invoke(app, ["coverage", "--journal-dir", str(journal), "--json", "--require-complete"])
+    return out.exit_code, json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("rank1_warms", [[], [128]], ids=["rank1-warms-nothing", "rank1-warms-another-key"])
+def test_a_key_warmed_on_one_rank_and_compiled_in_serving_on_another_is_missing(
+    tmp_path: Path, rank1_warms: list[int]
+) -> None:
+    """Rank 0 warms BLOCK=256; rank 1's warmup does not (nothing, or BLOCK=128), and rank 1 compiles
+    BLOCK=256 in serving. Coverage said 1/1 (100%), 'complete', and --require-complete passed
+    (exit 0) while `jitwatch why` showed rank 1's serving compile: the key counted as warm for every
+    rank."""
+    journal = tmp_path / "j"
+    _rank(journal, 0, warm=[256], serve=[])
+    _rank(journal, 1, warm=rank1_warms, serve=[256])
+    code, report = _coverage(journal)
+    assert code == 1, report
+    (k,) = [k for k in report["kernels"] if k["kernel"] == "scale_copy"]  # type: ignore[union-attr]
+    assert (k["covered"], k["total"]) == (len(rank1_warms), len(rank1_warms) + 1), k
+    (missing,) = k["missing"]
+    expect = "on rank 1: " + (
+        "never warmed (no compile of this kernel before serving)" if not rank1_warms else "BLOCK: constexpr 128 → 256"
+    )
+    assert missing["reason"].startswith(expect), missing["reason"]
+    assert "rank 0 compiled this key before serving (each rank compiles its own)" in missing["reason"]
+    assert missing["fixes"], missing
+
+
+def test_a_key_every_serving_rank_warmed_is_covered(tmp_path: Path) -> None:
+    """The same key warmed on both ranks, served on rank 1: covered, complete (exit 0)."""
+    journal = tmp_path / "j"
+    _rank(journal, 0, warm=[256], serve=[])
+    _rank(journal, 1, warm=[256], serve=[256])  # in the in-memory cache: no serving compile
+    code, report = _coverage(journal)
+    assert code == 0, report
+    with Journal(journal, readonly=True) as j:
+        assert coverage_for_journal(j).complete
+
+
+def test_other_backends_count_a_key_warm_per_rank(tmp_path: Path) -> None:
+    """A torch.compile graph key warmed on rank 0 and compiled in serving on rank 1 is missing
+    (coverage by exact key): it read 1/1 and complete too."""
+    b = JournalBuilder(tmp_path / "j")
+    for rank in (0, 1):
+        b.worker(rank=rank, backends=("torch_compile",))
+    b.compile("f", backend="torch_compile", phase=Phase.WARMUP, key="0/0", rank=0, ts=b.t0 + 1)
+    b.compile(
+        "f",
+        backend="torch_compile",
+        phase=Phase.SERVING,
+        key="0/0",
+        rank=1,
+        ts=b.t0 + 5,
+        attrs={"reason": "never warmed (no compile of this function before serving)", "reason_kind": "never_warmed"},
+    )
+    code, report = _coverage(tmp_path / "j")
+    assert code == 1, report
+    (k,) = report["kernels"]  # type: ignore[misc]
+    assert (k["covered"], k["total"], k["warmup_keys"], k["serving_keys"]) == (0, 1, 1, 1), k
