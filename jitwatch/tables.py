@@ -159,6 +159,20 @@ class Grid:
         for i in flex:
             widths[i] = min(want[i], max(word[i], 4))
         spare = room - sum(widths[i] for i in flex)
+        for head in (4, 1):  # too narrow for the headers' words: values before headers (a header
+            # folds mid-word; rich cut the values instead: coverage's keys "1/3" read "1/" at 50 columns)
+            if spare >= 0:
+                break
+            for i, (_, kind) in enumerate(kept):
+                if kind == "#":
+                    fixed[i] = max(widest[i], min(word[i], head), 1)
+                elif kind == "=":
+                    fixed[i] = max(min(widest[i], WHOLE_MAX), min(word[i], head), 1)
+            room = width - (3 * len(kept) + 1) - sum(fixed.values())
+            widths = dict(fixed)
+            for i in flex:
+                widths[i] = min(want[i], head)
+            spare = room - sum(widths[i] for i in flex)
 
         def fill(columns: list[int], cap: dict[int, int]) -> None:
             nonlocal spare

@@ -260,3 +260,37 @@ def test_a_text_column_keeps_its_floor_before_number_headers_go_on_one_line() ->
     state_width = len(text.splitlines()[1].split("┳")[1])
     assert state_width >= TEXT_FLOOR, text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("columns", [40, 50, 60, 70])
+def test_coverage_below_80_columns_cuts_no_value(tmp_path: Path, columns: int) -> None:
+    """Below 80 columns the number columns kept their headers' words and rich cut what did not fit
+    out of the values: at 50 columns the keys ``1/2`` read ``1/`` (another number, no ``…``), at 40
+    the backend ``trit`` and the kernel ``sca`` / ``cop``. A header now folds mid-word before a value
+    is cut: every value whole, each table line no wider than the terminal and ending in its border."""
+    import torch
+
+    from jitwatch.testing import fresh_kernel_cache, monitored
+
+    fresh_kernel_cache(copy_kv_cache_kernel)
+    jdir = tmp_path / "journal"
+    with monitored("warn", journal_dir=jdir, triton_cache_dir=tmp_path / "triton") as h:
+        with h.monitor.warmup():
+            x = torch.zeros(64)
+            copy_kv_cache_kernel.warmup(x, x, 64, BLOCK=64, grid=(1,))
+        y = torch.zeros(64, dtype=torch.float16)[1:]
+        copy_kv_cache_kernel.warmup(y, y, 63, BLOCK=64, grid=(1,))
+        h.monitor.flush()
+    res = CliRunner().invoke(app, ["coverage", "--journal-dir", str(jdir)], env={"COLUMNS": str(columns)})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    for line in lines:
+        assert len(line) <= columns, (line, res.stdout)
+        if line[:1] in "┏┃┡│└":
+            assert line[-1] == {"┏": "┓", "┃": "┃", "┡": "┩", "│": "│", "└": "┘"}[line[0]], (line, res.stdout)
+    body = [line for line in lines if line.startswith("│")]
+    rows = [[c.strip() for c in line.strip("│").split("│")] for line in body]
+    first = next(i for i, cells in enumerate(rows) if cells[0])  # the kernel table's row
+    assert rows[first][0] == "triton" and rows[first][2:5] == ["1/2", "50%", "1"], res.stdout
+    kernel = "".join(cells[1] for cells in rows[first:] if len(cells) == 6)
+    assert kernel == "copy_kv_cache_kernel", res.stdout
