@@ -474,6 +474,17 @@ def save(manifest: Manifest, path: str | os.PathLike[str], *, key: bytes | None 
     return target
 
 
+class _NotJSON(ValueError):
+    pass
+
+
+def _not_json(name: str) -> Any:
+    """``json.loads``' ``parse_constant``: Python reads ``NaN``, ``Infinity`` and ``-Infinity``, which
+    are not JSON; a manifest holding one loaded, and :func:`save` wrote it as ``null``, which the
+    manifest's float fields refuse (``created_ts``: the file written no longer loaded)."""
+    raise _NotJSON(f"{name} is not a JSON number")
+
+
 def loads(text: str | bytes, *, source: str = "<manifest>", key: bytes | None = None) -> Manifest:
     """Parse and validate manifest text, then check its integrity (:func:`verify`, with ``key``).
 
@@ -485,7 +496,9 @@ def loads(text: str | bytes, *, source: str = "<manifest>", key: bytes | None = 
     if len(text) > MAX_MANIFEST_BYTES:
         raise ManifestError(f"{source}: {len(text)} bytes is over the {MAX_MANIFEST_BYTES}-byte limit")
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_constant=_not_json)
+    except _NotJSON as exc:
+        raise ManifestError(f"{source}: not valid JSON: {exc} (save() could not write it back)") from None
     except json.JSONDecodeError as exc:
         raise ManifestError(
             f"{source}: not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno} column {exc.colno}"

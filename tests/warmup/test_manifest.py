@@ -477,3 +477,16 @@ def test_manifest_path_on_a_device_is_read_only_to_the_size_limit() -> None:
     limit = manifest_mod.MAX_MANIFEST_BYTES
     want = f"ManifestError /dev/zero: {limit + 1} bytes is over the {limit}-byte limit"
     assert out.stdout.strip() == want, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_json_numbers_are_refused_at_load(good_text: str, constant: str, tmp_path: Path) -> None:
+    """Python's json reads NaN and Infinity, which are not JSON: a manifest with ``"created_ts": NaN``
+    loaded, save() wrote it as null, and the file written no longer loaded ('created_ts: Input should
+    be a valid number'). It is refused at load, naming the constant."""
+    raw = json.loads(good_text)
+    raw.pop("integrity", None)
+    text = json.dumps(raw).replace(f'"created_ts": {raw["created_ts"]!r}', f'"created_ts": {constant}')
+    assert constant in text
+    with pytest.raises(ManifestError, match=f"not valid JSON: {constant} is not a JSON number"):
+        loads(text)
