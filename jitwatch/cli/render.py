@@ -260,6 +260,17 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
     if console.width < COVERAGE_DETAIL and detail:
         shown = "listed per argument below" if verbose else "-v or --json show them"
         console.print(f"(arg classes (detail) left out below {COVERAGE_DETAIL} columns; {shown})", style="dim")
+    pruned = [k for k in report.kernels if k.warmup_pruned]
+    if pruned:  # the aggregates count compiles before serving the event log no longer holds
+        shown = ", ".join(f"{k.kernel} {k.warmup_pruned}" for k in pruned[:5]) + (", …" if len(pruned) > 5 else "")
+        console.print(
+            cell(
+                "(compiles before serving no longer in the events read (retention, or past the newest read):"
+                f" {shown}; keys counts only the compiles left, the reasons of their serving compiles are as"
+                " diagnosed when they compiled)"
+            ),
+            style="dim",
+        )
     missing = [(k, m) for k in report.kernels for m in k.missing]
     if missing:
         t = Grid(

@@ -380,6 +380,12 @@ class KernelCoverage(BaseModel):
         default=1.0, description="classes_covered / classes_total (1.0 when nothing is enumerable); a detail."
     )
     warmup_keys: int = Field(description="Distinct specialization keys compiled outside serving.")
+    warmup_pruned: int = Field(
+        default=0,
+        description="Compiles before serving of this kernel that the journal's aggregates count but its event"
+        " log no longer holds (retired by retention, or past the events read): their keys are not counted in"
+        " covered / total, and a serving compile's reason is the one diagnosed when it compiled.",
+    )
     serving_keys: int = Field(description="Distinct keys first compiled during serving.")
     flags_known: bool = Field(description="do_not_specialize flags read from the kernel, not inferred.")
     arguments: list[ArgumentCoverage] = Field(default_factory=list)
@@ -929,17 +935,59 @@ def coverage_for_journal(
     keeps the bare ``jitwatch``).
     Read-only; raises ``sqlite3.Error`` only. Cost: one indexed query plus a ``literal_eval`` per
     event (~10k/s)."""
-    events = journal.events(kind=EventKind.COMPILE, backend="triton", rank=rank, limit=limit, newest_first=True)
+    events = list(journal.events(kind=EventKind.COMPILE, backend="triton", rank=rank, limit=limit, newest_first=True))
     report = coverage_from_events(events, kernels=kernels, widths=widths, expected=expected, known=known)
-    others = sorted({row.backend for row in journal.stats()} - {"", "triton"})  # from the aggregates: cheap
+    stats = journal.stats()
+    others = sorted({row.backend for row in stats} - {"", "triton"})  # from the aggregates: cheap
     for b in others:
-        keyed = journal.events(kind=EventKind.COMPILE, backend=b, rank=rank, limit=limit, newest_first=True)
+        keyed = list(journal.events(kind=EventKind.COMPILE, backend=b, rank=rank, limit=limit, newest_first=True))
         report.kernels.extend(coverage_by_key(keyed))
+        events.extend(keyed)
+    _note_pruned(report, events, stats, rank)
     for k in report.kernels:
         for m in k.missing:
             m.fixes = runnable_fixes(m.fixes, journal.directory, command)
     report.nothing_to_check_reason = None if report.kernels else nothing_to_check_reason(journal)
     return report
+
+
+def _note_pruned(report: CoverageReport, events: Sequence[Any], stats: Sequence[StatRow], rank: int | None) -> None:
+    """Set :attr:`KernelCoverage.warmup_pruned` from the aggregates (exact for the journal's life)
+    against the compile events read, and for a kernel with some, give each missing serving key the
+    reason diagnosed when it compiled (the event's ``reason`` / ``fixes``, if journaled): recomputed
+    against the events left, it read ``never warmed (no compile of this kernel before serving)`` once
+    retention (7 days by default) had retired the warmup's compiles, with the wrong fix."""
+    read: dict[tuple[str, str], int] = {}
+    served: dict[tuple[str, str, str], Any] = {}
+    for ev in events:
+        if ev.kind is not EventKind.COMPILE or not ev.kernel:
+            continue
+        if ev.phase is Phase.SERVING:
+            served[(ev.backend, ev.kernel, ev.key or "")] = ev  # newest first: the oldest stays
+        else:
+            read[(ev.backend, ev.kernel)] = read.get((ev.backend, ev.kernel), 0) + 1
+    counted: dict[tuple[str, str], int] = {}
+    for row in stats:
+        if (
+            row.kind == EventKind.COMPILE.value
+            and row.phase is not Phase.SERVING
+            and (rank is None or row.rank == rank)
+        ):
+            counted[(row.backend, row.kernel)] = counted.get((row.backend, row.kernel), 0) + row.count
+    for k in report.kernels:
+        pruned = counted.get((k.backend, k.kernel), 0) - read.get((k.backend, k.kernel), 0)
+        if pruned <= 0:
+            continue
+        k.warmup_pruned = pruned
+        for m in k.missing:
+            ev = served.get((k.backend, k.kernel, m.key or "")) if m.source == "serving" else None
+            reason = ev.attrs.get("reason") if ev is not None else None
+            if not isinstance(reason, str) or not reason or k.backend != "triton":
+                continue  # other backends: their missing keys already carry the journaled reason
+            fixes = ev.attrs.get("fixes")
+            m.reason = f"{reason} (as diagnosed when it compiled: {plural(pruned, 'compile')} before serving pruned)"
+            m.reason_kind = str(ev.attrs.get("reason_kind") or m.reason_kind)
+            m.fixes = [str(f) for f in fixes] if isinstance(fixes, list) else m.fixes
 
 
 def nothing_to_check_reason(journal: Journal) -> str:
