@@ -505,6 +505,8 @@ def loads(text: str | bytes, *, source: str = "<manifest>", key: bytes | None = 
         ) from None
     except (UnicodeDecodeError, RecursionError) as exc:
         raise ManifestError(f"{source}: not valid JSON: {type(exc).__name__}") from None
+    except ValueError as exc:  # an integer of over 4,300 digits (Python's int_max_str_digits)
+        raise ManifestError(f"{source}: not valid JSON: {exc}"[:300]) from None
     if not isinstance(raw, dict):
         raise ManifestError(f"{source}: a manifest is a JSON object, got {type(raw).__name__}")
     fmt = raw.get("format")

@@ -490,3 +490,15 @@ def test_non_json_numbers_are_refused_at_load(good_text: str, constant: str, tmp
     assert constant in text
     with pytest.raises(ManifestError, match=f"not valid JSON: {constant} is not a JSON number"):
         loads(text)
+
+
+def test_an_integer_of_too_many_digits_is_a_manifest_error(good_text: str) -> None:
+    """An integer literal of over 4,300 digits (Python's int_max_str_digits) raised ValueError
+    'Exceeds the limit (4300 digits) for integer string conversion' out of load(): a traceback in
+    warmup replay / merge / cache check."""
+    raw = json.loads(good_text)
+    raw.pop("integrity", None)
+    text = json.dumps(raw).replace('"count": 1', '"count": 1' + "1" * 5000, 1)
+    assert "1" * 5000 in text
+    with pytest.raises(ManifestError, match="not valid JSON: Exceeds the limit"):
+        loads(text)
