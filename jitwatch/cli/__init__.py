@@ -950,6 +950,18 @@ def _refuse_to_drop_entries(output: str, manifest: Any, *, settings: Settings) -
     dropped = [e for e in old.entries if e.identity() not in kept]
     if not dropped:
         return
+    if old.triton_version and manifest.triton_version and old.triton_version != manifest.triton_version:
+        # recorded with another Triton: its keys never compile again, and replay refuses them (a merge
+        # keeping them made every later `warmup replay` exit 1); written over, said on stderr
+        typer.echo(
+            plain(
+                f"jitwatch: replacing {loc.file}: recorded with Triton {old.triton_version}, this journal's"
+                f" compiles with Triton {manifest.triton_version} (another Triton's keys do not replay); dropped:"
+                f" {plural(len(dropped), 'specialization')} not in this export"
+            ),
+            err=True,
+        )
+        return
     kernels = sorted({e.kernel for e in dropped})
     raise _fail(
         plain(

@@ -502,3 +502,30 @@ def test_an_integer_of_too_many_digits_is_a_manifest_error(good_text: str) -> No
     assert "1" * 5000 in text
     with pytest.raises(ManifestError, match="not valid JSON: Exceeds the limit"):
         loads(text)
+
+
+def test_re_export_over_a_manifest_of_another_triton_replaces_it(recorded: MonitorHarness, tmp_path: Path) -> None:
+    """After a Triton upgrade, exporting over the manifest recorded with the old Triton refused
+    (exit 1, nothing written) and advised `warmup merge`, which kept the old Triton's entries: replay
+    refuses them (their keys do not verify with another Triton), so every later `warmup replay`
+    exited 1. Entries of another Triton are not kept: the file is replaced, a line on stderr says
+    why; entries of the same Triton still make the export refuse."""
+    from jitwatch.cli import app
+
+    out = tmp_path / "warmup.json"
+    old = _manifest(recorded, phases=None)  # warmup and serving keys: more than a serving export holds
+    assert old.triton_version and len(old.entries) == 2
+    save(old, out)
+    res = CliRunner().invoke(app, ["manifest", "export", "--journal-dir", str(recorded.journal_dir), "-o", str(out)])
+    assert res.exit_code == 1 and "holds 1 specialization this export leaves out" in res.stderr, res.output
+    old.triton_version = "3.0.0"
+    save(old, out)
+    res = CliRunner().invoke(app, ["manifest", "export", "--journal-dir", str(recorded.journal_dir), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(f"wrote {out}: 1 specialization of 1 kernel (serving)"), res.output
+    assert res.stderr.startswith(
+        f"jitwatch: replacing {out}: recorded with Triton 3.0.0, this journal's compiles with Triton"
+        f" {load(out).triton_version} (another Triton's keys do not replay); dropped: 1 specialization not in"
+        " this export"
+    ), res.stderr
+    assert len(load(out).entries) == 1
