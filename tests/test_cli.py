@@ -1309,3 +1309,20 @@ def test_a_journal_dir_named_with_control_characters_is_quoted_so_the_shown_comm
     assert word.startswith("$'") and word.endswith("'"), word
     echoed = subprocess.run(["bash", "-c", f"printf %s {word}"], cwd=tmp_path, capture_output=True, check=True)
     assert echoed.stdout == os.fsencode(jdir) and not (tmp_path / "PWNED").exists(), (word, echoed)
+
+
+@pytest.mark.parametrize("command", [["why"], ["manifest", "export", "-o", "m.json"]])
+def test_a_rank_sqlite_cannot_hold_is_a_usage_error(tmp_path: Path, command: list[str]) -> None:
+    """``--rank 99999999999999999999`` raised OverflowError ('Python int too large to convert to
+    SQLite INTEGER') as a traceback from why and manifest export; --rank takes 0..MAX_RANK, as the
+    sidecar's ?rank= does: a usage error naming the bound, exit 2."""
+    from jitwatch.store.journal import Journal
+
+    with Journal(tmp_path / "j"):
+        pass
+    res = CliRunner().invoke(
+        app, [*command, "--journal-dir", str(tmp_path / "j"), "--rank", "99999999999999999999"], env={"COLUMNS": "200"}
+    )
+    assert res.exit_code == 2 and not isinstance(res.exception, OverflowError), (res.exception, res.output)
+    assert "Invalid value for '--rank'" in res.output and "2147483647" in res.output, res.output
+    assert "Traceback" not in res.output and "OverflowError" not in res.output, res.output

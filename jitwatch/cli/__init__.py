@@ -852,7 +852,7 @@ def manifest_export(
         bool, typer.Option("--all-phases", help="Record every compile, not only serving-phase ones.", **FLAG)
     ] = False,
     allow: AllowOpt = None,
-    rank: Annotated[int | None, typer.Option(help="Only this rank's compiles.")] = None,
+    rank: Annotated[int | None, typer.Option(min=0, max=config.MAX_RANK, help="Only this rank's compiles.")] = None,
     name: Annotated[
         str | None,
         typer.Option(show_default="this host's name", help="Manifest name in a directory or Redis store."),
@@ -1166,7 +1166,7 @@ def why(
     journal_dir: ReadJournalDirOpt = None,
     kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="Only this kernel (Triton: fn.name).")] = None,
     backend: Annotated[str | None, typer.Option(help="Only this JIT backend (e.g. triton).")] = None,
-    rank: Annotated[int | None, typer.Option(help="Only this rank's compiles.")] = None,
+    rank: Annotated[int | None, typer.Option(min=0, max=config.MAX_RANK, help="Only this rank's compiles.")] = None,
     limit: Annotated[
         int, typer.Option(min=1, max=10_000, help="The newest N serving compiles (shown oldest first).")
     ] = 20,
