@@ -1116,7 +1116,10 @@ def warmup_replay(
     if report.skipped and not (report.compiled or report.cached):
         prefixes = _allow(allow)
         needed = _modules_needed(manifest, prefixes)
-        if not prefixes:
+        skipped_fix = _skipped_fix(report, manifest)
+        if skipped_fix is not None:
+            fix = skipped_fix
+        elif not prefixes:
             fix = (
                 "pass --allow MODULE_PREFIX (or set JITWATCH_MANIFEST_ALLOW) for the kernels' modules"
                 + needed
@@ -1128,6 +1131,23 @@ def warmup_replay(
         else:
             fix = "make the kernels' modules importable (PYTHONPATH; see the skip reasons above)"
         raise _fail(f"every entry was skipped ({report.skipped}), nothing compiled: {fix}", 1)
+
+
+def _skipped_fix(report: Any, manifest: Any) -> str | None:
+    """The fix when every skipped entry was skipped for one reason that no --allow or PYTHONPATH
+    mends (another GPU target, a changed source), else ``None``: the hint said "make the kernels'
+    modules importable" for a manifest recorded for sm_80 replayed for sm_90."""
+    reasons = [str(r.reason or "") for r in report.results if r.status == "skipped"]
+    if all(r.startswith("recorded for target ") for r in reasons):
+        archs = sorted({str(e.target.get("arch")) for e in manifest.entries if isinstance(e.target, dict)})
+        arch = archs[0] if len(archs) == 1 and archs[0].isdigit() else "N"
+        return (
+            f"the manifest was recorded for another GPU target ({', '.join(archs[:4])}): replay it on that GPU,"
+            f" or with --compile-only --arch {arch} to fill a Triton cache for it"
+        )
+    if all(r.startswith("source changed since recording") for r in reasons):
+        return "the kernels' source changed since recording: record the manifest again from a journal of this source"
+    return None
 
 
 def _submodules_hint(mod: Any, limit: int = 5) -> str:

@@ -503,3 +503,36 @@ def test_an_entry_recorded_with_another_triton_says_so(tmp_path: Path, triton_ca
     again = replay(m, allow=ALLOW, parallel="serial")
     assert again.results[0].status == "refused"
     assert "recorded with Triton" not in (again.results[0].reason or "")
+
+
+def test_cli_replay_all_skipped_names_the_fix_for_the_reason(recorded: Manifest, tmp_path: Path) -> None:
+    """Every entry skipped for another GPU target (a real sm_90 manifest replayed with --arch 80),
+    or for a changed source: the last line said "make the kernels' modules importable (PYTHONPATH
+    ...)", which mends neither. It names the recorded target and --compile-only --arch 90, or says
+    to record the manifest again."""
+    from jitwatch.cli import app
+
+    path = save(recorded, tmp_path / "m.json")
+    cli = ["warmup", "replay", str(path), "--allow", "kernels_fieldcases", "--compile-only", "--no-progress"]
+    res = CliRunner().invoke(app, [*cli, "--arch", "80"])
+    assert res.exit_code == 1, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last == (
+        "jitwatch: every entry was skipped (1), nothing compiled: the manifest was recorded for another GPU target"
+        " (90): replay it on that GPU, or with --compile-only --arch 90 to fill a Triton cache for it"
+    ), res.output
+    changed = recorded.model_copy(deep=True)
+    changed.entries[0].source_hash = "0" * 64
+    path = save(changed, tmp_path / "changed.json")
+    res = CliRunner().invoke(
+        app, ["warmup", "replay", str(path), "--allow", "kernels_fieldcases", "--compile-only", "--no-progress"]
+    )
+    assert res.exit_code == 1 and "source changed since recording" in res.output, res.output
+    assert (
+        res.output.strip()
+        .splitlines()[-1]
+        .endswith(
+            "nothing compiled: the kernels' source changed since recording: record the manifest again from a journal"
+            " of this source"
+        )
+    ), res.output
