@@ -266,8 +266,8 @@ def render_coverage(report: CoverageReport, console: Console, *, verbose: bool =
         console.print(
             cell(
                 "(compiles before serving no longer in the events read (retention, or past the newest read):"
-                f" {shown}; keys counts only the compiles left, the reasons of their serving compiles are as"
-                " diagnosed when they compiled)"
+                f" {shown}; keys counts only the compiles left; a serving compile's reason is the one journaled"
+                " when it compiled, where the journal has it)"
             ),
             style="dim",
         )
