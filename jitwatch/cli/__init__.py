@@ -1010,6 +1010,21 @@ def warmup_merge(
             found = [(src, m) for src, m in found if src != name]
         pairs.extend((f"{safe_location(loc)}:{src}" if many else src, m) for src, m in found)
     manifest, report = merge(pairs)
+    versions: dict[str, list[str]] = {}
+    for src, m in pairs:
+        if m.triton_version:
+            versions.setdefault(m.triton_version, []).append(src)
+    if len(versions) > 1:  # each Triton refuses the other's keys: every replay of the merge reported refusals
+        by = "; ".join(
+            f"{v}: {', '.join(srcs[:3])}{', …' if len(srcs) > 3 else ''}" for v, srcs in sorted(versions.items())
+        )
+        typer.echo(
+            plain(
+                f"jitwatch: the inputs were recorded with {len(versions)} Triton versions ({by}): a replay refuses"
+                " the entries of every Triton but its own; merge the manifests of one Triton version"
+            ),
+            err=True,
+        )
     try:
         where = write_manifest(output, manifest, name=name, key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key)
     except StoreError as exc:

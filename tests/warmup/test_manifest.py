@@ -529,3 +529,27 @@ def test_re_export_over_a_manifest_of_another_triton_replaces_it(recorded: Monit
         " this export"
     ), res.stderr
     assert len(load(out).entries) == 1
+
+
+def test_merging_manifests_of_two_tritons_says_so(recorded: MonitorHarness, tmp_path: Path) -> None:
+    """`warmup merge` of a manifest recorded with another Triton (a fleet mid-upgrade) wrote the
+    mixed manifest silently (triton_version null): every replay of it then refused the other
+    Triton's entries as if edited. One stderr line names the versions and their inputs; a merge of
+    one Triton's manifests has none."""
+    from jitwatch.cli import app
+
+    m = _manifest(recorded, phases=None)
+    here = save(m, tmp_path / "here.json")
+    same = CliRunner().invoke(app, ["warmup", "merge", str(here), str(here), "-o", str(tmp_path / "same.json")])
+    assert same.exit_code == 0 and same.stderr == "", same.output
+    m.triton_version = "3.0.0"
+    old = save(m, tmp_path / "old.json")
+    res = CliRunner().invoke(app, ["warmup", "merge", str(old), str(here), "-o", str(tmp_path / "out.json")])
+    assert res.exit_code == 0 and res.stdout.startswith(f"wrote {tmp_path / 'out.json'}: merged 2 manifests"), (
+        res.output
+    )
+    assert res.stderr == (
+        f"jitwatch: the inputs were recorded with 2 Triton versions (3.0.0: {old}; {load(here).triton_version}:"
+        f" {here}): a replay refuses the entries of every Triton but its own; merge the manifests of one Triton"
+        " version\n"
+    ), res.stderr
