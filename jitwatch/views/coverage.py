@@ -981,9 +981,11 @@ def _note_pruned(report: CoverageReport, events: Sequence[Any], stats: Sequence[
         k.warmup_pruned = pruned
         for m in k.missing:
             ev = served.get((k.backend, k.kernel, m.key or "")) if m.source == "serving" else None
-            reason = ev.attrs.get("reason") if ev is not None else None
-            if not isinstance(reason, str) or not reason or k.backend != "triton":
+            if ev is None or k.backend != "triton":
                 continue  # other backends: their missing keys already carry the journaled reason
+            reason = ev.attrs.get("reason")
+            if not isinstance(reason, str) or not reason:
+                continue
             fixes = ev.attrs.get("fixes")
             m.reason = f"{reason} (as diagnosed when it compiled: {plural(pruned, 'compile')} before serving pruned)"
             m.reason_kind = str(ev.attrs.get("reason_kind") or m.reason_kind)
