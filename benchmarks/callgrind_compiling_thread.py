@@ -5,7 +5,7 @@ script runs ``valgrind --tool=callgrind`` on itself, one process per (tree, layo
 counts only what the main (compiling) thread executes inside one C function that wraps the
 measured loop (``functools.reduce``, which neither Triton nor jitwatch calls there:
 ``--collect-atstart=no --toggle-collect=functools_reduce``), so imports, set-up and the journal
-writer's thread are not counted. Two cases, each per compile:
+writer's thread are not counted. Three cases, each per compile:
 
 * ``tight``: jitwatch's installed callables called back to back ``--n`` times with the keywords
   Triton passed them in one real disk-cache-hit compile (``bench_cost_floor.py``'s tight loop);
@@ -13,7 +13,19 @@ writer's thread are not counted. Two cases, each per compile:
   disk-cache-hit compiles (``_kernels.compile_plan(--compiles)``, in-memory caches cleared before
   each burst). Not a usable measure of jitwatch's part: Triton's own ~4.4M instructions per
   compile differ from process to process by more than jitwatch's ~18k (``--opcodes`` counts
-  jitwatch's bytecodes in real compiles instead).
+  jitwatch's bytecodes in real compiles instead);
+* ``hooks`` (``--cases hooks``): the same real compiles, counting only what runs inside the hook
+  slots: each callable sits behind a forwarding callable written in C (:data:`_SHIM`, built here
+  with ``cc`` and Python's headers), and ``--toggle-collect=jw_shim_call`` counts from the call
+  into the hook to its return. No Python frame is added (the Triton pre-hook's ``sys._getframe(2)``
+  still finds ``_do_compile``), so this is jitwatch's work in the place it runs, between Triton's
+  stages.
+
+``--cache-sim`` adds callgrind's cache simulation (``--cache-sim=yes``: L1 instruction and data
+caches and the last level, sized as this host's): misses per compile by kind (``I1mr``, ``D1mr``,
+``D1mw``, ``ILmr``, ``DLmr``, ``DLmw``). With ``hooks`` it says how much of jitwatch's code and
+data a real compile finds outside L1 — what ``bench_cost_floor.py``'s real-compile figure pays
+beyond the tight loop, once Triton's own work between the hooks has evicted L2 as well.
 
 Layouts: ``jitwatch`` (``create_monitor(mode="warn")``, phase ``serving``, as in
 ``bench_cost_floor.py``) and ``noop`` (no-op callables in the slots jitwatch holds). jitwatch's
@@ -22,7 +34,9 @@ jitwatch`` tree) adds that tree's ``jitwatch`` layout. The journal writer is hel
 raised) while the loop runs; it drains at the ``flush()`` after it, outside the count.
 
 Run: ``python benchmarks/callgrind_compiling_thread.py --before /tmp/before --out r.json``
-(a few minutes: torch and Triton import under callgrind). Needs valgrind.
+(a few minutes: torch and Triton import under callgrind); ``--cases tight,hooks --cache-sim`` for
+the misses. ``--before`` also takes a copy of this tree with one part of the hooks changed (an
+ablation: docs/benchmarks.md section 9). Needs valgrind.
 """
 
 from __future__ import annotations
@@ -134,7 +148,13 @@ def _inner(cfg: dict[str, Any]) -> None:
         Path(cfg["out"]).write_text(json.dumps({"tight": tight, "compile": mine}))
         mon.uninstall()
         return
-    if cfg["case"] == "tight":
+    if cfg["case"] == "hooks":  # real compiles; only the calls into the hook slots are counted
+        _shim_slots(slots, hooks, cfg["shim"])
+        for _ in range(cfg["bursts"]):
+            burst()
+            mon.flush()
+        per = cfg["bursts"] * len(plan)
+    elif cfg["case"] == "tight":
 
         def step(acc: None, _: int) -> None:
             pre(**kp)
@@ -160,6 +180,69 @@ def _inner(cfg: dict[str, Any]) -> None:
     mon.uninstall()
 
 
+_SHIM = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+/* A callable that forwards every call to the callable it holds, from C: no Python frame between
+   Triton's _call_hook and the hook (the Triton pre-hook's sys._getframe(2) still finds
+   _do_compile), and callgrind's --toggle-collect=jw_shim_call counts the hook's work only. */
+typedef struct { PyObject_HEAD PyObject *fn; } Shim;
+__attribute__((noinline)) PyObject *jw_shim_call(PyObject *fn, PyObject *args, PyObject *kwargs) {
+    return PyObject_Call(fn, args, kwargs);
+}
+static PyObject *shim_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    return jw_shim_call(((Shim *)self)->fn, args, kwargs);
+}
+static void shim_dealloc(PyObject *self) { Py_XDECREF(((Shim *)self)->fn); Py_TYPE(self)->tp_free(self); }
+static PyObject *shim_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *fn;
+    if (!PyArg_ParseTuple(args, "O", &fn)) return NULL;
+    Shim *self = (Shim *)type->tp_alloc(type, 0);
+    if (self) { Py_INCREF(fn); self->fn = fn; }
+    return (PyObject *)self;
+}
+static PyTypeObject ShimType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "jw_cg_shim.Shim", .tp_basicsize = sizeof(Shim), .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = shim_new, .tp_call = shim_call, .tp_dealloc = shim_dealloc,
+};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "jw_cg_shim", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_jw_cg_shim(void) {
+    if (PyType_Ready(&ShimType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&mod);
+    if (m) { Py_INCREF(&ShimType); PyModule_AddObject(m, "Shim", (PyObject *)&ShimType); }
+    return m;
+}
+"""
+
+
+def _build_shim(tmp: Path) -> str | None:
+    """Build :data:`_SHIM` as an extension module in ``tmp`` (``cc`` and Python's headers); the
+    path of the module's directory, ``None`` where it cannot be built."""
+    import sysconfig
+
+    src, lib = tmp / "jw_cg_shim.c", tmp / f"jw_cg_shim{sysconfig.get_config_var('EXT_SUFFIX')}"
+    src.write_text(_SHIM)
+    cmd = ["cc", "-shared", "-fPIC", "-O1", f"-I{sysconfig.get_paths()['include']}", "-o", str(lib), str(src)]
+    try:
+        rc = subprocess.call(cmd, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    return str(tmp) if rc == 0 else None
+
+
+def _shim_slots(slots: list[tuple[Any, str]], hooks: list[Any], where: str) -> None:
+    """Put each of ``hooks`` into its slot behind :data:`_SHIM`'s forwarding callable (imported
+    from ``where``), so ``--toggle-collect=jw_shim_call`` counts the hooks' own work in real
+    compiles and nothing of Triton's; the same shim wraps the no-ops."""
+    sys.path.insert(0, where)
+    from jw_cg_shim import Shim  # type: ignore[import-not-found]
+
+    for (h, a), fn in zip(slots, hooks, strict=True):
+        if fn is not None:
+            setattr(h, a, Shim(fn))
+
+
 _HELPER = r"""
 #include <valgrind/callgrind.h>
 void jw_instrument(int on) { if (on) { CALLGRIND_START_INSTRUMENTATION; } else { CALLGRIND_STOP_INSTRUMENTATION; } }
@@ -182,7 +265,8 @@ def _helper(tmp: Path) -> str | None:
 _JITWATCH_FILES = ("backend.py", "monitor.py", "writer.py", "hooks.py", "base.py")
 """Files whose bytecodes ``--opcodes`` counts in real compiles (Triton's own are not)."""
 
-_TOTAL = re.compile(r"^(?:summary|totals):\s*(\d+)", re.M)
+_TOTAL = re.compile(r"^(?:summary|totals):\s*([\d ]+)$", re.M)
+_EVENTS = re.compile(r"^events:\s*(.+)$", re.M)
 
 
 def _count(tmp: Path, cfg: dict[str, Any], tag: str) -> dict[str, Any]:
@@ -195,8 +279,9 @@ def _count(tmp: Path, cfg: dict[str, Any], tag: str) -> dict[str, Any]:
         "--tool=callgrind",
         "--collect-atstart=no",
         f"--instr-atstart={'no' if cfg.get('helper') else 'yes'}",
-        "--toggle-collect=functools_reduce",
+        f"--toggle-collect={'jw_shim_call' if cfg['case'] == 'hooks' else 'functools_reduce'}",
         "--separate-threads=yes",
+        *(["--cache-sim=yes"] if cfg.get("cache_sim") else []),
         f"--callgrind-out-file={prefix}.%p",
         sys.executable,
         str(HERE),
@@ -210,12 +295,24 @@ def _count(tmp: Path, cfg: dict[str, Any], tag: str) -> dict[str, Any]:
     if rc != 0:
         raise RuntimeError(f"{tag} failed ({rc}): {err.read_text()[-3000:]}")
     per_thread = {}
+    events: dict[str, int] = {}
     for f in sorted(tmp.glob(f"cg-{tag}.*")):
-        m = _TOTAL.search(f.read_text(errors="replace"))
-        per_thread[f.name.rsplit("-", 1)[-1]] = int(m.group(1)) if m else 0
+        text = f.read_text(errors="replace")
+        m, names = _TOTAL.search(text), _EVENTS.search(text)
+        counts = [int(x) for x in m.group(1).split()] if m else [0]
+        per_thread[f.name.rsplit("-", 1)[-1]] = counts[0]
+        for name, count in zip(names.group(1).split() if names else ["Ir"], counts, strict=False):
+            events[name] = events.get(name, 0) + count
     res = json.loads(Path(cfg["out"]).read_text())
     total = sum(per_thread.values())
-    return {"instructions": total, "per_thread": per_thread, "per_compile": total / res["per"], **res}
+    per_event = {name: count / res["per"] for name, count in events.items()}
+    return {
+        "instructions": total,
+        "per_thread": per_thread,
+        "per_compile": total / res["per"],
+        "events": per_event,
+        **res,
+    }
 
 
 def main() -> None:
@@ -227,6 +324,11 @@ def main() -> None:
     ap.add_argument("--compiles", type=int, default=24, help="compiles per burst (compile case)")
     ap.add_argument("--bursts", type=int, default=2)
     ap.add_argument("--out", help="JSON result file")
+    ap.add_argument(
+        "--cache-sim",
+        action="store_true",
+        help="also simulate the caches (callgrind --cache-sim=yes): L1 and last-level misses per compile",
+    )
     ap.add_argument(
         "--opcodes", action="store_true", help="count executed bytecodes per function instead (no valgrind)"
     )
@@ -254,8 +356,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="jw-cg-") as d:
         tmp = Path(d)
         helper = _helper(tmp)
+        shim = _build_shim(tmp) if "hooks" in args.cases.split(",") else None
+        if "hooks" in args.cases.split(",") and shim is None:
+            raise SystemExit("the hooks case needs cc and Python's headers (its C shim)")
         for case in args.cases.split(","):
             base = {"case": case, "helper": helper, "n": args.n, "compiles": args.compiles, "bursts": args.bursts}
+            base["cache_sim"], base["shim"] = args.cache_sim, shim
             got: dict[str, Any] = {}
             for tree, path in trees.items():
                 for layout in ("jitwatch", "noop"):
@@ -264,9 +370,15 @@ def main() -> None:
                     tag = f"{case}-{tree}-{layout}"
                     got[tag] = _count(tmp, {**base, "tree": path, "layout": layout}, tag)
                     print(f"{tag}: {got[tag]['per_compile']:.0f} instructions per compile", flush=True)
+                    if args.cache_sim:
+                        print("   ", {k: round(v, 1) for k, v in got[tag]["events"].items()}, flush=True)
             floor = got[f"{case}-after-noop"]["per_compile"]
             for tree in trees:
                 got[f"{case}-{tree}-net"] = got[f"{case}-{tree}-jitwatch"]["per_compile"] - floor
+                if args.cache_sim:
+                    mine, noop = got[f"{case}-{tree}-jitwatch"]["events"], got[f"{case}-after-noop"]["events"]
+                    got[f"{case}-{tree}-net_events"] = net = {k: mine[k] - noop.get(k, 0.0) for k in mine}
+                    print(f"{case} {tree}: jitwatch's part", {k: round(v, 1) for k, v in net.items()})
                 print(f"{case} {tree}: jitwatch's part {got[f'{case}-{tree}-net']:.0f} instructions per compile")
             out[case] = got
     if args.out:
