@@ -17,6 +17,8 @@ import pytest
 from jitwatch.config import Settings
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.demo.runner import (
+    DEMO_LABEL,
+    DEMO_LABEL_VALUE,
     LOCK_FILE,
     STOPPED_LINE,
     DemoError,
@@ -817,15 +819,164 @@ def test_demo_refuses_to_reset_a_journal_it_did_not_create(tmp_path: Path) -> No
         port = s.getsockname()[1]
         with pytest.raises(DemoSetupError, match="--port"):
             run_demo(DemoOptions(port=port, journal_dir=jdir, exit_after=True, force=True))
-        # a directory a demo used before (its demo.lock) is the demo's: no refusal either
+        # a directory a demo used before (its demo.lock) passes this check (what its journal holds
+        # is checked next, under the lock: test_demo_refuses_a_journal_a_real_worker_wrote_to)
         demo_dir = tmp_path / "demo-old"
         demo_dir.mkdir()
         with journal_lock(demo_dir):
             pass
-        JournalBuilder(demo_dir).write(jb.event(EventKind.COMPILE, jb.t0, kernel="k", phase=Phase.SERVING))
+        JournalBuilder(demo_dir).worker(**{DEMO_LABEL: DEMO_LABEL_VALUE})
         with pytest.raises(DemoSetupError, match="--port"):
             run_demo(DemoOptions(port=port, journal_dir=demo_dir, exit_after=True))
     assert (jdir / JOURNAL_FILE).read_bytes() == before
+
+
+def test_what_a_demo_journal_may_hold(tmp_path: Path) -> None:
+    """check_journal_writers (real SQLite): a journal whose every writer has a worker row labelled
+    as the demo's worker passes; events of another process, a worker row without the label, and a
+    later worker registering under the demo worker's own host, pid and rank (a reused pid: its
+    worker_start replaces the row) are refused, naming what was found and --force; nothing changes."""
+    from jitwatch.demo.runner import check_journal_writers
+    from jitwatch.testing import JournalBuilder
+
+    check_journal_writers(tmp_path / "missing")  # no journal: nothing to lose
+    jdir = tmp_path / "demo-9400"
+    jb = JournalBuilder(jdir)
+    Journal(jdir).close()
+    check_journal_writers(jdir)  # the empty journal the demo creates
+    jb.worker(pid=7, **{DEMO_LABEL: DEMO_LABEL_VALUE})
+    jb.compile("k", pid=7, phase=Phase.SERVING)
+    check_journal_writers(jdir)
+    jb.compile("k", pid=8, rank=1, phase=Phase.SERVING)
+    jb.compile("k", pid=8, rank=1, phase=Phase.SERVING)
+    refusal = "; the demo resets its journal at start; pass --force to reset it, or another --journal-dir"
+    with pytest.raises(DemoSetupError) as exc:
+        check_journal_writers(jdir)
+    assert str(exc.value) == (
+        f"{jdir} holds a journal that a process other than jitwatch demo's worker wrote to:"
+        " 2 events of pid 8 on host node-a (rank 1)" + refusal
+    )
+    jb.worker(pid=9, rank=2)
+    with pytest.raises(DemoSetupError) as exc:
+        check_journal_writers(jdir)
+    assert str(exc.value) == (
+        f"{jdir} holds a journal that 2 processes other than jitwatch demo's worker wrote to: 3 events"
+        " (pid 8 on host node-a, rank 1: 2 events; pid 9 on host node-a, rank 2: 1 event)" + refusal
+    )
+    other = tmp_path / "reused-pid"
+    jb = JournalBuilder(other)
+    jb.worker(pid=7, **{DEMO_LABEL: DEMO_LABEL_VALUE})
+    jb.compile("k", pid=7, phase=Phase.SERVING)
+    check_journal_writers(other)
+    jb.worker(pid=7, ts=jb.t0 + 60)  # another process, the same host, pid and rank
+    with pytest.raises(DemoSetupError, match=r"of pid 7 on host node-a \(rank 0\); the demo resets"):
+        check_journal_writers(other)
+    (bad := tmp_path / "bad").mkdir()
+    (bad / JOURNAL_FILE).write_text("not a database")
+    with pytest.raises(DemoSetupError, match=r"cannot read .*pass --force"):
+        check_journal_writers(bad)
+    assert (bad / JOURNAL_FILE).read_text() == "not a database"
+
+
+REAL_WORKER = (  # a real worker, not the demo's: its own process, compile-only Triton, the journal argv[1]
+    "import sys, torch\n"
+    "from jitwatch.kernels.kv_blocks import zero_kv_blocks\n"
+    "from jitwatch.testing import monitored\n"
+    "with monitored(journal_dir=sys.argv[1]) as h:\n"
+    "    with h.monitor.warmup():\n"
+    "        pass\n"
+    "    zero_kv_blocks(torch.ones(8, 1024, dtype=torch.float16), torch.tensor([1, 2], dtype=torch.int32))\n"
+    "    assert h.monitor.flush()\n"
+    "    print(h.monitor.identity.pid)\n"
+)
+
+
+def _writers(jdir: Path) -> dict[tuple[str, int, int], int]:
+    """Events of each ``(host, pid, rank)`` in the journal in ``jdir`` (SQLite, read-only)."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"{(jdir / JOURNAL_FILE).as_uri()}?mode=ro", uri=True)
+    try:
+        return {
+            (h, p, r): n for h, p, r, n in conn.execute("SELECT host, pid, rank, COUNT(*) FROM events GROUP BY 1, 2, 3")
+        }
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_demo_refuses_a_journal_a_real_worker_wrote_to(tmp_path: Path) -> None:
+    """Reproduced in a new-user trial: `jitwatch demo --journal-dir D` once (D/demo.lock stays), a
+    real worker then journals compiles in D, and the next `jitwatch demo --journal-dir D` deleted
+    them without --force: demo.lock was the only check. Now the demo's worker labels its worker row
+    and the demo resets only a journal whose every writer has it. Real processes throughout: a demo
+    killed with kill -9 (parent and worker) leaves a journal the next demo still knows as its own;
+    a real worker's compiles (compile-only Triton) then make it refuse, one line, exit 2, the
+    journal and demo.lock untouched; --force resets it."""
+    import contextlib
+    import re
+    import signal
+
+    jdir = tmp_path / "D"
+    env = demo_env(tmp_path)
+
+    def demo(*flags: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--exit", "--port", str(free_port())]
+        return subprocess.run(
+            [*cmd, "--journal-dir", str(jdir), *flags], env=env, capture_output=True, text=True, timeout=300
+        )
+
+    # 1. a demo serving, killed with kill -9 (parent, then its worker) once its worker has journaled
+    cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--port", str(free_port()), "--journal-dir", str(jdir)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    seen: list[str] = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "Ctrl-C to stop" in line:
+                break
+        (pid,) = re.findall(r"^worker pid (\d+) ", "".join(seen), re.M)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):  # it may have ended already (its stdout's reader died)
+            os.kill(int(pid), signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=60)
+    assert set(_writers(jdir)) == {(socket.gethostname(), int(pid), 0)}, _writers(jdir)
+    # 2. the next demo resets its own journal: no --force needed
+    res = demo()
+    assert res.returncode == 0, res.stdout + res.stderr
+    # 3. a real worker journals its compiles there
+    run = subprocess.run(
+        [sys.executable, "-c", REAL_WORKER, str(jdir)],
+        env={**{k: v for k, v in env.items() if k != "JITWATCH_DIR"}, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    worker_pid = int(run.stdout.split()[-1])
+    writers = _writers(jdir)
+    (key,) = [k for k in writers if k[1] == worker_pid]
+    assert writers[key] >= 2, writers  # its worker_start and its compiles, at least
+    lock = (jdir / LOCK_FILE).read_text()
+    # 4. the next demo refuses, naming them and --force; nothing deleted
+    res = demo()
+    assert res.returncode == 2, res.stdout + res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line == (
+        f"jitwatch demo: {jdir} holds a journal that a process other than jitwatch demo's worker wrote to:"
+        f" {writers[key]} events of pid {worker_pid} on host {key[0]} (rank 0); the demo resets its journal at"
+        " start; pass --force to reset it, or another --journal-dir"
+    ), line
+    assert _writers(jdir) == writers and (jdir / LOCK_FILE).read_text() == lock
+    # 5. --force resets it (the worker's events are gone: only the new demo worker's)
+    res = demo("--force")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert all(k[1] != worker_pid for k in _writers(jdir)), _writers(jdir)
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o022])

@@ -739,7 +739,10 @@ def demo(
         bool,
         typer.Option(
             "--force",
-            help="Reset the journal in --journal-dir even if no demo created it (else: refused, exit 2).",
+            help=(
+                "Reset the journal in --journal-dir even if no demo created it or a process other than a demo's"
+                " worker wrote to it (else: refused, exit 2)."
+            ),
             **FLAG,
         ),
     ] = False,

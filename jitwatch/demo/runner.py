@@ -11,9 +11,10 @@ Triton's disk cache: a fresh temporary ``TRITON_CACHE_DIR`` per run (cold compil
 node), unless ``keep_triton_cache``.
 
 The journal directory defaults to ``<JITWATCH_DIR>/demo-<port>`` (one per port, so two demos on
-different ports never reset each other's journal); a journal there that no demo created is not
-reset without ``force`` (:func:`check_journal_is_the_demos`). It is locked (``fcntl.flock`` on
-:data:`LOCK_FILE` inside it) for the demo's lifetime: a second demo on the same directory refuses.
+different ports never reset each other's journal); a journal there that no demo created, or that a
+process other than a demo's worker wrote to, is not reset without ``force``
+(:func:`check_journal_is_the_demos`, :func:`check_journal_writers`). It is locked (``fcntl.flock``
+on :data:`LOCK_FILE` inside it) for the demo's lifetime: a second demo on the same directory refuses.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,11 @@ DEMO_SUBDIR = "demo"
 """Default journal directory: ``<JITWATCH_DIR>/demo-<port>``."""
 LOCK_FILE = "demo.lock"
 """Lock file inside the demo's journal directory (``fcntl.flock``, exclusive, held while running)."""
+DEMO_LABEL = "jitwatch_demo"
+"""The demo worker's label (:attr:`jitwatch.WorkerIdentity.labels`, value :data:`DEMO_LABEL_VALUE`):
+on its worker row (and on every event it writes). A journal where every process that wrote has a
+worker row with it holds nothing but the demo's own (:func:`check_journal_writers`)."""
+DEMO_LABEL_VALUE = "worker"
 
 
 @dataclass
@@ -165,12 +171,14 @@ def _prepare_dir(directory: Path, what: str) -> None:
 
 
 @contextlib.contextmanager
-def journal_lock(directory: Path) -> Iterator[None]:
-    """Hold an exclusive ``fcntl.flock`` on ``directory/demo.lock`` (non-blocking).
+def journal_lock(directory: Path, check: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``directory/demo.lock`` (non-blocking). ``check`` runs
+    once the lock is held, before the file is truncated to this process's pid: what it raises
+    leaves the file as it was (the lock released).
 
     Raises:
         DemoSetupError: another demo holds the lock, or the lock file is a symlink (opened
-            ``O_NOFOLLOW``: it is truncated to the pid) or cannot be opened.
+            ``O_NOFOLLOW``: it is truncated to the pid) or cannot be opened; or what ``check`` raised.
     """
     import errno
     import fcntl
@@ -191,6 +199,8 @@ def journal_lock(directory: Path) -> Iterator[None]:
                 f"another jitwatch demo is using the journal directory {directory} "
                 "(stop it, or pass --journal-dir / --port)"
             ) from None
+        if check is not None:
+            check()
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         yield
@@ -202,7 +212,8 @@ def check_journal_is_the_demos(directory: Path) -> None:
     """Refuse a ``directory`` that holds a journal (``journal.db`` or its ``-wal``) the demo did not
     create: one where no demo ran, i.e. without the demo's :data:`LOCK_FILE`, which every demo
     leaves there (``--journal-dir`` pointed at a real worker's journal: the demo's reset would
-    delete it). Only ``stat``; nothing is opened.
+    delete it). Only ``stat``; nothing is opened. A ``demo.lock`` proves only that a demo ran there
+    once: what was written since is checked by :func:`check_journal_writers`.
 
     Raises:
         DemoSetupError: such a journal is there (pass ``force``/``--force`` to reset it anyway).
@@ -213,6 +224,56 @@ def check_journal_is_the_demos(directory: Path) -> None:
             f"{directory} holds a journal that jitwatch demo did not create (no {LOCK_FILE}): the demo resets"
             " its journal at start; pass --force to reset it, or another --journal-dir"
         )
+
+
+def check_journal_writers(directory: Path) -> None:
+    """Refuse a journal in ``directory`` that holds anything a process other than a demo's worker
+    wrote: every process with events or a worker row in it must have a worker row with the demo
+    worker's label (:data:`DEMO_LABEL`). A real worker writes its own row (``worker_start``, which
+    replaces any row of the same host, pid and rank) without that label, so what it wrote is found
+    however the demo that wrote there before ended (``kill -9`` too). Nothing is written: the
+    journal is opened read-only; a directory without ``journal.db`` passes (nothing to lose).
+
+    Raises:
+        DemoSetupError: such a process wrote there, or the journal cannot be read (so the demo
+            cannot tell); pass ``force``/``--force`` to reset it anyway.
+    """
+    if not os.path.lexists(directory / JOURNAL_FILE):
+        return
+    refusal = "the demo resets its journal at start; pass --force to reset it, or another --journal-dir"
+    try:
+        with Journal(directory, readonly=True) as journal:
+            writers = journal.writers()
+    except Exception as exc:  # noqa: BLE001 - whatever stops the read: the demo cannot tell, so refuses
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise DemoSetupError(
+            f"{directory} holds a journal that jitwatch demo cannot read ({why}), so it cannot tell whether"
+            f" only a demo wrote it: {refusal}"
+        ) from None
+    foreign = [
+        (key, events)
+        for key, (events, attrs) in writers.items()
+        if attrs is None or attrs.get(DEMO_LABEL) != DEMO_LABEL_VALUE
+    ]
+    if not foreign:
+        return
+
+    def what(events: int) -> str:
+        return plural(events, "event") if events else "a worker row"
+
+    if len(foreign) == 1:
+        ((host, pid, rank), events), *_ = foreign
+        who, found = "a process", f"{what(events)} of pid {pid} on host {host} (rank {rank})"
+    else:
+        each = "; ".join(
+            f"pid {pid} on host {host}, rank {rank}: {what(events)}" for (host, pid, rank), events in foreign[:3]
+        )
+        more = f"; and {plural(len(foreign) - 3, 'other')}" if len(foreign) > 3 else ""
+        total = sum(events for _, events in foreign)
+        who, found = f"{len(foreign)} processes", f"{plural(total, 'event')} ({each}{more})"
+    raise DemoSetupError(
+        f"{directory} holds a journal that {who} other than jitwatch demo's worker wrote to: {found}; {refusal}"
+    )
 
 
 def reset_journal(directory: Path) -> None:
@@ -354,7 +415,9 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     accepts (:func:`jitwatch.store.safety.prepare_writer_dir`: not another user's), a journal already in it
     must be one a demo created (:func:`check_journal_is_the_demos`; ``force`` skips this), the
     port must be free (``SO_REUSEADDR``) and the journal directory's lock (:func:`journal_lock`)
-    free. SIGTERM stops the demo like Ctrl-C.
+    free; then, under the lock, nothing in the journal may come from a process other than a demo's
+    worker (:func:`check_journal_writers`; ``force`` skips this too). SIGTERM stops the demo like
+    Ctrl-C.
 
     Raises:
         DemoSetupError: one of those checks failed, or a bad ``JITWATCH_*`` value (an unknown
@@ -392,7 +455,9 @@ def run_demo(opts: DemoOptions, console: Any | None = None) -> DemoReport:
     if opts.output_dir is not None:
         _prepare_dir(Path(opts.output_dir), "output directory")
     _check_port(opts.host, opts.port)
-    with journal_lock(journal_dir), _sigterm_as_interrupt():
+    # The journal's writers are checked under the lock: no other demo resets or writes it meanwhile.
+    check = None if opts.force else lambda: check_journal_writers(journal_dir)
+    with journal_lock(journal_dir, check), _sigterm_as_interrupt():
         return _run_locked(opts, journal_dir, console)
 
 

@@ -5,7 +5,8 @@ real worker: its own process, the shared journal directory, ``TRITON_CACHE_DIR``
 
 Scenario:
 
-1. ``jitwatch.install()``, then ``with mon.warmup():`` replays the manifest ``JITWATCH_MANIFEST`` names
+1. ``jitwatch.install()`` (labelled ``jitwatch_demo=worker``: :data:`jitwatch.demo.runner.DEMO_LABEL`),
+   then ``with mon.warmup():`` replays the manifest ``JITWATCH_MANIFEST`` names
    (:func:`jitwatch.warmup.replay.replay_from_env`, the vLLM plugin's call: only modules under
    ``JITWATCH_MANIFEST_ALLOW`` are imported), if set, and runs
    :func:`jitwatch.warmup.slot_mapping.warmup_slot_mapping` on the engine's persistent block table /
@@ -206,7 +207,15 @@ def main(argv: list[str] | None = None) -> int:
 
     gpu = torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")
-    mon = jitwatch.install(journal_dir=args.journal_dir, tracer_provider=None)
+    from jitwatch.config import Settings
+    from jitwatch.core.identity import WorkerIdentity
+    from jitwatch.demo.runner import DEMO_LABEL, DEMO_LABEL_VALUE
+
+    # Labelled as the demo's worker, on its worker row: the next demo on this journal resets it
+    # only when every process that wrote there has it (jitwatch.demo.runner.check_journal_writers).
+    identity = WorkerIdentity.from_settings(Settings.for_worker())
+    identity.labels[DEMO_LABEL] = DEMO_LABEL_VALUE
+    mon = jitwatch.install(journal_dir=args.journal_dir, tracer_provider=None, identity=identity)
     engine = DemoEngine(device, specialize_num_tokens=args.specialize_num_tokens)
     sampler = None if args.no_torch_compile else make_sampler()
     _emit(

@@ -2290,6 +2290,21 @@ class Journal:
     def count_events(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
+    def writers(self) -> dict[tuple[str, Any, Any], tuple[int, dict[str, Any] | None]]:
+        """Every process that wrote to this journal, by ``(host, pid, rank)`` as stored: how many of
+        its events are kept, and its worker row's ``attrs`` (``None``: it has no worker row; attrs
+        that are not a JSON object read as ``{}``). Read raw: no row is skipped, whatever it holds
+        (:meth:`workers` skips rows that make no sense)."""
+        out: dict[tuple[str, Any, Any], tuple[int, dict[str, Any] | None]] = {}
+        for host, pid, rank, count in self._conn.execute(
+            "SELECT host, pid, rank, COUNT(*) FROM events GROUP BY 1, 2, 3"
+        ):
+            out[(str(host), pid, rank)] = (int(count), None)
+        for host, pid, rank, attrs in self._conn.execute("SELECT host, pid, rank, attrs FROM workers"):
+            key = (str(host), pid, rank)
+            out[key] = (out.get(key, (0, None))[0], readsafe.json_object(attrs))
+        return out
+
     def count_events_after(self, after_id: int) -> int:
         """Events kept with ``id > after_id`` (a rowid range: cheap)."""
         sql = "SELECT COUNT(*) FROM events NOT INDEXED WHERE id > ?"
