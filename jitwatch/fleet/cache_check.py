@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from jitwatch.errors import StoreError
-from jitwatch.fleet.stores import safe_location
+from jitwatch.fleet.stores import check_redis_url, safe_location
 from jitwatch.text import plural
 from jitwatch.warmup.manifest import Manifest
 
@@ -325,6 +325,7 @@ class RedisCache:
         self.key_format = key_format
         self.description = f"{safe_location(url)} ({key_format})"
         if client is None:
+            check_redis_url(url)
             try:
                 import redis
             except ImportError:

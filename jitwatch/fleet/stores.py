@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, parse_qsl, urlsplit, urlunsplit
 
 from jitwatch.errors import ManifestError, StoreError
 from jitwatch.warmup.manifest import MAX_MANIFEST_BYTES, Manifest, dumps, loads, save, seal
@@ -46,11 +46,29 @@ def check_name(name: str) -> str:
     return name
 
 
+def _readable(location: str) -> SplitResult | None:
+    """``location`` split, or ``None`` when its host part cannot be read: a port that is not a
+    number in 0-65535, a broken IPv6 host (``[::1``), or an ``@`` after the host part (a password
+    holding an unencoded ``/``, ``?`` or ``#`` ends the host part early, so the rest of the
+    password lands in the path)."""
+    try:
+        parts = urlsplit(location)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not 0-65535
+    except ValueError:
+        return None
+    after_host = location[len(parts.scheme) + 3 + len(parts.netloc) :]
+    return None if "@" in after_host else parts
+
+
 def safe_location(location: str) -> str:
-    """``location`` without a Redis password (for messages and reports)."""
+    """``location`` without a Redis password (for messages and reports). Never raises: a URL
+    whose host part cannot be read is shown without everything up to its last ``@``."""
     if not location.startswith(("redis://", "rediss://")):
         return location
-    parts = urlsplit(location)
+    parts = _readable(location)
+    if parts is None:
+        scheme, _, rest = location.partition("://")
+        return f"{scheme}://***@{rest.rpartition('@')[2]}" if "@" in rest else location
     query = "&".join(
         f"{k}=***" if k.lower() in ("password", "pass", "auth") else f"{k}={v}"
         for k, v in parse_qsl(parts.query, keep_blank_values=True)
@@ -60,6 +78,20 @@ def safe_location(location: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def check_redis_url(location: str) -> SplitResult:
+    """``location`` (``redis://`` or ``rediss://``) split, once its host part is known to be
+    readable (:func:`_readable`); else :class:`StoreError`, naming the location without its
+    password, instead of the ``ValueError`` :mod:`urllib.parse` or redis-py would raise later (a
+    traceback, exit 1) or a connection to another server."""
+    parts = _readable(location)
+    if parts is None:
+        raise StoreError(
+            f"{safe_location(location)}: not a valid redis:// URL (the port must be a number 0-65535, an IPv6"
+            " host goes in [brackets], and a password holding / ? or # must be percent-encoded)"
+        )
+    return parts
 
 
 class ManifestStore(Protocol):
@@ -187,7 +219,7 @@ def parse_location(location: str, *, client: Any | None = None) -> Location:
     if location.startswith("unix://"):
         raise StoreError("unix:// Redis sockets are not supported: use redis://HOST:PORT[/DB][/NAME]")
     if location.startswith(("redis://", "rediss://")):
-        parts = urlsplit(location)
+        parts = check_redis_url(location)
         segs = [s for s in parts.path.split("/") if s]
         db = "0"
         if segs and segs[0].isdigit():
@@ -293,6 +325,7 @@ __all__ = [
     "Location",
     "ManifestStore",
     "RedisStore",
+    "check_redis_url",
     "parse_location",
     "read_manifests",
     "read_one",

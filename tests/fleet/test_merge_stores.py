@@ -7,6 +7,7 @@ built from other source)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -247,3 +248,38 @@ def test_merge_summary_counts_are_words() -> None:
     assert (
         two.summary() == "merged 2 manifests: 1 entry in, 1 out (0 duplicates folded, 0 refused for 0 source conflicts)"
     )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://u:hunter2@127.0.0.1:abc/0",  # a port that is not a number
+        "redis://:hunter2@127.0.0.1:99999/0",  # out of range
+        "redis://:hunter2@[::1/0",  # a broken IPv6 host
+        "redis://u:hun/ter2@127.0.0.1:6379/0",  # an unencoded / in the password ends the host part
+    ],
+)
+def test_an_unreadable_redis_url_is_one_line_exit_2_without_the_password(url: str, tmp_path: Path) -> None:
+    """A redis:// location whose host part urllib cannot read raised ``ValueError`` out of
+    ``parse_location`` (and out of ``safe_location``, which the error lines use): a traceback and
+    exit 1, which for ``warmup merge`` / ``warmup replay`` / ``cache check`` is the exit of a
+    finished run that refused or missed something. Now one line naming the URL without the
+    password, exit 2, for every command reading a location, and ``--redis`` of ``cache check``
+    (merge's output keeps the exit 1 of a store it cannot write, as one line)."""
+    from jitwatch.warmup.manifest import Manifest
+
+    manifest = tmp_path / "m.json"
+    save(Manifest(entries=[]), manifest)
+    commands = [
+        (["warmup", "merge", url, "-o", str(tmp_path / "out.json")], 2),
+        (["warmup", "merge", str(manifest), "-o", url + "/fleet"], 1),
+        (["warmup", "replay", url + "/x"], 2),
+        (["cache", "check", str(manifest), "--redis", url], 2),
+    ]
+    for args, code in commands:
+        res = subprocess.run([sys.executable, "-m", "jitwatch.cli", *args], capture_output=True, text=True, timeout=120)
+        out = res.stdout + res.stderr
+        assert res.returncode == code, (args, out)
+        assert "Traceback" not in out and "hunter2" not in out and "ter2" not in out, (args, out)
+        assert "not a valid redis:// URL" in out and out.count("\n") == 1, (args, out)
+    assert "hunter2" not in safe_location(url) and "ter2" not in safe_location(url)
