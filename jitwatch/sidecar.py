@@ -28,12 +28,13 @@ With a token (``JITWATCH_TOKEN`` / ``--token``) every route except ``/livez`` an
 needs ``Authorization: Bearer <token>`` (401 otherwise).
 
 Fail-safe serving (:mod:`jitwatch.httpguard`): every journal read runs on a daemon thread with a
-deadline (``JITWATCH_READ_TIMEOUT_SECONDS``, 5 s; at most 8 at once, and :data:`PROBE_THREADS`
-more for ``/readyz``, which never queues behind scrapes) and the endpoint answers 503 when it
-passes, so a hung filesystem or a held lock never blocks ``/livez``, the other endpoints or
-SIGTERM. :func:`run` adds a request-head timeout and a connection cap to uvicorn's h11
-protocol, rate-limits ``EMFILE`` log lines, bounds the graceful shutdown, and (without a token)
-refuses DNS names in ``Host`` other than ``localhost``, the bind address and
+deadline (``JITWATCH_READ_TIMEOUT_SECONDS``, 5 s; at most :data:`READ_THREADS` at once for ``/jit``
+and ``/jit/events``, :data:`SCRAPE_THREADS` more for ``/metrics``, which never queues behind event
+queries, and :data:`PROBE_THREADS` more for ``/readyz``, which never queues behind scrapes) and the
+endpoint answers 503 when it passes, so a hung filesystem or a held lock never blocks ``/livez``,
+the other endpoints or SIGTERM. :func:`run` adds a request-head timeout and a connection cap to
+uvicorn's h11 protocol, rate-limits ``EMFILE`` log lines, bounds the graceful shutdown, and (without
+a token) refuses DNS names in ``Host`` other than ``localhost``, the bind address and
 ``JITWATCH_ALLOWED_HOSTS`` (421). ``/metrics/`` is a 404, not a redirect (no ``Location`` is ever
 built from the ``Host`` header).
 """
@@ -84,8 +85,13 @@ log = logging.getLogger(__name__)
 
 ALL_INTERFACES = frozenset({"0.0.0.0", "::", "[::]", ""})
 MAX_EVENTS_LIMIT = 1000
+READ_THREADS = 8
+"""Most ``/jit`` and ``/jit/events`` reads running at once."""
+SCRAPE_THREADS = 8
+"""Most ``/metrics`` reads running at once, apart from those of ``/jit`` and ``/jit/events``: event
+queries (each opens the journal and may scan the event log) cannot take the scrapes' threads."""
 PROBE_THREADS = 4
-"""Most ``/readyz`` reads running at once, apart from the 8 of the other endpoints."""
+"""Most ``/readyz`` reads running at once, apart from those of the other endpoints."""
 MAX_RANK = 2**31 - 1
 """Upper bound of the ``rank`` filter: larger integers do not fit SQLite's INTEGER (would be a 500)."""
 
@@ -256,8 +262,12 @@ def create_app(
     app.state.journal_dir = directory
     # /jit names it (jitwatch status prints it); a home directory as ~, like every path it serves
     shown_dir = redact(str(directory.absolute()))
-    reads = BlockingCalls(settings.read_timeout_seconds, max_in_flight=8)
+    reads = BlockingCalls(settings.read_timeout_seconds, max_in_flight=READ_THREADS)
     app.state.journal_reads = reads
+    # /metrics has threads of its own: clients polling /jit/events (a journal open and a scan each)
+    # or /jit cannot hold every thread and make Prometheus's scrapes fail at once.
+    scrapes = BlockingCalls(settings.read_timeout_seconds, max_in_flight=SCRAPE_THREADS)
+    app.state.scrape_reads = scrapes
     # /readyz has threads of its own: scrapes waiting for a slow refresh never starve the probes.
     probes = BlockingCalls(settings.read_timeout_seconds, max_in_flight=PROBE_THREADS)
     app.state.probe_reads = probes
@@ -390,7 +400,7 @@ def create_app(
     async def get_metrics(request: Request) -> Response:
         accept = request.headers.get("accept")
         try:
-            body, content_type = await reads.call(lambda: live(directory).render(accept, stale))
+            body, content_type = await scrapes.call(lambda: live(directory).render(accept, stale))
         except CallTimeout as exc:
             return Response(content=timed_out(exc) + "\n", status_code=503, media_type="text/plain")
         return Response(content=body, media_type=None, headers={"Content-Type": content_type})

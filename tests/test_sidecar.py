@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -997,6 +998,47 @@ def test_readyz_does_not_wait_behind_scrapes(tmp_path: Path) -> None:
     status, took, scraped = asyncio.run(go())
     assert status == 200 and took < 2.0, (status, took)
     assert scraped == [200] * 8
+
+
+def test_metrics_does_not_wait_behind_event_queries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/metrics`` shared the 8 journal-read threads of ``/jit`` and ``/jit/events``: clients
+    polling ``/jit/events`` (a journal open and a scan each; 16 of them against a real sidecar on a
+    100k-event journal) held all 8, and scrapes were answered 503 ("8 journal reads still running")
+    at once. Scrapes now have threads of their own. (The 8 threads are held here by event-log reads
+    the test blocks, as slow ones hold them.)"""
+    ready_fleet(tmp_path, 2)
+    app = create_app(tmp_path, settings=NO_ENV, stale_after=0)
+    release = threading.Event()
+
+    def slow_events() -> list[Event]:
+        release.wait(20)
+        return []
+
+    async def go() -> tuple[list[int], str, list[int]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sidecar", timeout=30) as client:
+            try:
+                queries = [asyncio.create_task(client.get("/jit/events?kernel=nope")) for _ in range(8)]
+                await asyncio.sleep(0.5)  # the 8 event reads are running
+                scraped = [await client.get("/metrics") for _ in range(3)]
+                one_more = await client.get("/jit/events?kernel=nope")  # the event queries' bound holds
+            finally:
+                release.set()
+            return (
+                [r.status_code for r in scraped],
+                scraped[0].text,
+                [r.status_code for r in await asyncio.gather(*queries)] + [one_more.status_code],
+            )
+
+    real_events = Journal.events
+    # only the event queries block: the scrape's coverage report reads events too
+    monkeypatch.setattr(
+        Journal, "events", lambda self, **kw: slow_events() if kw.get("kernel") == "nope" else real_events(self, **kw)
+    )
+    statuses, text, events = asyncio.run(go())
+    assert statuses == [200, 200, 200], (statuses, text[:200])
+    assert "jitwatch_journal_up 1.0" in text
+    assert events == [200] * 8 + [503]
 
 
 def damage_header(path: Path) -> None:
