@@ -308,7 +308,7 @@ def create_app(
         ] = DEFAULT_KERNELS_LIMIT,
         backend: Annotated[str | None, Depends(backend_filter)] = None,
     ) -> Any:
-        def read() -> JitStatus:
+        def document() -> JitStatus:
             try:  # from the live in-memory aggregates (jitwatch.views.live)
                 doc = live(directory).status(kernels_limit=kernels, stale_after=stale, backend=backend)
             except sqlite3.Error as exc:
@@ -323,14 +323,22 @@ def create_app(
                     log.warning("jitwatch: journal read failed: %s", exc)
                     return build_status(None, error=f"journal unreadable: {type(exc).__name__}")
 
+        def read() -> PrettyJSONResponse:
+            doc = document()
+            doc.journal_dir = shown_dir  # a new document each time (build_status)
+            # Built and encoded here, on the read's thread, and returned finished (the route's
+            # response_model documents it; FastAPI does not validate a returned Response again).
+            # FastAPI builds a returned model on the event loop: a large document (coverage of 500
+            # kernels at ?kernels=10000: 14 MB) held the loop, /livez and /readyz with it, for
+            # up to 2.5 s under 8 such requests.
+            return PrettyJSONResponse(doc.model_dump(mode="json"))
+
         try:
-            doc = await reads.call(read)
+            return await reads.call(read)
         except CallTimeout as exc:
             doc = build_status(None, error=timed_out(exc))
             doc.journal_dir = shown_dir
             return PrettyJSONResponse(doc.model_dump(mode="json"), status_code=503)
-        doc.journal_dir = shown_dir  # a new document each time (build_status)
-        return doc
 
     @app.get(
         "/jit/events",
@@ -353,10 +361,14 @@ def create_app(
             float | None, Query(ge=0, allow_inf_nan=False, description="Only events after this Unix time (s).")
         ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_EVENTS_LIMIT, description="Most events returned.")] = 100,
-        *,
-        response: Response,
-    ) -> list[Event]:
-        def read() -> list[Event]:
+    ) -> Any:
+        def read() -> PrettyJSONResponse:
+            headers: dict[str, str] = {}
+            found = events(headers)
+            # built and encoded on the read's thread, as /jit's document (see there)
+            return PrettyJSONResponse([e.model_dump(mode="json") for e in found], headers=headers)
+
+        def events(headers: dict[str, str]) -> list[Event]:
             with open_journal() as (journal, error):
                 if journal is None:
                     if error and error.startswith(NO_JOURNAL_REASON):
@@ -371,7 +383,7 @@ def create_app(
                         names = {row.backend for row in journal.stats()}
                         present = sorted(n for n in names if backend_name_problem(n) is None)
                         if backend not in names:
-                            response.headers[BACKENDS_HEADER] = backends_header_value(present)
+                            headers[BACKENDS_HEADER] = backends_header_value(present)
                     return found
                 except sqlite3.Error as exc:
                     raise HTTPException(status_code=503, detail=f"journal unreadable: {type(exc).__name__}") from exc
