@@ -1326,3 +1326,83 @@ def test_a_rank_sqlite_cannot_hold_is_a_usage_error(tmp_path: Path, command: lis
     assert res.exit_code == 2 and not isinstance(res.exception, OverflowError), (res.exception, res.output)
     assert "Invalid value for '--rank'" in res.output and "2147483647" in res.output, res.output
     assert "Traceback" not in res.output and "OverflowError" not in res.output, res.output
+
+
+@contextlib.contextmanager
+def hostile_peer(answer: str) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 that is no sidecar: ``deep`` answers JSON nested 200,000
+    deep, ``drip`` one byte every 0.2 s (for 60 s), ``endless`` a body without end."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    stop = threading.Event()
+
+    class Peer(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if answer == "deep":
+                body = b"[" * 200_000 + b"]" * 200_000
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(300):
+                    if stop.is_set():
+                        return
+                    if answer == "drip":
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                    else:
+                        self.wfile.write(b"[" + b" " * (1 << 20))
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Peer)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        ("deep", "did not answer a jitwatch status (RecursionError)"),
+        ("drip", "did not answer within --timeout 1 s"),
+        ("endless", "answered more than 128 MiB (not read further)"),
+    ],
+)
+def test_status_from_a_peer_that_is_no_sidecar_is_one_line_bounded_in_time_and_memory(answer: str, says: str) -> None:
+    """``jitwatch status --url`` at a peer that is no sidecar (hostile, or a wrong URL): JSON nested
+    past the recursion limit raised ``RecursionError`` (a traceback); a byte every 0.2 s kept
+    ``--timeout 1`` waiting for the whole drip (httpx's timeout bounds each wait, not the answer); a
+    body without end was read into memory whole (6.4 GB in 40 s). Each is now one line, exit 1,
+    within the timeout (and a chunk) and :data:`~jitwatch.cli.STATUS_MAX_BYTES`."""
+    import subprocess
+    import sys
+
+    with hostile_peer(answer) as url:
+        t0 = time.monotonic()
+        res = subprocess.run(
+            [sys.executable, "-m", "jitwatch.cli", "status", "--url", url, "--timeout", "1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        took = time.monotonic() - t0
+    assert res.returncode == 1, res.stderr[-2000:]
+    line = res.stderr
+    assert line.startswith(f"jitwatch: {url}/jit {says}"), line[-2000:]
+    assert line.endswith("; is it a jitwatch sidecar?\n") and line.count("\n") == 1, line[-2000:]
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    if answer == "drip":
+        assert took < 15, took  # the drip lasts 60 s

@@ -433,7 +433,9 @@ def status(
     ] = None,
     token: Annotated[str | None, typer.Option(show_default="$JITWATCH_TOKEN", help="Bearer token.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw /jit JSON instead of tables.", **FLAG)] = False,
-    timeout: Annotated[float, typer.Option(min=0.1, help="HTTP timeout, seconds.")] = 5.0,
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds the whole answer may take (connecting, waiting, reading).")
+    ] = 5.0,
     backend: Annotated[
         str | None, typer.Option(help="Only this JIT backend's kernels and compiles (e.g. triton).")
     ] = None,
@@ -479,7 +481,9 @@ def status(
     headers = {b"Authorization": b"Bearer " + token.encode("utf-8")} if token else {}
     try:
         params = {"backend": backend} if backend is not None else {}
-        resp = httpx.get(url.rstrip("/") + "/jit", headers=headers, params=params, timeout=timeout)
+        status, body = _fetch_status(url.rstrip("/") + "/jit", headers, params, timeout)
+    except _StatusAnswerError as exc:
+        raise _fail(f"{shown}/jit {exc}; is it a jitwatch sidecar?", 1) from None
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         masked = _url_shown(url, unparsed=True)
         from_host = url_from == config.JITWATCH_HOST  # no --url given: the default URL is invalid
@@ -510,18 +514,20 @@ def status(
         raise _fail(f"cannot reach {shown}: {exc or type(exc).__name__}{hint}", 1) from None
     except (httpx.HTTPError, httpx.StreamError) as exc:
         raise _fail(f"cannot reach {shown}: {exc or type(exc).__name__}", 1) from None
-    if resp.status_code == 401:
+    if status == 401:
         raise _fail(
             f"{shown}/jit answered 401 (unauthorized): "
             + ("wrong token" if token else "the sidecar needs a token")
             + "; pass --token or set JITWATCH_TOKEN",
             1,
         )
-    if resp.status_code != 200:
-        raise _fail(f"{shown}/jit answered {resp.status_code}: {resp.text.strip()[:500]}", 1)
+    if status != 200:
+        raise _fail(f"{shown}/jit answered {status}: {body.decode('utf-8', 'replace').strip()[:500]}", 1)
     try:
-        st = JitStatus.model_validate(resp.json())
-    except ValueError as exc:  # not JSON, or not a /jit document (pydantic's ValidationError is one)
+        st = JitStatus.model_validate(json.loads(body))
+    except (ValueError, RecursionError) as exc:
+        # not JSON, not a /jit document (pydantic's ValidationError is a ValueError), or JSON nested
+        # past the interpreter's recursion limit (json.loads raises RecursionError: a traceback)
         raise _fail(
             f"{shown}/jit did not answer a jitwatch status ({type(exc).__name__}); is it a jitwatch sidecar?", 1
         ) from None
@@ -536,6 +542,43 @@ def status(
         render_status(st, Console(), url=shown)
     if not st.ready:  # a check for scripts: the output says why
         raise typer.Exit(STATUS_NOT_READY)
+
+
+STATUS_MAX_BYTES = 128 * 2**20
+"""Most bytes ``jitwatch status`` reads from ``/jit`` (the sidecar's default document, 100 kernels,
+is a few MB): more is no sidecar's answer, and was read into memory whole (6.4 GB in 40 s from a
+peer sending without end)."""
+
+
+class _StatusAnswerError(Exception):
+    """``/jit``'s answer was too large or too slow (:func:`_fetch_status`); the message says which."""
+
+
+def _fetch_status(url: str, headers: dict[bytes, bytes], params: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    """``(status, body)`` of ``GET url``, the whole answer within ``timeout`` seconds and at most
+    :data:`STATUS_MAX_BYTES`. httpx's ``timeout`` bounds each wait, not the whole: a peer sending a
+    byte every half second held ``jitwatch status --timeout 3`` without end.
+
+    Raises:
+        _StatusAnswerError: the body passed :data:`STATUS_MAX_BYTES`, or the answer ``timeout``.
+        httpx.HTTPError: as ``httpx.get``.
+    """
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    size = 0
+    with httpx.stream("GET", url, headers=headers, params=params, timeout=timeout) as resp:
+        for chunk in resp.iter_bytes():
+            size += len(chunk)
+            if size > STATUS_MAX_BYTES:
+                raise _StatusAnswerError(f"answered more than {STATUS_MAX_BYTES // 2**20} MiB (not read further)")
+            chunks.append(chunk)
+            if time.monotonic() > deadline:
+                raise _StatusAnswerError(f"did not answer within --timeout {timeout:g} s ({size} bytes read)")
+        return resp.status_code, b"".join(chunks)
 
 
 STATUS_NOT_READY = 3
