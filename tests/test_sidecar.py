@@ -1207,3 +1207,47 @@ def test_jit_fixes_grow_by_at_most_the_journal_path_per_compile(tmp_path: Path) 
     for c in recent:
         grown = sum(map(len, c["fixes"])) - sum(map(len, stored))
         assert 0 < grown <= 3 * path, grown
+
+
+def serving_compiles(base: str) -> dict[str, float]:
+    """``jitwatch_serving_compiles_total`` by kernel and ``compile_seconds_total`` by kernel, as
+    ``{"count:K": n, "seconds:K": s}``, from a real scrape."""
+    out: dict[str, float] = {}
+    for fam in parse_text(httpx.get(base + "/metrics", timeout=30).text):
+        for s in fam.samples:
+            if s.name == "jitwatch_serving_compiles_total":
+                out[f"count:{s.labels['kernel']}"] = s.value
+            elif s.name == "jitwatch_compile_seconds_total":
+                out[f"seconds:{s.labels['kernel']}"] = s.value
+    return out
+
+
+def test_a_compile_timed_across_a_clock_step_back_keeps_its_count(tmp_path: Path) -> None:
+    """Triton times a compile by ``time.time()`` deltas (``CompileTimes``): a wall-clock step back
+    during one (NTP stepping the clock after boot, a VM resumed) gives a negative duration. The
+    journal added it to the aggregate's seconds, which went below 0, and readers skipped that whole
+    row as nonsense: a sidecar started afterwards showed none of the kernel's serving compiles (the
+    post-warmup-compile alert's series gone, /jit without the kernel) while one already running kept
+    the old count. The duration is now stored as 0, and a row already below 0 reads with seconds 0
+    and its count. Real writer thread, real sidecars before and after a restart."""
+    from jitwatch.store.writer import JournalWriter
+
+    jdir = tmp_path / "journal"
+    w = JournalWriter(jdir, heartbeat_s=0)
+    w.submit(Event.now(EventKind.WORKER_START, rank=0, attrs={"mode": "warn"}))
+    for _ in range(3):
+        w.submit(Event.now(EventKind.COMPILE, rank=0, phase=Phase.SERVING, kernel="k", key="a", duration_s=0.2))
+    assert w.flush(30)
+    with serve(jdir, tmp_path) as base:
+        assert serving_compiles(base) == {"count:k": 3.0, "seconds:k": pytest.approx(0.6)}
+        w.submit(Event.now(EventKind.COMPILE, rank=0, phase=Phase.SERVING, kernel="k", key="b", duration_s=-1.0))
+        assert w.flush(30)
+        assert serving_compiles(base) == {"count:k": 4.0, "seconds:k": pytest.approx(0.6)}
+    w.close()
+    with serve(jdir, tmp_path) as base:  # restarted: reads the aggregates from the file
+        assert serving_compiles(base) == {"count:k": 4.0, "seconds:k": pytest.approx(0.6)}
+        assert [k["name"] for k in httpx.get(base + "/jit", timeout=30).json()["kernels"]] == ["k"]
+    with sqlite3.connect(jdir / JOURNAL_FILE) as db:  # as an earlier version left it: seconds below 0
+        db.execute("UPDATE compile_stats SET seconds = -0.4")
+    with serve(jdir, tmp_path) as base:
+        assert serving_compiles(base) == {"count:k": 4.0, "seconds:k": 0.0}

@@ -354,6 +354,8 @@ def _sanitize(ev: Event) -> tuple[Event, str]:
         value = getattr(ev, name)
         if value is not None and _finite(value) is None:
             update[name] = None
+    if ev.duration_s is not None and ev.duration_s < 0:  # timed across a wall-clock step back
+        update["duration_s"] = 0.0
     return (ev.model_copy(update=update) if update else ev), attrs_json
 
 
@@ -1329,8 +1331,11 @@ class Journal:
         isfinite = math.isfinite
         ts = ev.ts if isfinite(ev.ts) else time.time()
         duration = ev.duration_s
-        if duration is not None and not isfinite(duration):
-            duration = None
+        if duration is not None and not duration >= 0.0:
+            # NaN/inf: unknown; negative: 0. Triton times a compile by time.time() deltas
+            # (CompileTimes), so a wall-clock step back during one gives a negative duration, which
+            # made the aggregate's seconds negative: readers skipped the whole row, its count too.
+            duration = None if not isfinite(duration) else 0.0
         start_ts = ev.start_ts
         if start_ts is not None and not isfinite(start_ts):
             start_ts = None
@@ -1501,8 +1506,8 @@ class Journal:
                 spec_id = known[0]
             if not isfinite(ts):
                 ts = time.time()
-            if duration is not None and not isfinite(duration):
-                duration = None
+            if duration is not None and not duration >= 0.0:  # NaN/inf: unknown; negative: 0 (_stat_row)
+                duration = None if not isfinite(duration) else 0.0
             if start_ts is not None and not isfinite(start_ts):
                 start_ts = None
             phase = value_of[phase_member]
@@ -2470,7 +2475,14 @@ class Journal:
         def add(
             backend: str, kernel: str, phase: str, rank: int, kind: str, n: Any, s: Any, hits: Any, key: Any, ts: Any
         ) -> None:
-            n, s, hits, ts = readsafe.count(n), readsafe.seconds(s), readsafe.count(hits) or 0, readsafe.timestamp(ts)
+            # seconds below 0 (a journal written before durations were clamped at 0, with a compile
+            # timed across a wall-clock step back) read as 0: the row's count stands
+            n, s, hits, ts = (
+                readsafe.count(n),
+                readsafe.seconds(s, negative=0.0),
+                readsafe.count(hits) or 0,
+                readsafe.timestamp(ts),
+            )
             if n is None or s is None or readsafe.phase(phase) is None or readsafe.rank(rank) is None:
                 self._skip_row("compile_stats", "count, seconds, phase or rank")
                 return

@@ -32,11 +32,14 @@ def count(v: Any) -> int | None:
     return None
 
 
-def seconds(v: Any) -> float | None:
-    """A finite, non-negative number of seconds, else ``None``."""
+def seconds(v: Any, *, negative: float | None = None) -> float | None:
+    """A finite, non-negative number of seconds, else ``None``; a finite negative one is
+    ``negative`` (default ``None``)."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         f = float(v)
-        return f if math.isfinite(f) and f >= 0 else None
+        if not math.isfinite(f):
+            return None
+        return f if f >= 0 else negative
     return None
 
 
