@@ -1036,7 +1036,7 @@ def warmup_merge(
     """
     from jitwatch.errors import ManifestError, StoreError
     from jitwatch.fleet.merge import merge
-    from jitwatch.fleet.stores import read_manifests, safe_location, write_manifest
+    from jitwatch.fleet.stores import own_output_name, read_manifests, safe_location, write_manifest
     from jitwatch.warmup.manifest import Manifest
 
     pairs: list[tuple[str, Manifest]] = []
@@ -1046,14 +1046,16 @@ def warmup_merge(
         except (ManifestError, StoreError) as exc:
             raise _fail(str(exc)) from None
         many = len(found) > 1 or not found[0][0].endswith(".json")
-        if many and loc.rstrip("/") == output.rstrip("/"):
-            # The output store read as an input: its own `name` is this merge's earlier result, and
+        own = own_output_name(loc, output, name) if many else None
+        if own is not None:
+            # The output store read as an input (however either is spelt: -o STORE/fleet.json, a
+            # relative path, STORE/.): its `own` manifest is this merge's earlier result, and
             # merging it again would count every host twice (hosts 2 → 4 → 6 on each run).
-            if any(src == name for src, _ in found):
+            if any(src == own for src, _ in found):
                 typer.echo(
-                    plain(f"jitwatch: skipped {name!r} in {safe_location(loc)}: it is this merge's output"), err=True
+                    plain(f"jitwatch: skipped {own!r} in {safe_location(loc)}: it is this merge's output"), err=True
                 )
-            found = [(src, m) for src, m in found if src != name]
+            found = [(src, m) for src, m in found if src != own]
         pairs.extend((f"{safe_location(loc)}:{src}" if many else src, m) for src, m in found)
     manifest, report = merge(pairs)
     versions: dict[str, list[str]] = {}

@@ -243,6 +243,43 @@ def parse_location(location: str, *, client: Any | None = None) -> Location:
     return Location(DirectoryStore(path))
 
 
+def _redis_identity(store: RedisStore) -> tuple[Any, ...]:
+    """Which Redis keys a store names: server (host, port, default 6379), database and prefix."""
+    parts = urlsplit(store.url)
+    db = parts.path.strip("/") or "0"
+    return ((parts.hostname or "localhost").lower(), parts.port or 6379, db, store.prefix)
+
+
+def own_output_name(location: str, output: str, name: str) -> str | None:
+    """The name, in the store at ``location`` (an input of ``warmup merge``), of the manifest that
+    writing the merge to ``output`` (``--name name``) replaces: that manifest is the merge's earlier
+    result, not a host's record. ``None`` when ``location`` is no whole store or ``output`` writes
+    elsewhere. The store is compared by what it is, not how it is spelt: a directory by its real
+    path (``-o STORE/fleet.json``, a relative path or ``STORE/.`` name the same directory), a Redis
+    store by server, database and prefix. Never raises."""
+    try:
+        src, dst = parse_location(location), parse_location(output)
+    except (StoreError, ValueError, OSError):
+        return None
+    if src.name is not None:
+        return None
+    if isinstance(src.store, DirectoryStore):
+        if dst.file is not None:
+            target_dir, target = dst.file.parent, dst.file.stem if dst.file.suffix == ".json" else None
+        elif isinstance(dst.store, DirectoryStore):
+            target_dir, target = dst.store.path, dst.name or name
+        else:
+            return None
+        try:
+            same = os.path.realpath(src.store.path) == os.path.realpath(target_dir)
+        except (OSError, ValueError):
+            return None
+        return target if same and target else None
+    if isinstance(src.store, RedisStore) and isinstance(dst.store, RedisStore):
+        return dst.name or name if _redis_identity(src.store) == _redis_identity(dst.store) else None
+    return None
+
+
 def read_manifests(location: str, *, client: Any | None = None, key: bytes | None = None) -> list[tuple[str, Manifest]]:
     """Every manifest at ``location`` as ``(source, manifest)`` pairs (source: file path or store name).
 
@@ -326,6 +363,7 @@ __all__ = [
     "ManifestStore",
     "RedisStore",
     "check_redis_url",
+    "own_output_name",
     "parse_location",
     "read_manifests",
     "read_one",

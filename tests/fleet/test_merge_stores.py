@@ -219,6 +219,46 @@ def test_cli_merge_into_its_own_store_again_does_not_recount_hosts(host_a: Manif
     assert [e.hosts for e in load(store / "fleet.json").entries] == [e.hosts for e in once.entries] == [2, 1]
 
 
+@pytest.mark.parametrize("spelling", ["file in the store", "relative path", "dot", "trailing slash"])
+def test_merge_into_its_own_store_spelt_otherwise_does_not_recount_hosts(
+    host_a: Manifest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    """The guard against merging the merge's own earlier result compared the location strings:
+    the same directory given as ``-o STORE/fleet.json``, a relative path or ``STORE/.`` was read
+    back as a host's record on every run (hosts [2, 1] → [4, 2] → [6, 3])."""
+    store = tmp_path / "store"
+    write_manifest(str(store), host_a, name="host-a")
+    write_manifest(str(store), _host_b(host_a), name="host-b")
+    monkeypatch.chdir(tmp_path)
+    out = {
+        "file in the store": [str(store / "fleet.json")],
+        "relative path": ["store", "--name", "fleet"],
+        "dot": [f"{store}/.", "--name", "fleet"],
+        "trailing slash": [f"{store}/", "--name", "fleet"],
+    }[spelling]
+    for _ in range(3):
+        res = runner.invoke(app, ["warmup", "merge", str(store), "-o", *out, "--json"])
+        assert res.exit_code == 0, res.output
+        assert sorted(json.loads(res.stdout)["inputs"]) == [f"{store}:host-a", f"{store}:host-b"]
+    assert [e.hosts for e in load(store / "fleet.json").entries] == [2, 1]
+
+
+def test_merge_into_its_own_redis_store_spelt_otherwise_does_not_recount_hosts(
+    host_a: Manifest, redis_server: RedisServer
+) -> None:
+    """The same for Redis: ``redis://H:P/0`` read, ``redis://H:P/fleet`` (database 0 by default) or
+    ``redis://H:P/0/fleet`` written."""
+    url = redis_server.url
+    write_manifest(url, host_a, name="host-a")
+    write_manifest(url, _host_b(host_a), name="host-b")
+    base = url.rsplit("/", 1)[0]
+    for out in [f"{base}/fleet", f"{url}/fleet", f"{base}/fleet"]:
+        res = runner.invoke(app, ["warmup", "merge", url, "-o", out, "--json"])
+        assert res.exit_code == 0, res.output
+        assert sorted(json.loads(res.stdout)["inputs"]) == [f"{url}:host-a", f"{url}:host-b"]
+    assert [e.hosts for e in read_one(f"{url}/fleet").entries] == [2, 1]
+
+
 def test_redis_location_query_password_and_unix_sockets_are_refused_clearly() -> None:
     """``?password=`` used to be dropped silently (the connection went without it) and printed
     verbatim; ``unix://`` was accepted and then always failed. Both are clear errors now, and
