@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from jitwatch.errors import StoreError
-from jitwatch.fleet.stores import check_redis_url, safe_location
+from jitwatch.fleet.stores import bounded_get, check_redis_url, safe_location, unexpected_answer
 from jitwatch.text import plural
 from jitwatch.warmup.manifest import Manifest
 
@@ -340,6 +340,15 @@ class RedisCache:
             return fn(*args)
         except redis.RedisError as exc:
             raise StoreError(f"{self.description}: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - redis-py reading an answer no Redis gives
+            raise StoreError(f"{self.description}: {unexpected_answer(exc)}") from None
+
+    def _length(self, key: Any) -> int:
+        """``STRLEN key``; :class:`StoreError` for an answer that is no count."""
+        n = self._call(self.client.strlen, key)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise StoreError(f"{self.description}: {unexpected_answer(TypeError(f'STRLEN answered {n!r:.40}'))}")
+        return n
 
     def keys(self, limit: int) -> list[str]:
         """Cache hashes that have a group value in Redis (at most ``limit``; SCAN, never KEYS)."""
@@ -372,10 +381,12 @@ class RedisCache:
         files = size = 0
         for grp_key in groups:
             grp_name = grp_key.decode("utf-8", "replace") if isinstance(grp_key, bytes) else str(grp_key)
-            length = self._call(self.client.strlen, grp_key)
+            length = self._length(grp_key)
             if length > MAX_GROUP_BYTES:
                 return "corrupt", f"{grp_name} is over {MAX_GROUP_BYTES} bytes", files, size
-            raw = self._call(self.client.get, grp_key)
+            raw = self._call(bounded_get, self.client, grp_key, MAX_GROUP_BYTES)
+            if len(raw) > MAX_GROUP_BYTES:  # rewritten larger since STRLEN
+                return "corrupt", f"{grp_name} is over {MAX_GROUP_BYTES} bytes", files, size
             try:
                 child_paths = json.loads(raw).get("child_paths")
             except (TypeError, ValueError, UnicodeDecodeError, AttributeError):
@@ -383,16 +394,18 @@ class RedisCache:
             if not isinstance(child_paths, list) or not child_paths or not all(isinstance(c, str) for c in child_paths):
                 return "corrupt", f"{grp_name} lists no files", files, size
             keys = [self.key_format.format(key=key, filename=c) for c in child_paths]
-            lengths = [self._call(self.client.strlen, k) for k in keys]
+            lengths = [self._length(k) for k in keys]
             for name, n in zip(child_paths, lengths, strict=True):
                 if not n:
                     return "missing", f"{name} is listed by the group but absent (Triton then compiles)", files, size
                 if n > MAX_FILE_BYTES:
                     return "corrupt", f"{name} is over {MAX_FILE_BYTES} bytes", files, size
             for name, k in zip(child_paths, keys, strict=True):
-                data = self._call(self.client.get, k)
-                if data is None:
+                data = self._call(bounded_get, self.client, k, MAX_FILE_BYTES)
+                if not data:
                     return "missing", f"{name} vanished while being read", files, size
+                if len(data) > MAX_FILE_BYTES:  # rewritten larger since STRLEN
+                    return "corrupt", f"{name} is over {MAX_FILE_BYTES} bytes", files, size
                 files += 1
                 size += len(data)
                 why = content_problem(name, data, cache_key)

@@ -138,6 +138,26 @@ class DirectoryStore:
         return str(target)
 
 
+def unexpected_answer(exc: BaseException) -> str:
+    """The reason for an error redis-py raised that is no ``RedisError``: it read an answer no
+    Redis server gives (a server that is no Redis, or a hostile one)."""
+    return f"unexpected answer from the server ({type(exc).__name__}): is it a Redis server?"
+
+
+def bounded_get(client: Any, key: Any, limit: int) -> bytes:
+    """The value of ``key``, at most ``limit + 1`` bytes of it (``GETRANGE``, not ``GET``): a value
+    rewritten larger between its ``STRLEN`` and this read is not fetched whole. ``b""`` for a
+    missing key. A server that lies can still send more: redis-py reads what it is sent.
+
+    Raises:
+        TypeError: the answer is no byte string.
+    """
+    data = client.getrange(key, 0, limit)
+    if not isinstance(data, bytes):
+        raise TypeError(f"GETRANGE answered {type(data).__name__}")
+    return data
+
+
 class RedisStore:
     """Manifests as string values under ``prefix + NAME`` in a Redis server (redis-py).
 
@@ -169,6 +189,8 @@ class RedisStore:
             return fn(*args, **kwargs)
         except redis.RedisError as exc:
             raise StoreError(f"{self.description}: cannot {what}: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - redis-py reading an answer no Redis gives
+            raise StoreError(f"{self.description}: cannot {what}: {unexpected_answer(exc)}") from None
 
     def names(self) -> list[str]:
         out: list[str] = []
@@ -188,9 +210,11 @@ class RedisStore:
             raise ManifestError(f"{self.description}: no manifest {name!r} (key {rkey!r} is missing or empty)")
         if size > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{rkey}: {size} bytes is over the {MAX_MANIFEST_BYTES}-byte limit")
-        data = self._call(f"read {rkey}", self.client.get, rkey)
-        if data is None:
+        data = self._call(f"read {rkey}", bounded_get, self.client, rkey, MAX_MANIFEST_BYTES)
+        if not data:
             raise ManifestError(f"{self.description}: manifest {name!r} vanished while being read")
+        if len(data) > MAX_MANIFEST_BYTES:  # rewritten larger since STRLEN
+            raise ManifestError(f"{rkey}: over the {MAX_MANIFEST_BYTES}-byte limit (grew while being read)")
         return loads(data, source=f"redis {rkey}", key=secret)
 
     def put(self, name: str, manifest: Manifest, *, key: bytes | None = None) -> str:

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -257,6 +258,79 @@ def test_merge_into_its_own_redis_store_spelt_otherwise_does_not_recount_hosts(
         assert res.exit_code == 0, res.output
         assert sorted(json.loads(res.stdout)["inputs"]) == [f"{url}:host-a", f"{url}:host-b"]
     assert [e.hosts for e in read_one(f"{url}/fleet").entries] == [2, 1]
+
+
+def test_a_redis_value_rewritten_larger_after_strlen_is_not_fetched_whole(redis_server: RedisServer) -> None:
+    """``get`` measured a value (``STRLEN``) and then fetched it with ``GET``: a value rewritten
+    larger in between (or a server answering ``STRLEN`` low) was read whole, past the 64 MiB limit
+    (a peer answering ``STRLEN`` 10 and a 1 GiB ``GET``: 3.2 GB resident, then refused). The read is
+    now ``GETRANGE 0 limit``. (The rewrite is simulated by a client whose ``STRLEN`` answers 10.)"""
+    import redis
+
+    from jitwatch.fleet.stores import RedisStore
+    from jitwatch.warmup.manifest import MAX_MANIFEST_BYTES
+
+    class Measured(redis.Redis):  # type: ignore[type-arg]
+        fetched = 0
+
+        def strlen(self, name: Any) -> int:
+            return 10
+
+        def execute_command(self, *args: Any, **options: Any) -> Any:
+            out = super().execute_command(*args, **options)
+            if isinstance(out, bytes):
+                Measured.fetched = max(Measured.fetched, len(out))
+            return out
+
+    big = b"{" + b" " * (MAX_MANIFEST_BYTES + 4096)
+    redis_server.client().set("jitwatch:manifest:grown", big)
+    client = Measured(host=redis_server.host, port=redis_server.port, socket_timeout=5)
+    with pytest.raises(ManifestError, match="grew while being read"):
+        RedisStore(redis_server.url, client=client).get("grown")
+    assert Measured.fetched == MAX_MANIFEST_BYTES + 1
+
+
+def test_a_peer_that_is_no_redis_is_one_line_exit_2(tmp_path: Path) -> None:
+    """redis-py reading an answer no Redis gives (a peer answering ``+OK`` to everything, so its
+    connection handshake) raised ``AttributeError``, not a ``RedisError``: a traceback, exit 1, out
+    of ``warmup merge`` and ``cache check --redis``. Now one line, exit 2."""
+    import socket
+    import subprocess
+    import threading
+
+    from jitwatch.warmup.manifest import Manifest
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def answer_ok() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                while conn.recv(65536):
+                    conn.sendall(b"+OK\r\n")
+
+    threading.Thread(target=answer_ok, daemon=True).start()
+    manifest = tmp_path / "m.json"
+    save(Manifest(entries=[]), manifest)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        for args in (
+            ["warmup", "merge", url, "-o", str(tmp_path / "out.json")],
+            ["cache", "check", str(manifest), "--redis", url, "--all"],
+        ):
+            res = subprocess.run(
+                [sys.executable, "-m", "jitwatch.cli", *args], capture_output=True, text=True, timeout=120
+            )
+            assert res.returncode == 2, (args, res.stdout + res.stderr)
+            assert "is it a Redis server?" in res.stderr and res.stderr.count("\n") == 1, res.stderr[-2000:]
+    finally:
+        listener.close()
 
 
 def test_redis_location_query_password_and_unix_sockets_are_refused_clearly() -> None:
