@@ -112,3 +112,39 @@ def test_jitwatch_backend_compiles_locally_when_redis_is_down(
     assert remote_cache.stats["skipped"] > skipped
     outage = [r for r in caplog.records if "compiling locally" in r.getMessage()]
     assert len(outage) == 1  # logged once per outage
+
+
+def test_jitwatch_backend_compiles_locally_when_the_peer_is_no_redis(
+    harness: MonitorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer at TRITON_REDIS_HOST:PORT that is no Redis server (a port taken by another service,
+    a hostile peer) answering ``+OK`` to everything: redis-py raised ``AttributeError`` reading
+    its connection handshake, no ``RedisError``, so it went through the backend into Triton's
+    compile and the host's kernel launch raised. It is a cache miss now, as an outage is."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer_ok() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                while conn.recv(65536):
+                    conn.sendall(b"+OK\r\n")
+
+    threading.Thread(target=answer_ok, daemon=True).start()
+    peer = RedisServer("127.0.0.1", listener.getsockname()[1], proc=None)  # type: ignore[arg-type]
+    _remote(monkeypatch, JITWATCH_BACKEND, peer)
+    errors = remote_cache.stats["get_errors"]
+    try:
+        _compile()
+    finally:
+        listener.close()
+    assert [e.cache_hit for e in harness.compiles()] == [False]  # compiled, not crashed
+    assert remote_cache.stats["get_errors"] == errors + 1

@@ -19,8 +19,10 @@ and:
 * uses one ``redis.Redis`` client (connection pool) per host/port for the process instead of one
   per compile, with 2 s connect / 5 s socket timeouts and no client-side retries (redis-py 8
   retries each call three times with backoff by default: seconds per cache file during an outage);
-* turns a Redis error into a cache miss on ``get`` (Triton compiles locally) and a skipped upload
-  on ``put``, counted in :data:`stats` and logged once per outage (again when it recovers);
+* turns a Redis error — or any error reading the peer's answer (a peer that is no Redis server:
+  redis-py raises ``AttributeError`` there) — into a cache miss on ``get`` (Triton compiles
+  locally) and a skipped upload on ``put``, counted in :data:`stats` and logged once per outage
+  (again when it recovers);
 * after an error, skips Redis for :data:`RETRY_AFTER_S` seconds (a compile during an outage then
   costs no network wait at all; ``stats["skipped"]`` counts those calls).
 
@@ -137,6 +139,9 @@ class RedisRemoteCacheBackend(_TritonRedisBackend):
         except redis.RedisError as exc:
             _outage("get", exc)
             return {}
+        except Exception as exc:  # noqa: BLE001 - an answer no Redis gives (redis-py raises e.g. AttributeError)
+            _outage("get", exc)  # a peer that is no Redis server: a miss, never an error in the host's compile
+            return {}
         _ok()
         with _lock:
             stats["get_hits"] += len(found)
@@ -151,6 +156,9 @@ class RedisRemoteCacheBackend(_TritonRedisBackend):
         try:
             super().put(filename, data)
         except redis.RedisError as exc:
+            _outage("put", exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - as in get
             _outage("put", exc)
             return
         _ok()
