@@ -10,8 +10,12 @@ whatever the variable says).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import socket
+import threading
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
@@ -37,3 +41,29 @@ def tool_module(name: str, reason: str) -> ModuleType:
         if os.environ.get(REQUIRED_ENV) == "1":
             pytest.fail(f"{why} ({REQUIRED_ENV}=1: make test-core needs every tool)", pytrace=False)
         pytest.skip(why, allow_module_level=True)
+
+
+@contextlib.contextmanager
+def not_redis_peer() -> Iterator[int]:
+    """A real TCP server on 127.0.0.1 that is no Redis server: it answers ``+OK`` to whatever it
+    reads (so redis-py's connection handshake reads an answer no Redis gives). Yields its port;
+    closed on exit."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer_ok() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                while conn.recv(65536):
+                    conn.sendall(b"+OK\r\n")
+
+    threading.Thread(target=answer_ok, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()

@@ -294,32 +294,15 @@ def test_a_peer_that_is_no_redis_is_one_line_exit_2(tmp_path: Path) -> None:
     """redis-py reading an answer no Redis gives (a peer answering ``+OK`` to everything, so its
     connection handshake) raised ``AttributeError``, not a ``RedisError``: a traceback, exit 1, out
     of ``warmup merge`` and ``cache check --redis``. Now one line, exit 2."""
-    import socket
     import subprocess
-    import threading
 
     from jitwatch.warmup.manifest import Manifest
+    from tests.tools import not_redis_peer
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
-
-    def answer_ok() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                while conn.recv(65536):
-                    conn.sendall(b"+OK\r\n")
-
-    threading.Thread(target=answer_ok, daemon=True).start()
     manifest = tmp_path / "m.json"
     save(Manifest(entries=[]), manifest)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
+    with not_redis_peer() as port:
+        url = f"redis://127.0.0.1:{port}/0"
         for args in (
             ["warmup", "merge", url, "-o", str(tmp_path / "out.json")],
             ["cache", "check", str(manifest), "--redis", url, "--all"],
@@ -329,8 +312,6 @@ def test_a_peer_that_is_no_redis_is_one_line_exit_2(tmp_path: Path) -> None:
             )
             assert res.returncode == 2, (args, res.stdout + res.stderr)
             assert "is it a Redis server?" in res.stderr and res.stderr.count("\n") == 1, res.stderr[-2000:]
-    finally:
-        listener.close()
 
 
 def test_redis_location_query_password_and_unix_sockets_are_refused_clearly() -> None:

@@ -121,30 +121,12 @@ def test_jitwatch_backend_compiles_locally_when_the_peer_is_no_redis(
     a hostile peer) answering ``+OK`` to everything: redis-py raised ``AttributeError`` reading
     its connection handshake, no ``RedisError``, so it went through the backend into Triton's
     compile and the host's kernel launch raised. It is a cache miss now, as an outage is."""
-    import socket
-    import threading
+    from tests.tools import not_redis_peer
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-
-    def answer_ok() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                while conn.recv(65536):
-                    conn.sendall(b"+OK\r\n")
-
-    threading.Thread(target=answer_ok, daemon=True).start()
-    peer = RedisServer("127.0.0.1", listener.getsockname()[1], proc=None)  # type: ignore[arg-type]
-    _remote(monkeypatch, JITWATCH_BACKEND, peer)
-    errors = remote_cache.stats["get_errors"]
-    try:
+    with not_redis_peer() as port:
+        peer = RedisServer("127.0.0.1", port, proc=None)  # type: ignore[arg-type]
+        _remote(monkeypatch, JITWATCH_BACKEND, peer)
+        errors = remote_cache.stats["get_errors"]
         _compile()
-    finally:
-        listener.close()
     assert [e.cache_hit for e in harness.compiles()] == [False]  # compiled, not crashed
     assert remote_cache.stats["get_errors"] == errors + 1
