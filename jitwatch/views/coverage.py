@@ -458,6 +458,10 @@ class CoverageReport(BaseModel):
         ]
 
 
+Proc = tuple[str, int, int]
+"""One worker process: (host, rank, pid), as its events carry them."""
+
+
 @dataclass
 class _Obs:
     module: str | None = None
@@ -484,14 +488,17 @@ class _Obs:
     the key compared instead if any: :func:`_as_now`)."""
     hash_changed: dict[str, str] = field(default_factory=dict)
     """Expected keys (still possible) recorded with another source hash → the recorded hash."""
-    warm_by_rank: dict[int, dict[str, Seen]] = field(default_factory=dict)
-    """Rank → the keys that rank compiled before serving (what its own caches hold)."""
-    served_on: dict[str, dict[int, Seen]] = field(default_factory=dict)
-    """Key compiled in serving → the ranks that compiled it in serving (first compile each)."""
-    rank_missed: dict[str, list[int]] = field(default_factory=dict)
-    """Keys another rank compiled before serving, compiled in serving on these ranks, which never
-    compiled them before serving: each rank compiles into its own process's cache, so another rank's
-    warmup covers nothing here (:func:`_rank_missed`)."""
+    warm_by_proc: dict[Proc, dict[str, Seen]] = field(default_factory=dict)
+    """Worker process (host, rank, pid) → the keys it compiled before serving (what its own caches hold)."""
+    warm_ts: dict[str, dict[Proc, float]] = field(default_factory=dict)
+    """Key compiled before serving → the processes that did → the newest such compile's time."""
+    served_on: dict[str, dict[Proc, tuple[Seen, float]]] = field(default_factory=dict)
+    """Key compiled in serving → the processes that compiled it in serving (first compile each, its time)."""
+    rank_missed: dict[str, list[Proc]] = field(default_factory=dict)
+    """Keys another worker process compiled before serving, compiled in serving by these processes,
+    which never compiled them before serving (nor did a later worker of their rank): each process
+    compiles into its own caches, so another rank's warmup, or an earlier worker's of the same rank
+    (restarted: new pid), covers nothing here (:func:`_rank_missed`)."""
 
     def key_only(self) -> list[str]:
         """The keys counted by exact key only (never also read per argument), in order seen."""
@@ -537,27 +544,63 @@ def _key_reason(name: str, o: _Obs, key: str) -> Reason:
     return new_key(name, len(o.warm_keys), "triton", exact_key=fixes, module=o.module)
 
 
+def _proc(ev: Any) -> Proc:
+    return (str(ev.host), int(ev.rank), int(ev.pid))
+
+
+def _warmed_for(proc: Proc, served_ts: float, warm: Mapping[Proc, float] | None) -> bool:
+    """Whether a key compiled in serving by ``proc`` at ``served_ts`` counts as compiled before
+    serving: ``proc`` itself compiled it before serving (``warm``: process → the newest time it
+    did), or a worker of the same rank did after ``served_ts`` (restarted with the fix applied: what
+    that rank runs now). Another rank's warmup, the same rank's on another host at the same time,
+    or an earlier worker's of the same rank (restarted, new pid: its caches went with it) covers
+    nothing. A restarted worker that gets its predecessor's pid on the same host (a container's
+    pid 1) cannot be told apart from it."""
+    if not warm:
+        return False
+    return proc in warm or any(p[1] == proc[1] and ts > served_ts for p, ts in warm.items())
+
+
 def _rank_missed(o: _Obs) -> None:
-    """Move the keys some rank compiled in serving without compiling them before serving itself
-    out of :attr:`_Obs.warm_keys` into :attr:`_Obs.rank_missed`: a key rank 0 warmed and rank 1
-    compiled in serving was counted covered (another process's warmup), and ``--require-complete``
-    passed while rank 1 stalled its peers."""
-    for key, ranks in o.served_on.items():
+    """Move the keys some worker process compiled in serving without that process compiling them
+    before serving (:func:`_warmed_for`) out of :attr:`_Obs.warm_keys` into
+    :attr:`_Obs.rank_missed`: a key rank 0 warmed and rank 1 compiled in serving was counted
+    covered (another process's warmup), and ``--require-complete`` passed while rank 1 stalled its
+    peers; so did a key rank 1's worker warmed before a restart and its next worker (new pid, no
+    warmup) compiled in serving."""
+    for key, procs in o.served_on.items():
         if key not in o.warm_keys:
             continue
-        missed = sorted(r for r in ranks if key not in o.warm_by_rank.get(r, {}))
+        warm = o.warm_ts.get(key)
+        missed = sorted(p for p, (_, ts) in procs.items() if not _warmed_for(p, ts, warm))
         if missed:
             o.rank_missed[key] = missed
             o.warm_keys.discard(key)
 
 
+def _proc_labels(procs: Iterable[Proc]) -> dict[Proc, str]:
+    """``rank R`` per process, ``rank R (pid P)`` where several processes of rank R are named,
+    ``rank R (pid P on HOST)`` where they run on several hosts."""
+    procs = list(dict.fromkeys(procs))
+    out: dict[Proc, str] = {}
+    for p in procs:
+        same = [q for q in procs if q[1] == p[1]]
+        if len(same) == 1:
+            out[p] = f"rank {p[1]}"
+        elif len({q[0] for q in same}) == 1:
+            out[p] = f"rank {p[1]} (pid {p[2]})"
+        else:
+            out[p] = f"rank {p[1]} (pid {p[2]} on {p[0]})"
+    return out
+
+
 def _rank_reason(name: str, o: _Obs, key: str, seen: Seen) -> Reason:
-    """Why ``key`` compiled in serving on the first rank of :attr:`_Obs.rank_missed` that missed
-    it: against that rank's own compiles before serving (as the rank's own diagnosis says it:
-    ``never warmed`` when it warmed nothing of the kernel), naming the ranks that warmed it."""
+    """Why ``key`` compiled in serving in the first process of :attr:`_Obs.rank_missed` that missed
+    it: against that process's own compiles before serving (as its own diagnosis says it:
+    ``never warmed`` when it warmed nothing of the kernel), naming the processes that warmed it."""
     missed = o.rank_missed[key]
-    rank = missed[0]
-    own = [v for k, v in o.warm_by_rank.get(rank, {}).items() if k != key]
+    proc = missed[0]
+    own = [v for k, v in o.warm_by_proc.get(proc, {}).items() if k != key]
     exact = exact_key_fixes(name) if o.keyed.get(key, (False, False))[0] else None
     if not own:
         base = never_warmed(name, backend="triton", exact_key=exact, module=o.module)
@@ -565,13 +608,23 @@ def _rank_reason(name: str, o: _Obs, key: str, seen: Seen) -> Reason:
         base = new_key(name, len(own), "triton", exact_key=exact, module=o.module)
     else:
         base = explain_key(seen, own) or never_warmed("this kernel")
-    warmed = sorted(r for r, keys in o.warm_by_rank.items() if key in keys)
-    on = f"rank {rank}" if len(missed) == 1 else f"ranks {', '.join(map(str, missed))}"
-    by = f"rank {warmed[0]}" if len(warmed) == 1 else f"ranks {', '.join(map(str, warmed[:8]))}"
-    more = ", …" if len(warmed) > 8 else ""
+    warmed = sorted(p for p, keys in o.warm_by_proc.items() if key in keys)
+    labels = _proc_labels([*missed, *warmed])
+    missed_l = list(dict.fromkeys(labels[p] for p in missed))
+    warmed_l = list(dict.fromkeys(labels[p] for p in warmed))
+    plain_ranks = all(lab.startswith("rank ") and "(" not in lab for lab in labels.values())
+    if plain_ranks:
+        on = missed_l[0] if len(missed_l) == 1 else "ranks " + ", ".join(m.removeprefix("rank ") for m in missed_l)
+        by = warmed_l[0] if len(warmed_l) == 1 else "ranks " + ", ".join(w.removeprefix("rank ") for w in warmed_l[:8])
+        each = "each rank compiles its own"
+    else:
+        on = ", ".join(missed_l)
+        by = ", ".join(warmed_l[:8])
+        each = "each worker process compiles its own, a restarted one too"
+    more = ", …" if len(warmed_l) > 8 else ""
     return Reason(
         base.kind,
-        f"on {on}: {base.text}; {by}{more} compiled this key before serving (each rank compiles its own)",
+        f"on {on}: {base.text}; {by}{more} compiled this key before serving ({each})",
         base.changes,
         base.fixes,
     )
@@ -759,11 +812,14 @@ def coverage_from_events(
             _by_key(o, ev.key, ev.attrs, warm)
         if warm:
             o.warm_keys.add(ev.key)
-            o.warm_by_rank.setdefault(ev.rank, {}).setdefault(ev.key, compiled)
+            proc = _proc(ev)
+            o.warm_by_proc.setdefault(proc, {}).setdefault(ev.key, compiled)
+            when = o.warm_ts.setdefault(ev.key, {})
+            when[proc] = max(ev.ts, when.get(proc, ev.ts))
         else:
             o.serving_keys.add(ev.key)
             o.expected.setdefault(ev.key, ("serving", compiled))
-            o.served_on.setdefault(ev.key, {}).setdefault(ev.rank, compiled)
+            o.served_on.setdefault(ev.key, {}).setdefault(_proc(ev), (compiled, ev.ts))
     for o in obs.values():
         _rank_missed(o)
     kept: list[Expected] = []
@@ -1017,21 +1073,28 @@ def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
     """Coverage by exact key for backends without per-argument classes (torch.compile, the DSL
     backends): per (backend, kernel), each key first compiled in serving and never before is
     missing, with the reason the event carries (Dynamo's guard failure for torch.compile) or
-    "compiled in serving". So ``--require-complete`` fails on a serving recompile of any backend."""
-    warm: dict[tuple[str, str], dict[int, set[str]]] = {}
-    serving: dict[tuple[str, str], dict[str, Any]] = {}
+    "compiled in serving". So ``--require-complete`` fails on a serving recompile of any backend.
+    Per worker process as Triton's (:func:`_warmed_for`): another rank's or an earlier worker's
+    warmup covers nothing; a later worker of the same rank warming the key does."""
+    warm: dict[tuple[str, str], dict[str, dict[Proc, float]]] = {}
+    served: list[Any] = []
     modules: dict[tuple[str, str], str | None] = {}
     for ev in sorted(events, key=lambda e: (e.ts, e.id or 0)):
         if ev.kind is not EventKind.COMPILE or not ev.kernel:
             continue
         k = (ev.backend, ev.kernel)
         modules.setdefault(k, ev.attrs.get("module") if isinstance(ev.attrs.get("module"), str) else None)
-        key = ev.key or ""
-        if ev.phase is Phase.SERVING:  # another rank's warmup fills another process's caches
-            if key not in warm.get(k, {}).get(ev.rank, set()):
-                serving.setdefault(k, {}).setdefault(key, ev)
+        if ev.phase is Phase.SERVING:
+            served.append(ev)
         else:
-            warm.setdefault(k, {}).setdefault(ev.rank, set()).add(key)
+            procs = warm.setdefault(k, {}).setdefault(ev.key or "", {})
+            procs[_proc(ev)] = max(ev.ts, procs.get(_proc(ev), ev.ts))
+    serving: dict[tuple[str, str], dict[str, Any]] = {}
+    for ev in served:  # another process's warmup (another rank, an earlier worker) filled other caches
+        k = (ev.backend, ev.kernel)
+        key = ev.key or ""
+        if not _warmed_for(_proc(ev), ev.ts, warm.get(k, {}).get(key)):
+            serving.setdefault(k, {}).setdefault(key, ev)
     out: list[KernelCoverage] = []
     for k in sorted(set(warm) | set(serving)):
         missing = []
@@ -1047,7 +1110,7 @@ def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
                     fixes=[str(f) for f in fixes] if isinstance(fixes, list) else [],
                 )
             )
-        warmed = set().union(*warm.get(k, {}).values())
+        warmed = set(warm.get(k, {}))
         n_warm = len(warmed - set(serving.get(k, {})))  # a key one rank missed is not covered
         out.append(
             KernelCoverage(

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from jitwatch.cli import app
 from jitwatch.core.events import Phase
+from jitwatch.core.identity import WorkerIdentity
 from jitwatch.store.journal import Journal
 from jitwatch.testing import JournalBuilder, fresh_kernel_cache, monitored
 from jitwatch.views.coverage import coverage_for_journal
@@ -98,3 +99,74 @@ def test_other_backends_count_a_key_warm_per_rank(tmp_path: Path) -> None:
     assert code == 1, report
     (k,) = report["kernels"]  # type: ignore[misc]
     assert (k["covered"], k["total"], k["warmup_keys"], k["serving_keys"]) == (0, 1, 1, 1), k
+
+
+def _life(journal: Path, rank: int, pid: int, host: str, warm: list[int], serve: list[int]) -> None:
+    """One worker process of ``rank`` (its pid and host as a restarted or another host's worker has
+    them), real compiles into the shared journal."""
+    with monitored(journal_dir=journal, identity=WorkerIdentity(rank=rank, pid=pid, host=host)) as h:
+        fresh_kernel_cache(kf.scale_copy)
+        with h.monitor.warmup():
+            for block in warm:
+                _copy(block)
+        for block in serve:
+            _copy(block)
+        h.monitor.flush()
+
+
+@pytest.mark.parametrize(
+    ("lives", "expect"),
+    [
+        (
+            [(1, 1001, "node-a", [256], []), (1, 1002, "node-a", [], [256])],
+            "on rank 1 (pid 1002): never warmed (no compile of this kernel before serving); rank 1 (pid 1001)",
+        ),
+        (
+            [(0, 2001, "node-a", [256], []), (0, 2002, "node-b", [], [256])],
+            "on rank 0 (pid 2002 on node-b): never warmed (no compile of this kernel before serving); rank 0 (pid"
+            " 2001 on node-a)",
+        ),
+    ],
+    ids=["restarted-without-warmup", "same-rank-on-two-hosts"],
+)
+def test_an_earlier_worker_or_another_hosts_warmup_of_the_rank_covers_nothing(
+    tmp_path: Path, lives: list[tuple[int, int, str, list[int], list[int]]], expect: str
+) -> None:
+    """Rank 1's worker warms BLOCK=256 and is restarted (new pid); the new worker skips warmup and
+    compiles BLOCK=256 in serving (its caches started empty; the worker's own warning said 'never
+    warmed'). Or rank 0 on two hosts sharing a journal directory, one of which warmed. Coverage
+    said 1/1, complete, exit 0: a key counted warm for every process of the rank id."""
+    journal = tmp_path / "j"
+    for life in lives:
+        _life(journal, *life)
+    code, report = _coverage(journal)
+    assert code == 1, report
+    (k,) = report["kernels"]  # type: ignore[misc]
+    assert (k["covered"], k["total"]) == (0, 1), k
+    (missing,) = k["missing"]
+    assert missing["reason"].startswith(expect), missing["reason"]
+
+
+def test_a_restarted_worker_that_warms_what_its_predecessor_compiled_in_serving_is_covered(tmp_path: Path) -> None:
+    """The fix applied: rank 1's worker compiled BLOCK=256 in serving; the restarted worker (new pid)
+    compiles it in warmup: covered (what rank 1 runs now), for Triton and by exact key alike."""
+    journal = tmp_path / "j"
+    _life(journal, 1, 3001, "node-a", [], [256])
+    _life(journal, 1, 3002, "node-a", [256], [])
+    code, report = _coverage(journal)
+    assert code == 0, report
+    b = JournalBuilder(tmp_path / "k")
+    b.worker(rank=1, pid=101, backends=("torch_compile",))
+    b.compile("f", backend="torch_compile", phase=Phase.SERVING, key="0/0", rank=1, pid=101, ts=b.t0 + 1)
+    b.worker(rank=1, pid=102, ts=b.t0 + 5, backends=("torch_compile",))
+    b.compile("f", backend="torch_compile", phase=Phase.WARMUP, key="0/0", rank=1, pid=102, ts=b.t0 + 10)
+    code, report = _coverage(tmp_path / "k")
+    assert code == 0, report
+    # the other way round (warmed, restarted, compiled in serving) is missing by exact key too
+    b = JournalBuilder(tmp_path / "m")
+    b.worker(rank=1, pid=101, backends=("torch_compile",))
+    b.compile("f", backend="torch_compile", phase=Phase.WARMUP, key="0/0", rank=1, pid=101, ts=b.t0 + 1)
+    b.worker(rank=1, pid=102, ts=b.t0 + 5, backends=("torch_compile",))
+    b.compile("f", backend="torch_compile", phase=Phase.SERVING, key="0/0", rank=1, pid=102, ts=b.t0 + 10)
+    code, report = _coverage(tmp_path / "m")
+    assert code == 1, report
