@@ -1148,41 +1148,111 @@ def expected_from_journal(journal: Journal, *, source: str = "journal", limit: i
 def known_kernels(modules: Iterable[Any]) -> dict[str, str | None]:
     """``{fn.name: module}`` of the ``@triton.jit`` functions (``@triton.autotune`` included)
     defined in the given, already imported modules (attributes with ``params`` and a ``fn``),
-    less the device functions: a ``@triton.jit`` function another one of its module calls by name
-    (``_slot_mapping_body`` in :mod:`jitwatch.kernels.slot_mapping`) is compiled inside its caller
-    and never on its own, so expecting a compile of it would fail ``--require-complete`` forever."""
-    out: dict[str, str | None] = {}
-    for mod in modules:
-        found: dict[str, Any] = {}
+    less the device functions: a ``@triton.jit`` function another one of the given modules calls
+    (``_slot_mapping_body`` in :mod:`jitwatch.kernels.slot_mapping`; also called through an alias
+    or an attribute, ``helpers.twice(x)``, resolved in the caller's globals) is compiled inside its
+    caller and never on its own, so expecting a compile of it would fail ``--require-complete``
+    forever, unless its module's own code also launches it (``fn[grid](...)``, ``fn.run`` /
+    ``fn.warmup``): a kernel both launched and called stays expected. A device function whose
+    callers are in modules not given cannot be told from a kernel, nor a kernel launched only from
+    other modules from a device function (it is left out)."""
+    mods = list(modules)
+    found: list[tuple[Any, str, Any]] = []  # (module, name, JITFunction)
+    for mod in mods:
         for value in vars(mod).values():
-            fn = value
-            while not hasattr(fn, "params") and hasattr(fn, "fn"):
-                fn = fn.fn
-            if hasattr(fn, "params") and hasattr(fn, "fn") and getattr(fn.fn, "__module__", None) == mod.__name__:
-                found[str(getattr(fn, "__name__", None) or fn.fn.__qualname__)] = fn
-        called = set().union(*(_called_names(fn) for fn in found.values())) if found else set()
-        for name, fn in found.items():
-            if getattr(fn.fn, "__name__", name) not in called:
-                out[name] = mod.__name__
-    return out
+            fn = _jit_of(value)
+            if fn is not None and getattr(fn.fn, "__module__", None) == mod.__name__:
+                name = str(getattr(fn, "__name__", None) or fn.fn.__qualname__)
+                if all(f is not fn for _, _, f in found):
+                    found.append((mod, name, fn))
+    called: set[int] = set()
+    for mod, _, fn in found:
+        called |= _called_jit(fn, {n: f for m, n, f in found if m is mod})
+    launched: set[int] = set()
+    for mod in mods:
+        launched |= _launched_jit(mod)
+    return {name: mod.__name__ for mod, name, fn in found if id(fn) not in called or id(fn) in launched}
 
 
-def _called_names(fn: Any) -> set[str]:
-    """The plain names ``fn``'s source calls (``helper(...)``), from Triton's ``JITFunction.src``;
-    empty when the source is not there or does not parse. Never raises."""
+def _jit_of(value: Any) -> Any:
+    """The ``JITFunction`` of a ``@triton.jit`` (or ``@triton.autotune``-wrapped) value, else ``None``."""
+    fn = value
+    for _ in range(8):
+        if hasattr(fn, "params") and hasattr(fn, "fn"):
+            return fn
+        if not hasattr(fn, "fn"):
+            return None
+        fn = fn.fn
+    return None
+
+
+def _resolve(node: Any, scope: Mapping[str, Any]) -> Any:
+    """The object a call's target names (``helper``, ``mod.helper``) in ``scope``; attributes only
+    of modules (no arbitrary ``getattr``). ``None`` when unknown."""
+    import ast
+    import types
+
+    if isinstance(node, ast.Name):
+        return scope.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = _resolve(node.value, scope)
+        if isinstance(base, types.ModuleType):
+            return vars(base).get(node.attr)
+    return None
+
+
+def _called_jit(fn: Any, same_module: Mapping[str, Any]) -> set[int]:
+    """``id`` of the ``@triton.jit`` functions ``fn``'s source calls (``helper(...)``,
+    ``mod.helper(...)``, an alias), resolved in its Python function's globals; a plain name not
+    found there is matched by name among ``same_module``'s. Empty when the source is not there or
+    does not parse. Never raises."""
     import ast
     import textwrap
 
     try:
         tree = ast.parse(textwrap.dedent(str(fn.src)))
+        scope = dict(getattr(fn.fn, "__globals__", None) or {})
     except Exception:  # noqa: BLE001 - no source, or not parseable: nothing known to be called
         return set()
-    own = getattr(fn.fn, "__name__", None)
-    return {
-        n.func.id
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id != own
-    }
+    out: set[int] = set()
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        target = _jit_of(_resolve(n.func, scope))
+        if target is None and isinstance(n.func, ast.Name):
+            target = same_module.get(n.func.id)
+        if target is not None and target is not fn:
+            out.add(id(target))
+    return out
+
+
+def _launched_jit(mod: Any) -> set[int]:
+    """``id`` of the ``@triton.jit`` functions module ``mod``'s own source launches:
+    ``kernel[grid](...)``, ``kernel.run(...)``, ``kernel.warmup(...)`` (names resolved in the
+    module). Empty when its source cannot be read. Never raises."""
+    import ast
+    import inspect
+
+    try:
+        tree = ast.parse(inspect.getsource(mod))
+    except Exception:  # noqa: BLE001 - no source (a compiled or frozen module): nothing known
+        return set()
+    scope = vars(mod)
+    out: set[int] = set()
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        f = n.func
+        if isinstance(f, ast.Subscript):
+            target = _resolve(f.value, scope)
+        elif isinstance(f, ast.Attribute) and f.attr in ("run", "warmup"):
+            target = _resolve(f.value, scope)
+        else:
+            continue
+        jit = _jit_of(target)
+        if jit is not None:
+            out.add(id(jit))
+    return out
 
 
 def coverage_ratio_samples(report: CoverageReport, labels: Mapping[str, str] | None = None) -> dict[str, float]:

@@ -201,3 +201,89 @@ def test_a_module_without_kernels_is_refused(tmp_path: Path) -> None:
     assert (
         "--module jitwatch.kernels.kv_blocks" in res.output and "--module jitwatch.kernels.slot_mapping" in res.output
     )
+
+
+_DEVICE_FUNCTION_PACKAGE = {
+    "helpers.py": """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def twice(x):
+    return x * 2
+""",
+    "user_attr.py": """
+import triton
+import triton.language as tl
+
+from {pkg} import helpers
+
+
+@triton.jit
+def via_attr(src, dst, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst + offs, helpers.twice(tl.load(src + offs)))
+""",
+    "alias.py": """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _helper(x):
+    return x * 3
+
+
+h = _helper
+
+
+@triton.jit
+def kern(src, dst, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst + offs, h(tl.load(src + offs)))
+""",
+    "both.py": """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_one(x):
+    return x + 1
+
+
+@triton.jit
+def outer(src, dst, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst + offs, add_one(tl.load(src + offs)))
+
+
+def launch(src, dst):
+    add_one[(1,)](src)  # also launched on its own
+""",
+}
+
+
+def test_module_device_functions_called_through_an_attribute_or_an_alias(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Device functions were found by the plain name a caller of the same module calls: one called
+    through its module (``helpers.twice(x)``, defined in another module given too) or through an
+    alias (``h = _helper``) was expected, listed never warmed, and ``--require-complete`` could never
+    pass; a ``@triton.jit`` function its module also launches on its own (``add_one[grid](...)``) was
+    left out, so the gate passed without it ever compiling. Real modules, imported by the CLI."""
+    pkg = f"jw_devfn_{tmp_path.name}"
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text("")
+    for name, src in _DEVICE_FUNCTION_PACKAGE.items():
+        (tmp_path / pkg / name).write_text(src.replace("{pkg}", pkg))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    Journal(tmp_path / "j").close()
+    args = ["coverage", "--journal-dir", str(tmp_path / "j"), "--allow", pkg, "--json"]
+    for name in _DEVICE_FUNCTION_PACKAGE:
+        args += ["--module", f"{pkg}.{name.removesuffix('.py')}"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    kernels = sorted(k["kernel"] for k in json.loads(res.stdout)["kernels"])
+    assert kernels == ["add_one", "kern", "outer", "via_attr"], kernels
