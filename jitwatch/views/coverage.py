@@ -548,17 +548,25 @@ def _proc(ev: Any) -> Proc:
     return (str(ev.host), int(ev.rank), int(ev.pid))
 
 
-def _warmed_for(proc: Proc, served_ts: float, warm: Mapping[Proc, float] | None) -> bool:
+def _latest_by_rank(warm: Mapping[Proc, float]) -> dict[int, float]:
+    """Rank → the newest time one of its processes compiled the key before serving."""
+    out: dict[int, float] = {}
+    for (_, rank, _), ts in warm.items():
+        out[rank] = max(ts, out.get(rank, ts))
+    return out
+
+
+def _warmed_for(proc: Proc, served_ts: float, warm: Mapping[Proc, float] | None, latest: Mapping[int, float]) -> bool:
     """Whether a key compiled in serving by ``proc`` at ``served_ts`` counts as compiled before
     serving: ``proc`` itself compiled it before serving (``warm``: process → the newest time it
-    did), or a worker of the same rank did after ``served_ts`` (restarted with the fix applied: what
-    that rank runs now). Another rank's warmup, the same rank's on another host at the same time,
-    or an earlier worker's of the same rank (restarted, new pid: its caches went with it) covers
-    nothing. A restarted worker that gets its predecessor's pid on the same host (a container's
-    pid 1) cannot be told apart from it."""
+    did), or a worker of the same rank did after ``served_ts`` (``latest``: :func:`_latest_by_rank`
+    of ``warm``; restarted with the fix applied: what that rank runs now). Another rank's warmup,
+    the same rank's on another host at the same time, or an earlier worker's of the same rank
+    (restarted, new pid: its caches went with it) covers nothing. A restarted worker that gets its
+    predecessor's pid on the same host (a container's pid 1) cannot be told apart from it. O(1)."""
     if not warm:
         return False
-    return proc in warm or any(p[1] == proc[1] and ts > served_ts for p, ts in warm.items())
+    return proc in warm or latest.get(proc[1], served_ts) > served_ts
 
 
 def _rank_missed(o: _Obs) -> None:
@@ -571,8 +579,9 @@ def _rank_missed(o: _Obs) -> None:
     for key, procs in o.served_on.items():
         if key not in o.warm_keys:
             continue
-        warm = o.warm_ts.get(key)
-        missed = sorted(p for p, (_, ts) in procs.items() if not _warmed_for(p, ts, warm))
+        warm = o.warm_ts.get(key) or {}
+        latest = _latest_by_rank(warm)
+        missed = sorted(p for p, (_, ts) in procs.items() if not _warmed_for(p, ts, warm, latest))
         if missed:
             o.rank_missed[key] = missed
             o.warm_keys.discard(key)
@@ -580,17 +589,20 @@ def _rank_missed(o: _Obs) -> None:
 
 def _proc_labels(procs: Iterable[Proc]) -> dict[Proc, str]:
     """``rank R`` per process, ``rank R (pid P)`` where several processes of rank R are named,
-    ``rank R (pid P on HOST)`` where they run on several hosts."""
-    procs = list(dict.fromkeys(procs))
+    ``rank R (pid P on HOST)`` where they run on several hosts. Linear."""
+    by_rank: dict[int, list[Proc]] = {}
+    for p in dict.fromkeys(procs):
+        by_rank.setdefault(p[1], []).append(p)
     out: dict[Proc, str] = {}
-    for p in procs:
-        same = [q for q in procs if q[1] == p[1]]
-        if len(same) == 1:
-            out[p] = f"rank {p[1]}"
-        elif len({q[0] for q in same}) == 1:
-            out[p] = f"rank {p[1]} (pid {p[2]})"
-        else:
-            out[p] = f"rank {p[1]} (pid {p[2]} on {p[0]})"
+    for rank, same in by_rank.items():
+        hosts = len({q[0] for q in same})
+        for p in same:
+            if len(same) == 1:
+                out[p] = f"rank {rank}"
+            elif hosts == 1:
+                out[p] = f"rank {rank} (pid {p[2]})"
+            else:
+                out[p] = f"rank {rank} (pid {p[2]} on {p[0]})"
     return out
 
 
@@ -608,20 +620,20 @@ def _rank_reason(name: str, o: _Obs, key: str, seen: Seen) -> Reason:
         base = new_key(name, len(own), "triton", exact_key=exact, module=o.module)
     else:
         base = explain_key(seen, own) or never_warmed("this kernel")
-    warmed = sorted(p for p, keys in o.warm_by_proc.items() if key in keys)
-    labels = _proc_labels([*missed, *warmed])
-    missed_l = list(dict.fromkeys(labels[p] for p in missed))
-    warmed_l = list(dict.fromkeys(labels[p] for p in warmed))
-    plain_ranks = all(lab.startswith("rank ") and "(" not in lab for lab in labels.values())
-    if plain_ranks:
+    warmed = sorted(o.warm_ts.get(key, {}))
+    shown_missed, shown_warmed = missed[:8], warmed[:8]  # a crash-looping rank: thousands of processes
+    labels = _proc_labels([*shown_missed, *shown_warmed])
+    missed_l = list(dict.fromkeys(labels[p] for p in shown_missed))
+    warmed_l = list(dict.fromkeys(labels[p] for p in shown_warmed))
+    if all("(" not in lab for lab in labels.values()):
         on = missed_l[0] if len(missed_l) == 1 else "ranks " + ", ".join(m.removeprefix("rank ") for m in missed_l)
-        by = warmed_l[0] if len(warmed_l) == 1 else "ranks " + ", ".join(w.removeprefix("rank ") for w in warmed_l[:8])
+        by = warmed_l[0] if len(warmed_l) == 1 else "ranks " + ", ".join(w.removeprefix("rank ") for w in warmed_l)
         each = "each rank compiles its own"
     else:
-        on = ", ".join(missed_l)
-        by = ", ".join(warmed_l[:8])
+        on, by = ", ".join(missed_l), ", ".join(warmed_l)
         each = "each worker process compiles its own, a restarted one too"
-    more = ", …" if len(warmed_l) > 8 else ""
+    on += ", …" if len(missed) > 8 else ""
+    more = ", …" if len(warmed) > 8 else ""
     return Reason(
         base.kind,
         f"on {on}: {base.text}; {by}{more} compiled this key before serving ({each})",
@@ -1090,10 +1102,14 @@ def coverage_by_key(events: Iterable[Any]) -> list[KernelCoverage]:
             procs = warm.setdefault(k, {}).setdefault(ev.key or "", {})
             procs[_proc(ev)] = max(ev.ts, procs.get(_proc(ev), ev.ts))
     serving: dict[tuple[str, str], dict[str, Any]] = {}
+    latest: dict[tuple[tuple[str, str], str], dict[int, float]] = {}
     for ev in served:  # another process's warmup (another rank, an earlier worker) filled other caches
         k = (ev.backend, ev.kernel)
         key = ev.key or ""
-        if not _warmed_for(_proc(ev), ev.ts, warm.get(k, {}).get(key)):
+        warmed_by = warm.get(k, {}).get(key)
+        if warmed_by and (k, key) not in latest:
+            latest[(k, key)] = _latest_by_rank(warmed_by)
+        if not _warmed_for(_proc(ev), ev.ts, warmed_by, latest.get((k, key), {})):
             serving.setdefault(k, {}).setdefault(key, ev)
     out: list[KernelCoverage] = []
     for k in sorted(set(warm) | set(serving)):
