@@ -1186,7 +1186,9 @@ def known_kernels(modules: Iterable[Any]) -> dict[str, str | None]:
         called |= _called_jit(fn, {n: f for m, n, f in found if m is mod})
     launched: set[int] = set()
     for mod in mods:
-        launched |= _launched_jit(mod)
+        ran, passed = _launched_jit(mod)
+        launched |= ran
+        called |= passed
     return {name: mod.__name__ for mod, name, fn in found if id(fn) not in called or id(fn) in launched}
 
 
@@ -1242,19 +1244,22 @@ def _called_jit(fn: Any, same_module: Mapping[str, Any]) -> set[int]:
     return out
 
 
-def _launched_jit(mod: Any) -> set[int]:
-    """``id`` of the ``@triton.jit`` functions module ``mod``'s own source launches:
-    ``kernel[grid](...)``, ``kernel.run(...)``, ``kernel.warmup(...)`` (names resolved in the
-    module). Empty when its source cannot be read. Never raises."""
+def _launched_jit(mod: Any) -> tuple[set[int], set[int]]:
+    """``id`` of the ``@triton.jit`` functions module ``mod``'s own source launches
+    (``kernel[grid](...)``, ``kernel.run(...)``, ``kernel.warmup(...)``), and of those it passes to
+    a launch as an argument (``kernel[grid](x, ACT=relu)``: a device function the kernel calls as
+    its constexpr ``ACT``), names resolved in the module. Empty when its source cannot be read.
+    Never raises."""
     import ast
     import inspect
 
     try:
         tree = ast.parse(inspect.getsource(mod))
     except Exception:  # noqa: BLE001 - no source (a compiled or frozen module): nothing known
-        return set()
+        return set(), set()
     scope = vars(mod)
     out: set[int] = set()
+    passed: set[int] = set()
     for n in ast.walk(tree):
         if not isinstance(n, ast.Call):
             continue
@@ -1266,9 +1271,14 @@ def _launched_jit(mod: Any) -> set[int]:
         else:
             continue
         jit = _jit_of(target)
-        if jit is not None:
-            out.add(id(jit))
-    return out
+        if jit is None:
+            continue
+        out.add(id(jit))
+        for arg in [*n.args, *(k.value for k in n.keywords)]:
+            given = _jit_of(_resolve(arg, scope))
+            if given is not None:
+                passed.add(id(given))
+    return out, passed
 
 
 def coverage_ratio_samples(report: CoverageReport, labels: Mapping[str, str] | None = None) -> dict[str, float]:

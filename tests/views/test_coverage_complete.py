@@ -262,6 +262,25 @@ def outer(src, dst, BLOCK: tl.constexpr):
 def launch(src, dst):
     add_one[(1,)](src)  # also launched on its own
 """,
+    "passed.py": """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu(x):
+    return tl.maximum(x, 0)
+
+
+@triton.jit
+def act_kernel(src, dst, ACT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst + offs, ACT(tl.load(src + offs)))
+
+
+def launch(src, dst):
+    act_kernel[(1,)](src, dst, ACT=relu, BLOCK=64)
+""",
 }
 
 
@@ -272,7 +291,8 @@ def test_module_device_functions_called_through_an_attribute_or_an_alias(
     through its module (``helpers.twice(x)``, defined in another module given too) or through an
     alias (``h = _helper``) was expected, listed never warmed, and ``--require-complete`` could never
     pass; a ``@triton.jit`` function its module also launches on its own (``add_one[grid](...)``) was
-    left out, so the gate passed without it ever compiling. Real modules, imported by the CLI."""
+    left out, so the gate passed without it ever compiling; one passed to a launch as a constexpr
+    (``act_kernel[grid](..., ACT=relu)``) was expected. Real modules, imported by the CLI."""
     pkg = f"jw_devfn_{tmp_path.name}"
     (tmp_path / pkg).mkdir()
     (tmp_path / pkg / "__init__.py").write_text("")
@@ -286,4 +306,4 @@ def test_module_device_functions_called_through_an_attribute_or_an_alias(
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     kernels = sorted(k["kernel"] for k in json.loads(res.stdout)["kernels"])
-    assert kernels == ["add_one", "kern", "outer", "via_attr"], kernels
+    assert kernels == ["act_kernel", "add_one", "kern", "outer", "via_attr"], kernels
