@@ -1027,13 +1027,20 @@ def _note_pruned(report: CoverageReport, events: Sequence[Any], stats: Sequence[
     retention (7 days by default) had retired the warmup's compiles, with the wrong fix."""
     read: dict[tuple[str, str], int] = {}
     served: dict[tuple[str, str, str], Any] = {}
+    warm: dict[tuple[str, str, str], dict[Proc, float]] = {}
     for ev in events:
         if ev.kind is not EventKind.COMPILE or not ev.kernel:
             continue
-        if ev.phase is Phase.SERVING:
-            served[(ev.backend, ev.kernel, ev.key or "")] = ev  # newest first: the oldest stays
-        else:
+        if ev.phase is not Phase.SERVING:
             read[(ev.backend, ev.kernel)] = read.get((ev.backend, ev.kernel), 0) + 1
+            when = warm.setdefault((ev.backend, ev.kernel, ev.key or ""), {})
+            when[_proc(ev)] = max(ev.ts, when.get(_proc(ev), ev.ts))
+    latest = {k: _latest_by_rank(v) for k, v in warm.items()}
+    for ev in events:  # newest first: the oldest serving compile of a process that missed the key stays
+        if ev.kind is EventKind.COMPILE and ev.kernel and ev.phase is Phase.SERVING:
+            k3 = (ev.backend, ev.kernel, ev.key or "")
+            if not _warmed_for(_proc(ev), ev.ts, warm.get(k3), latest.get(k3, {})):
+                served[k3] = ev  # a process the key was warm for (a later worker warmed it) is not the one
     counted: dict[tuple[str, str], int] = {}
     for row in stats:
         if (
