@@ -586,7 +586,7 @@ class TorchCompileBackend(LibraryBackend):
             if opened.parent_set:
                 exit_parent(opened.parent_prev)
                 opened.parent_set = False
-            if trigger in _METRICS_TRIGGERS and self._metrics_pending():
+            if trigger in _METRICS_TRIGGERS and self._metrics_pending() and self._own_record():
                 opened.ended = True  # finished by the compilation-metrics record that follows
                 return
             self._close(opened)
@@ -600,6 +600,18 @@ class TorchCompileBackend(LibraryBackend):
         if self._utils is None or getattr(self._utils, "log_compilation_event", None) is not self._wrapped_log:
             return False
         return bool(getattr(self._config, "log_compilation_metrics", False))
+
+    def _own_record(self) -> bool:
+        """Whether the compile ending now gets a compilation-metrics record of its own: its metrics
+        context (entered before its callbacks run) is the thread's outermost. A compile nested in
+        another's metrics context (a Dynamo compile run by the backend of an AOT compile, which has
+        its own) gets none: torch merges its metrics into the outer one, whose record has no
+        compile id of it. Unknown (a torch without the context's level): a record is expected."""
+        get = self._metrics_context
+        if get is None:
+            return True
+        level = getattr(get(), "_level", None)
+        return not isinstance(level, int) or level <= 1
 
     def _on_metrics(self, metrics: Any) -> None:
         try:
@@ -634,8 +646,9 @@ class TorchCompileBackend(LibraryBackend):
           for the outermost of the compiles pending at once in the process
           (``CompilationCallbackHandler.install_callbacks`` counts them across threads), so a Dynamo
           compile on one thread while a lazy backward compile or a CUDA-graph recording runs on
-          another, or a compile nested in another, fires none; so does one begun before
-          ``install()``. It is recorded from the record (start, duration, reason, breakdown),
+          another, fires none; so does one begun before ``install()`` (a Dynamo compile nested in
+          another on the same thread has no record either: its metrics merge into the outer's).
+          It is recorded from the record (start, duration, reason, breakdown),
           ``attrs.start_seen: false``. The same for a lazy backward compile (its record has
           ``is_forward`` false), named after its forward's frame.
 

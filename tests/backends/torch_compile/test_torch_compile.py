@@ -937,3 +937,36 @@ def test_after_uninstall_under_a_host_s_wrapper_the_metrics_hook_is_a_pass_throu
         assert [r.getMessage() for r in caplog.records if r.name.startswith("jitwatch")] == []
     finally:
         dynamo_utils.log_compilation_event = original
+
+
+def test_a_dynamo_compile_inside_an_aot_compile_s_backend_ends_at_its_end(fresh_dynamo: None) -> None:
+    """A Dynamo compile run by the backend of an AOT compile (a helper the backend calls that is
+    itself ``torch.compile``d) fires its start and end callbacks, but torch gives it no
+    compilation-metrics record: ``aot_compile_fullgraph`` holds the thread's metrics context, so
+    the nested compile's metrics merge into the AOT compile's record (which has no compile id).
+    jitwatch's end callback waited for that record: the compile was never recorded and stayed in
+    flight for good, in ``inflight()`` and the journal's in-flight list (found by an attack
+    review). It ends at its end callback now, with the AOT compile as its parent."""
+    from torch._dynamo.aot_compile_types import GraphModuleSerializableCallable
+
+    def tripled_tan(x: Any) -> Any:
+        return x.tan() * 3
+
+    helper = torch.compile(tripled_tan, backend="eager")
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        helper(torch.randn(5))
+        return GraphModuleSerializableCallable(gm)
+
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        with h.monitor.warmup():
+            fn = torch.compile(scale, fullgraph=True, backend=backend).aot_compile(((torch.randn(3), True), {}))
+        assert fn(torch.randn(3), True).shape == ()
+        assert h.monitor.inflight() == []
+        events = _tc_events(h)
+        assert [(e.kernel, e.attrs["trigger"]) for e in events] == [
+            (tripled_tan.__qualname__, "dynamo"),
+            ("scale", "aot_compile"),
+        ]
+        assert events[0].attrs["parent"] == "torch_compile:aot" and events[0].phase is Phase.WARMUP
+        assert h.monitor.hook_errors == 0
