@@ -568,7 +568,10 @@ class TorchCompileBackend(LibraryBackend):
                     exit_parent(opened.parent_prev)
                     opened.parent_set = False
                 self._close(opened)  # the sink recorded and finished it: error mode's deliberate raise
-                if opened.trigger in _METRICS_TRIGGERS:  # its metrics record follows
+                if opened.trigger in _METRICS_TRIGGERS and self._metrics_pending() and self._own_record():
+                    # its metrics record follows (not with log_compilation_metrics off, nor for a
+                    # compile nested in another's metrics context); an entry no record pops would
+                    # drop a later record of this thread and compile id (ids restart at a reset)
                     with self._lock:
                         self._refused[(threading.get_ident(), opened.trigger, opened.compile_id)] = None
                         if len(self._refused) > _NAMES_MAX:

@@ -970,3 +970,31 @@ def test_a_dynamo_compile_inside_an_aot_compile_s_backend_ends_at_its_end(fresh_
         ]
         assert events[0].attrs["parent"] == "torch_compile:aot" and events[0].phase is Phase.WARMUP
         assert h.monitor.hook_errors == 0
+
+
+def test_a_refusal_with_compilation_metrics_off_does_not_hide_a_later_record(
+    fresh_dynamo: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Error mode remembers a compile it refused at its start, so that its metrics record is not
+    recorded a second time. With ``torch._dynamo.config.log_compilation_metrics`` off no record
+    comes to pop it: the entry stayed, and after ``torch._dynamo.reset()`` (compile ids restart)
+    the record of the same thread and compile id was dropped as already recorded; here the
+    serving recompile that hit the recompile limit (the frame runs eagerly from then on) was not
+    recorded at all (found by an attack review). A refusal is remembered only when its record follows."""
+    with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
+        f = torch.compile(scale, backend="eager", dynamic=False)
+        with torch._dynamo.config.patch(log_compilation_metrics=False):
+            with h.monitor.warmup():
+                f(torch.randn(8, 4), True)
+            with pytest.raises(Exception, match="ServingCompileError"):
+                f(torch.randn(9, 4), True)  # 0/1 refused at its start
+        torch._dynamo.reset()
+        with torch._dynamo.config.patch(recompile_limit=1), caplog.at_level(logging.WARNING, logger="jitwatch"):
+            with h.monitor.warmup():
+                f(torch.randn(8, 4), True)
+            assert f(torch.randn(9, 4), True).shape == ()  # 0/1 again: the limit, eager from now on
+            assert h.monitor.flush()
+        serving = [e for e in _tc_events(h) if e.phase is Phase.SERVING]
+        assert [(e.attrs["compile_id"], e.attrs.get("fallback")) for e in serving] == [("0/1", None), ("0/1", "eager")]
+        assert any("error mode cannot refuse" in r.getMessage() for r in caplog.records)
+        assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
