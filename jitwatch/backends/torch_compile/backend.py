@@ -663,8 +663,14 @@ class TorchCompileBackend(LibraryBackend):
             return
         raw_id = getattr(metrics, "compile_id", None)
         compile_id = str(raw_id)
+        tid = threading.get_ident()
         with self._lock:
-            if self._refused.pop((threading.get_ident(), trigger, compile_id), False) is None:
+            refused = self._refused.pop((tid, trigger, compile_id), False) is None
+            if trigger == "DYNAMO" and getattr(metrics, "is_forward", None) is None:
+                # a lazy backward refused at its start: torch marks its record is_forward=False
+                # only after the start callbacks ran, so it reads as a Dynamo compile's
+                refused = self._refused.pop((tid, "LAZY_BACKWARD", compile_id), False) is None or refused
+            if refused:
                 return  # error mode refused it at its start, and recorded it then
         reason = str(getattr(metrics, "fail_reason", "") or "")
         start = getattr(metrics, "start_time", None)

@@ -998,3 +998,43 @@ def test_a_refusal_with_compilation_metrics_off_does_not_hide_a_later_record(
         assert [(e.attrs["compile_id"], e.attrs.get("fallback")) for e in serving] == [("0/1", None), ("0/1", "eager")]
         assert any("error mode cannot refuse" in r.getMessage() for r in caplog.records)
         assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
+
+
+def test_a_backward_refused_in_serving_does_not_hide_its_later_compile(fresh_dynamo: None) -> None:
+    """Error mode refuses a serving lazy backward compile at its start and remembers it, so that its
+    metrics record is not recorded twice. torch marks that record ``is_forward=False`` only after
+    the start callbacks ran, so the refused one's reads as a Dynamo compile's and never matched:
+    the entry stayed, and the backward's later compile (the same compile id, on the same thread),
+    whose start callback torch skipped because a compile was pending on another thread, was
+    dropped as already recorded: a compile with no event at all (found by an attack review)."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(gm: Any, example_inputs: Any) -> Any:
+        entered.set()
+        release.wait(30)
+        return gm.forward
+
+    with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
+        f = torch.compile(lambda x: (x.sin() * 2).sum(), backend="aot_eager")
+        with h.monitor.warmup():
+            loss = f(torch.randn(4, requires_grad=True))
+        with pytest.raises(ServingCompileError):
+            loss.backward()
+        h.monitor.begin_warmup()
+        worker = threading.Thread(target=lambda: torch.compile(scale, backend=slow)(torch.randn(3), True))
+        worker.start()
+        try:
+            assert entered.wait(30)
+            f(torch.randn(4, requires_grad=True)).backward()  # compiles 0/0's backward: no start callback
+        finally:
+            release.set()
+            worker.join(30)
+        assert h.monitor.flush()
+        backwards = [e for e in _tc_events(h) if e.attrs["trigger"] == "lazy_backward"]
+        assert [(e.phase, e.attrs.get("start_seen")) for e in backwards] == [
+            (Phase.SERVING, None),
+            (Phase.WARMUP, False),
+        ]
+        assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
