@@ -384,6 +384,10 @@ class TorchCompileBackend(LibraryBackend):
         self._refused: OrderedDict[tuple[int, str, str], None] = OrderedDict()
         """(thread, trigger, compile id) of the compiles error mode refused at their start: recorded
         then, so their metrics record is not recorded again (:meth:`_unopened`)."""
+        self._ended_early: dict[int, tuple[str, str]] = {}
+        """Per thread, the (trigger, compile id) of the last compile finished at its end callback
+        with no metrics record expected: should its record come all the same (through a chain of
+        wrappers jitwatch could not see itself in), it is not recorded a second time."""
         self._handler: Any = None
         self._utils: Any = None
         self._config: Any = None
@@ -528,6 +532,7 @@ class TorchCompileBackend(LibraryBackend):
         if sink is None:
             return
         opened: _Open | None = None
+        self._ended_early.pop(threading.get_ident(), None)  # its record came, or will not
         try:
             trigger = getattr(args.callback_trigger, "name", str(args.callback_trigger))
             compile_id = str(args.compile_id)
@@ -593,6 +598,8 @@ class TorchCompileBackend(LibraryBackend):
                 opened.ended = True  # finished by the compilation-metrics record that follows
                 return
             self._close(opened)
+            if trigger in _METRICS_TRIGGERS:
+                self._ended_early[threading.get_ident()] = (trigger, opened.compile_id)
             self._finish(opened, None)
         except ServingCompileError:
             raise
@@ -600,9 +607,19 @@ class TorchCompileBackend(LibraryBackend):
             self.report_error("torch._dynamo end callback", exc)
 
     def _metrics_pending(self) -> bool:
-        if self._utils is None or getattr(self._utils, "log_compilation_event", None) is not self._wrapped_log:
+        """Whether torch's compilation-metrics record will reach jitwatch's wrapper: metrics
+        logging is on and the wrapper is ``log_compilation_event`` or in its chain of
+        ``__wrapped__`` (a host's ``functools.wraps`` wrapper installed after jitwatch's)."""
+        if self._utils is None or not getattr(self._config, "log_compilation_metrics", False):
             return False
-        return bool(getattr(self._config, "log_compilation_metrics", False))
+        current = getattr(self._utils, "log_compilation_event", None)
+        for _ in range(8):
+            if current is self._wrapped_log:
+                return True
+            current = getattr(current, "__wrapped__", None)
+            if current is None:
+                return False
+        return False
 
     def _own_record(self) -> bool:
         """Whether the compile ending now gets a compilation-metrics record of its own: its metrics
@@ -623,9 +640,12 @@ class TorchCompileBackend(LibraryBackend):
             trigger = "LAZY_BACKWARD" if getattr(metrics, "is_forward", True) is False else "DYNAMO"
             compile_id = str(getattr(metrics, "compile_id", None))
             key = (threading.get_ident(), trigger, compile_id)
+            early = self._ended_early.pop(key[0], None)
             with self._lock:
                 opened = self._open.get(key)
             if opened is None:
+                if early == (trigger, compile_id):
+                    return  # finished at its end callback: a wrapper on top hid jitwatch's in the chain
                 self._unopened(metrics, trigger)
                 return
             if opened.parent_set:  # the end callback did not run (e.g. an exception path)

@@ -1038,3 +1038,38 @@ def test_a_backward_refused_in_serving_does_not_hide_its_later_compile(fresh_dyn
             (Phase.WARMUP, False),
         ]
         assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
+
+
+@pytest.mark.parametrize("wraps", [False, True], ids=["plain", "functools.wraps"])
+def test_a_host_s_metrics_wrapper_on_top_of_jitwatch_s_records_each_compile_once(
+    fresh_dynamo: None, wraps: bool
+) -> None:
+    """A host that wraps ``torch._dynamo.utils.log_compilation_event`` after jitwatch (chaining to
+    jitwatch's wrapper) made every Dynamo compile two events: the end callback saw that the
+    attribute was no longer jitwatch's, expected no metrics record and finished the compile, then
+    the record came through the host's chain and was recorded again as a compile whose start was
+    not seen (found by an attack review). Once each now; with the breakdown when the host's
+    wrapper names jitwatch's as ``__wrapped__`` (``functools.wraps``)."""
+    import functools
+
+    from torch._dynamo import utils as dynamo_utils
+
+    original = dynamo_utils.log_compilation_event
+    try:
+        with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+            inner = dynamo_utils.log_compilation_event
+
+            def host_wrapper(metrics: Any) -> Any:
+                return inner(metrics)
+
+            dynamo_utils.log_compilation_event = functools.wraps(inner)(host_wrapper) if wraps else host_wrapper
+            f = torch.compile(scale, backend="eager")
+            f(torch.randn(3), True)
+            f(torch.randn(3), False)
+            events = _tc_events(h)
+            assert [e.attrs["compile_id"] for e in events] == ["0/0", "0/1"]
+            assert all("start_seen" not in e.attrs for e in events)
+            assert all(("entire_frame_s" in e.attrs) is wraps for e in events)
+            assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
+    finally:
+        dynamo_utils.log_compilation_event = original
