@@ -381,13 +381,11 @@ class TorchCompileBackend(LibraryBackend):
         self._lock = threading.Lock()
         self._open: dict[tuple[int, str, str], _Open] = {}
         self._names: OrderedDict[str, str] = OrderedDict()
-        self._refused: OrderedDict[tuple[int, str, str], None] = OrderedDict()
-        """(thread, trigger, compile id) of the compiles error mode refused at their start: recorded
-        then, so their metrics record is not recorded again (:meth:`_unopened`)."""
         self._ended_early: dict[int, tuple[str, str]] = {}
-        """Per thread, the (trigger, compile id) of the last compile finished at its end callback
-        with no metrics record expected: should its record come all the same (through a chain of
-        wrappers jitwatch could not see itself in), it is not recorded a second time."""
+        """Per thread, the (trigger, compile id) of the last compile finished before its metrics
+        record: refused by error mode at its start (recorded then), or finished at its end callback
+        with no record expected. Its record, should it come (it follows on the same thread, with no
+        other compile's start in between), is not recorded a second time; a start clears it."""
         self._handler: Any = None
         self._utils: Any = None
         self._config: Any = None
@@ -573,14 +571,8 @@ class TorchCompileBackend(LibraryBackend):
                     exit_parent(opened.parent_prev)
                     opened.parent_set = False
                 self._close(opened)  # the sink recorded and finished it: error mode's deliberate raise
-                if opened.trigger in _METRICS_TRIGGERS and self._metrics_pending() and self._own_record():
-                    # its metrics record follows (not with log_compilation_metrics off, nor for a
-                    # compile nested in another's metrics context); an entry no record pops would
-                    # drop a later record of this thread and compile id (ids restart at a reset)
-                    with self._lock:
-                        self._refused[(threading.get_ident(), opened.trigger, opened.compile_id)] = None
-                        if len(self._refused) > _NAMES_MAX:
-                            self._refused.popitem(last=False)
+                if opened.trigger in _METRICS_TRIGGERS and self._record_follows():  # not recorded again
+                    self._ended_early[threading.get_ident()] = (opened.trigger, opened.compile_id)
                 raise
 
     def _on_end(self, args: Any) -> None:
@@ -598,7 +590,7 @@ class TorchCompileBackend(LibraryBackend):
                 opened.ended = True  # finished by the compilation-metrics record that follows
                 return
             self._close(opened)
-            if trigger in _METRICS_TRIGGERS:
+            if trigger in _METRICS_TRIGGERS and self._record_follows():  # through a chain hiding jitwatch's
                 self._ended_early[threading.get_ident()] = (trigger, opened.compile_id)
             self._finish(opened, None)
         except ServingCompileError:
@@ -620,6 +612,11 @@ class TorchCompileBackend(LibraryBackend):
             if current is None:
                 return False
         return False
+
+    def _record_follows(self) -> bool:
+        """Whether torch builds and logs a metrics record for the compile ending (or refused) now,
+        whether or not it reaches jitwatch's wrapper."""
+        return bool(getattr(self._config, "log_compilation_metrics", False)) and self._own_record()
 
     def _own_record(self) -> bool:
         """Whether the compile ending now gets a compilation-metrics record of its own: its metrics
@@ -644,8 +641,11 @@ class TorchCompileBackend(LibraryBackend):
             with self._lock:
                 opened = self._open.get(key)
             if opened is None:
-                if early == (trigger, compile_id):
-                    return  # finished at its end callback: a wrapper on top hid jitwatch's in the chain
+                if early is not None and early[1] == compile_id:
+                    if early[0] == trigger:
+                        return  # refused at its start, or finished at its end callback
+                    if early[0] == "LAZY_BACKWARD" and getattr(metrics, "is_forward", None) is None:
+                        return  # a backward refused at its start: torch marks is_forward=False only after it
                 self._unopened(metrics, trigger)
                 return
             if opened.parent_set:  # the end callback did not run (e.g. an exception path)
@@ -683,15 +683,6 @@ class TorchCompileBackend(LibraryBackend):
             return
         raw_id = getattr(metrics, "compile_id", None)
         compile_id = str(raw_id)
-        tid = threading.get_ident()
-        with self._lock:
-            refused = self._refused.pop((tid, trigger, compile_id), False) is None
-            if trigger == "DYNAMO" and getattr(metrics, "is_forward", None) is None:
-                # a lazy backward refused at its start: torch marks its record is_forward=False
-                # only after the start callbacks ran, so it reads as a Dynamo compile's
-                refused = self._refused.pop((tid, "LAZY_BACKWARD", compile_id), False) is None or refused
-            if refused:
-                return  # error mode refused it at its start, and recorded it then
         reason = str(getattr(metrics, "fail_reason", "") or "")
         start = getattr(metrics, "start_time", None)
         took = getattr(metrics, "entire_frame_compile_time_s", None)

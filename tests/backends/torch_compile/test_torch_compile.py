@@ -1073,3 +1073,42 @@ def test_a_host_s_metrics_wrapper_on_top_of_jitwatch_s_records_each_compile_once
             assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
     finally:
         dynamo_utils.log_compilation_event = original
+
+
+def test_error_mode_under_a_host_s_metrics_wrapper_records_each_refusal_once(fresh_dynamo: None) -> None:
+    """Error mode records a compile it refuses at its start then; its metrics record follows on the
+    same thread and must not be recorded again. Under a host's ``log_compilation_event`` wrapper
+    installed after jitwatch's (no ``__wrapped__``), the refused serving recompile was two events,
+    the second as a compile whose start was not seen (found by an attack review). A refused lazy
+    backward, whose record torch leaves without ``is_forward=False``, likewise once."""
+    from torch._dynamo import utils as dynamo_utils
+
+    original = dynamo_utils.log_compilation_event
+    try:
+        with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
+            inner = dynamo_utils.log_compilation_event
+
+            def host_wrapper(metrics: Any) -> Any:
+                return inner(metrics)
+
+            dynamo_utils.log_compilation_event = host_wrapper
+            f = torch.compile(scale, backend="eager", dynamic=False)
+            g = torch.compile(lambda x: (x.sin() * 2).sum(), backend="aot_eager")
+            with h.monitor.warmup():
+                f(torch.randn(8), True)
+                loss = g(torch.randn(4, requires_grad=True))
+            with pytest.raises(Exception, match="ServingCompileError"):
+                f(torch.randn(9), True)
+            with pytest.raises(ServingCompileError):
+                loss.backward()
+            assert h.monitor.flush()
+            events = [(e.attrs["compile_id"], e.attrs["trigger"], e.phase) for e in _tc_events(h)]
+            assert events == [
+                ("0/0", "dynamo", Phase.WARMUP),
+                ("1/0", "dynamo", Phase.WARMUP),
+                ("0/1", "dynamo", Phase.SERVING),
+                ("1/0", "lazy_backward", Phase.SERVING),
+            ]
+            assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
+    finally:
+        dynamo_utils.log_compilation_event = original
