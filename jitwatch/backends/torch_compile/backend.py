@@ -432,6 +432,7 @@ class TorchCompileBackend(LibraryBackend):
                             backend.report_error("torch._dynamo.utils.log_compilation_event", exc)
                     return original_log(metrics)
 
+                log_compilation_event.__wrapped__ = original_log  # type: ignore[attr-defined]  # see _metrics_pending
                 self._utils, self._config = dynamo_utils, dynamo_config
                 self._orig_log, self._wrapped_log = original_log, log_compilation_event
                 dynamo_utils.log_compilation_event = log_compilation_event
@@ -601,7 +602,8 @@ class TorchCompileBackend(LibraryBackend):
     def _metrics_pending(self) -> bool:
         """Whether torch's compilation-metrics record will reach jitwatch's wrapper: metrics
         logging is on and the wrapper is ``log_compilation_event`` or in its chain of
-        ``__wrapped__`` (a host's ``functools.wraps`` wrapper installed after jitwatch's)."""
+        ``__wrapped__`` (a host's ``functools.wraps`` wrapper installed after jitwatch's, another
+        monitor's jitwatch wrapper)."""
         if self._utils is None or not getattr(self._config, "log_compilation_metrics", False):
             return False
         current = getattr(self._utils, "log_compilation_event", None)

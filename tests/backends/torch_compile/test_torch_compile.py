@@ -1112,3 +1112,19 @@ def test_error_mode_under_a_host_s_metrics_wrapper_records_each_refusal_once(fre
             assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
     finally:
         dynamo_utils.log_compilation_event = original
+
+
+def test_two_monitors_each_record_a_compile_once_with_its_breakdown(fresh_dynamo: None) -> None:
+    """Two monitors in one process (each wraps ``log_compilation_event``, the second around the
+    first's): the first monitor recorded every Dynamo compile twice, once at its end callback (the
+    attribute was no longer its wrapper, so it expected no metrics record) and once from the
+    record as a compile whose start was not seen (found by an attack review). jitwatch's wrapper
+    names what it wraps as ``__wrapped__``, so each monitor finds its own in the chain."""
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h1:
+        with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h2:
+            torch.compile(scale, backend="eager")(torch.randn(3), True)
+            for h in (h1, h2):
+                (event,) = _tc_events(h)
+                assert event.attrs["compile_id"] == "0/0" and "start_seen" not in event.attrs
+                assert "entire_frame_s" in event.attrs
+                assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
