@@ -605,17 +605,16 @@ def test_fix_for_s_cache_keeps_the_first_line_of_each_reason_only() -> None:
     assert _fix_of_line.cache_info().currsize == 1
 
 
-def test_a_reset_that_raises_leaves_jitwatch_registered(fresh_dynamo: None) -> None:
-    """``torch._dynamo.reset()`` while a lazy backward compile runs on another thread: torch's
-    ``callback_handler.clear`` empties the callback lists and *then* raises (``AssertionError:
-    Cannot clear callbacks while 1 are pending``). jitwatch registered again only after a ``clear``
-    that returned, so from then on it saw no compile at all, and the pending backward compile,
-    whose end callback was gone, stayed in flight forever (found by an attack review)."""
+def _slow_backward() -> tuple[Any, Any]:
+    """``torch.compile`` of ``(x.sin() * 2).sum()`` through ``aot_autograd`` whose lazy backward
+    compile takes 0.5 s, and a ``threading.Event`` set when that backward compile starts (so
+    another thread can compile, or reset Dynamo, while it runs)."""
     import threading
     import time
 
     from torch._dynamo.backends.common import aot_autograd
-    from torch._dynamo.callback import callback_handler
+
+    entered = threading.Event()
 
     def forward_compiler(gm: Any, example_inputs: Any) -> Any:
         return gm.forward
@@ -625,13 +624,26 @@ def test_a_reset_that_raises_leaves_jitwatch_registered(fresh_dynamo: None) -> N
         time.sleep(0.5)
         return gm.forward
 
-    entered = threading.Event()
+    compiled = torch.compile(
+        lambda x: (x.sin() * 2).sum(),
+        backend=aot_autograd(fw_compiler=forward_compiler, bw_compiler=slow_backward_compiler),
+    )
+    return compiled, entered
+
+
+def test_a_reset_that_raises_leaves_jitwatch_registered(fresh_dynamo: None) -> None:
+    """``torch._dynamo.reset()`` while a lazy backward compile runs on another thread: torch's
+    ``callback_handler.clear`` empties the callback lists and *then* raises (``AssertionError:
+    Cannot clear callbacks while 1 are pending``). jitwatch registered again only after a ``clear``
+    that returned, so from then on it saw no compile at all, and the pending backward compile,
+    whose end callback was gone, stayed in flight forever (found by an attack review)."""
+    import threading
+
+    from torch._dynamo.callback import callback_handler
+
     backend = TorchCompileBackend()
     with monitored(mode="warn", backends=[backend], compile_only=False) as h:
-        f = torch.compile(
-            lambda x: (x.sin() * 2).sum(),
-            backend=aot_autograd(fw_compiler=forward_compiler, bw_compiler=slow_backward_compiler),
-        )
+        f, entered = _slow_backward()
         loss = f(torch.randn(4, requires_grad=True))
         worker = threading.Thread(target=loss.backward)
         worker.start()
@@ -734,24 +746,9 @@ def test_a_compile_while_a_backward_compiles_on_another_thread_is_recorded(fresh
     dropped its metrics record as unopened: the compile, its request and its stall were not
     recorded at all (found by an attack review). It is recorded from its metrics record now."""
     import threading
-    import time
 
-    from torch._dynamo.backends.common import aot_autograd
-
-    def forward_compiler(gm: Any, example_inputs: Any) -> Any:
-        return gm.forward
-
-    def slow_backward_compiler(gm: Any, example_inputs: Any) -> Any:
-        entered.set()
-        time.sleep(0.5)
-        return gm.forward
-
-    entered = threading.Event()
     with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
-        f = torch.compile(
-            lambda x: (x.sin() * 2).sum(),
-            backend=aot_autograd(fw_compiler=forward_compiler, bw_compiler=slow_backward_compiler),
-        )
+        f, entered = _slow_backward()
         loss = f(torch.randn(4, requires_grad=True))
         h.monitor.activate()
         worker = threading.Thread(target=loss.backward)
