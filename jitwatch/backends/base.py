@@ -245,30 +245,55 @@ class CompileSink(Protocol):
 _parents: dict[int, str] = {}
 _parents_lock = threading.Lock()
 parent_marks: Mapping[int, str] = _parents
-"""The marks :func:`enter_parent` set (thread id → compile ref), read-only: empty unless a
-backend marked one, so a caller on a hot path skips :func:`current_parent` when it is falsy."""
+"""The marks :func:`enter_parent` set (thread id → the compile ref of its innermost open mark),
+read-only: empty unless a backend marked one, so a caller on a hot path skips
+:func:`current_parent` when it is falsy."""
+_open_marks: dict[int, list[ParentMark]] = {}
+"""Thread id → its open marks, oldest first (under ``_parents_lock``)."""
 
 
-def enter_parent(ref: str) -> str | None:
+class ParentMark:
+    """One :func:`enter_parent`: what :func:`exit_parent` takes back (opaque to callers)."""
+
+    __slots__ = ("ident", "ref")
+
+    def __init__(self, ident: int, ref: str) -> None:
+        self.ident = ident
+        self.ref = ref
+
+
+def enter_parent(ref: str) -> ParentMark:
     """Mark this thread as inside compile ``ref`` (``"torch_compile:0/1"``: backend and the
     compiler's id), so compiles of other backends that start meanwhile are attributed to it
-    (the monitor stores :func:`current_parent` in their ``attrs.parent``). Returns the previous
-    mark for :func:`exit_parent` (nested compiles)."""
+    (the monitor stores :func:`current_parent` in their ``attrs.parent``). Returns the mark for
+    :func:`exit_parent`. Marks nest: the innermost open one is the thread's parent."""
     ident = threading.get_ident()
+    mark = ParentMark(ident, ref)
     with _parents_lock:
-        previous = _parents.get(ident)
+        _open_marks.setdefault(ident, []).append(mark)
         _parents[ident] = ref
-    return previous
+    return mark
 
 
-def exit_parent(previous: str | None = None) -> None:
-    """Undo :func:`enter_parent` on this thread (``previous``: what it returned)."""
-    ident = threading.get_ident()
+def exit_parent(mark: ParentMark | None = None) -> None:
+    """Undo :func:`enter_parent` (``mark``: what it returned), in any order: marks closed out of
+    the order they were opened in (two monitors' torch.compile backends both mark a Dynamo compile
+    and torch runs the end callbacks in the order the start callbacks ran) leave the innermost mark
+    still open as the thread's parent, where restoring each mark's predecessor left the first
+    backend's mark behind for good. ``None``: every mark of this thread."""
     with _parents_lock:
-        if previous is None:
+        ident = threading.get_ident() if mark is None else mark.ident
+        marks = _open_marks.get(ident)
+        if marks is not None and mark is not None:
+            for i in range(len(marks) - 1, -1, -1):
+                if marks[i] is mark:
+                    del marks[i]
+                    break
+        if not marks or mark is None:
+            _open_marks.pop(ident, None)
             _parents.pop(ident, None)
         else:
-            _parents[ident] = previous
+            _parents[ident] = marks[-1].ref
 
 
 def current_parent() -> str | None:
@@ -468,6 +493,7 @@ __all__ = [
     "Detail",
     "FrameWatcher",
     "LibraryBackend",
+    "ParentMark",
     "backend_name_problem",
     "current_parent",
     "distribution_version",

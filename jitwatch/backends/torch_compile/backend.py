@@ -51,7 +51,15 @@ from dataclasses import dataclass, field
 from types import CodeType, ModuleType
 from typing import Any
 
-from jitwatch.backends.base import BackendStatus, Capture, CompileKind, LibraryBackend, enter_parent, exit_parent
+from jitwatch.backends.base import (
+    BackendStatus,
+    Capture,
+    CompileKind,
+    LibraryBackend,
+    ParentMark,
+    enter_parent,
+    exit_parent,
+)
 from jitwatch.backends.patching import CancelOnFailure, Patch, patch_attribute
 from jitwatch.backends.torch_compile.reasons import fix_for, reason_class
 from jitwatch.errors import ServingCompileError
@@ -86,7 +94,7 @@ class _Open:
     name: str
     location: str | None
     reason: str | None
-    parent_prev: str | None = None
+    parent_prev: ParentMark | None = None
     parent_set: bool = False
     ended: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
