@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, Protocol, TypeVar
 
@@ -288,3 +289,32 @@ class DeferredEvent(Protocol):
     """
 
     def to_event(self) -> Event: ...
+
+
+class EventLane:
+    """A sink's buffer, appended to by the monitor without a call into the sink: the compiling
+    thread's cheapest hand-over (issue 15; ``docs/architecture.md``, "The compiling thread").
+
+    Offered by :class:`jitwatch.store.writer.JournalWriter` as its ``lane`` attribute. The monitor
+    (:meth:`jitwatch.core.monitor.Monitor.end`) reads ``n = len(buf)``; below ``room`` it appends
+    (``deque.append``, atomic under the GIL) and calls ``wake()`` when ``n >= high``; otherwise
+    it calls ``overflow()``, which counts the event as dropped and returns ``False``. The sink
+    sets ``room`` to 0 when it closes, or in a forked child, so every later event is counted as
+    dropped; it never replaces ``buf`` except together with ``room = 0``.
+
+    Attributes:
+        buf: the sink's ``collections.deque`` of queued items.
+        room: items the buffer may hold (the sink's queue size; 0 once closed).
+        high: the length before an append at which the sink wants to be woken.
+        wake: wakes the sink's thread (never raises, never blocks).
+        overflow: counts one dropped event; returns ``False`` (never raises).
+    """
+
+    __slots__ = ("buf", "high", "overflow", "room", "wake")
+
+    def __init__(self, buf: Any, room: int, high: int, wake: Callable[[], None], overflow: Callable[[], bool]) -> None:
+        self.buf = buf
+        self.room = room
+        self.high = high
+        self.wake = wake
+        self.overflow = overflow

@@ -47,7 +47,7 @@ from jitwatch.backends.base import parent_marks as _marks
 from jitwatch.backends.explain import local_jitwatch, runnable_fix, why_json_command
 from jitwatch.config import Mode, Settings, parse_mode
 from jitwatch.core.diagnosis import Diagnoser, explainers_of
-from jitwatch.core.events import DeferredEvent, Event, EventKind, Phase, built_event
+from jitwatch.core.events import DeferredEvent, Event, EventKind, EventLane, Phase, built_event
 from jitwatch.core.identity import WorkerIdentity
 from jitwatch.core.process import process_marker
 from jitwatch.core.stalls import RequestStalls
@@ -393,7 +393,8 @@ class Monitor:
         """The identity and its :meth:`~WorkerIdentity.attrs`, read once: every compile event
         carries them (rebuilt if :attr:`identity` is replaced; a ``WorkerIdentity`` handed to a
         monitor is not to be changed in place)."""
-        self.sink = sink  # the property: also whether it takes plain tuples
+        self._state = "new"  # new → installed → uninstalled
+        self.sink = sink  # the property: also whether it takes plain tuples (and its EventLane)
         if backends is None:
             from jitwatch.backends import create
 
@@ -436,7 +437,6 @@ class Monitor:
         self.warmup_end: float | None = None
         self._span_attributes = dict(span_attributes or {})
         self._tracer_provider = tracer_provider
-        self._state = "new"  # new → installed → uninstalled
         self._exception_at_install: BaseException | None = None  # see install()
         self._process_exception: BaseException | None = None  # see _note_process_exception()
 
@@ -452,8 +452,16 @@ class Monitor:
         self._sink = sink
         try:
             self._plain = getattr(sink, "plain_events", False) is True
+            lane = getattr(sink, "lane", None) if self._plain else None
         except Exception:  # noqa: BLE001 - an odd sink object: it gets DeferredEvents
-            self._plain = False
+            self._plain, lane = False, None
+        self._sink_lane = lane if isinstance(lane, EventLane) else None
+        self._relane()
+
+    def _relane(self) -> None:
+        """Hand compiles to the sink's :class:`~jitwatch.core.events.EventLane` (appended to
+        directly, no call into the sink) while installed; else through ``submit``."""
+        self._lane = self._sink_lane if self._state == "installed" else None
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -507,6 +515,7 @@ class Monitor:
         if self.mode is Mode.OFF or self._state == "installed":
             return self
         self._state = "installed"
+        self._relane()
         for backend in self.backends:
             try:
                 status = backend.install(self)
@@ -608,6 +617,7 @@ class Monitor:
             self._state = "uninstalled"
             return
         self._state = "uninstalled"
+        self._relane()
         for backend in self.backends:
             try:
                 backend.uninstall()
@@ -623,6 +633,7 @@ class Monitor:
         child's exit; closing it could disturb the parent's journal connection). The sink is
         replaced by a :class:`NullSink`; the monitor is ``uninstalled``. Never raises."""
         self._state = "uninstalled"
+        self._lane = None
         atexit.unregister(self._at_exit)
         self.sink = NullSink()
         for backend in self.backends:
@@ -935,10 +946,21 @@ class Monitor:
         ended.append(item)  # counted without a lock: see _ended
         if len(ended) > _FOLD_AT:  # nobody folded for a while (no writer thread draining)
             self.fold_counts()
-        # (a plain tuple only to a sink with plain_events: see the sink property)
-        queued = self._state == "installed" and self._sink.submit(
-            item if self._plain else _new_event(_CompileEvent, item)  # type: ignore[arg-type]
-        )
+        lane = self._lane  # the journal writer's buffer, while installed: EventLane's contract
+        if lane is not None:
+            buf = lane.buf
+            n = len(buf)
+            if n < lane.room:
+                buf.append(item)
+                queued = True
+                if n >= lane.high:
+                    lane.wake()
+            else:
+                queued = lane.overflow()
+        else:  # (a plain tuple only to a sink with plain_events: see the sink property)
+            queued = self._state == "installed" and self._sink.submit(
+                item if self._plain else _new_event(_CompileEvent, item)  # type: ignore[arg-type]
+            )
         if warn is not None and not queued:
             self._warn_dropped(warn, key)
         if refuse:

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from jitwatch.core.events import DeferredEvent, Event, EventKind
+from jitwatch.core.events import DeferredEvent, Event, EventKind, EventLane
 from jitwatch.store.journal import Journal, open_or_recover
 
 log = logging.getLogger(__name__)
@@ -230,6 +230,10 @@ class JournalWriter:
         self._queue_size = max(1, int(queue_size))
         self._buffer: deque[Event | DeferredEvent] = deque()
         self._wake = threading.Event()
+        self.lane = EventLane(self._buffer, self._queue_size, HIGH_WATER - 1, self._wake_up, self._overflow)
+        """The buffer as the monitor appends to it without calling :meth:`submit`
+        (:class:`~jitwatch.core.events.EventLane`: the same checks, no call frame on the
+        compiling thread). Its ``room`` is 0 once closed, or in a forked child."""
         self._urgent = False
         """Set by :meth:`flush` (and so :meth:`close`) before it sets :attr:`_wake`, cleared by the
         writer thread before it takes the buffer: a flush whose wake-up the writer cleared right
@@ -265,7 +269,8 @@ class JournalWriter:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._wake = threading.Event()
-        self._buffer = deque()
+        self.lane.room = 0  # first: a thread left in the child appends to nothing kept
+        self._buffer = self.lane.buf = deque()
         self._handled = self._taken
         self._closed = True
         self._stop = True
@@ -282,15 +287,24 @@ class JournalWriter:
         whose ``to_event`` raises is dropped alone and counted."""
         buffer = self._buffer
         if self._closed or len(buffer) >= self._queue_size:
-            with self._lock:
-                self._count_dropped_locked(1)
-            return False
+            return self._overflow()
         # No lock on the compiling thread: ``deque.append`` is atomic under the GIL, and flush()
         # counts what it waits for from the buffer's length and the writer's ``_taken``.
         buffer.append(event)
-        if len(buffer) >= HIGH_WATER and not self._wake.is_set():  # wake once, not per event past the mark
-            self._wake.set()
+        if len(buffer) >= HIGH_WATER:
+            self._wake_up()
         return True
+
+    def _wake_up(self) -> None:
+        """Wake the writer thread for a buffer at :data:`HIGH_WATER` (once, not per event past it)."""
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _overflow(self) -> bool:
+        """Count one event refused (buffer full, or closed); ``False``, as :meth:`submit` returns."""
+        with self._lock:
+            self._count_dropped_locked(1)
+        return False
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wake the writer and wait until everything submitted so far is written or dropped;
@@ -319,6 +333,7 @@ class JournalWriter:
             if self._closed:
                 return
             self._closed = True
+            self.lane.room = 0
             self._stop = True
         self._wake.set()
         self._thread.join(max(deadline - time.monotonic(), min(timeout, CLOSE_GRACE_S)))
