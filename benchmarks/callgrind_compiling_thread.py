@@ -17,9 +17,9 @@ writer's thread are not counted. Three cases, each per compile:
 * ``hooks`` (``--cases hooks``): the same real compiles, counting only what runs inside the hook
   slots: each callable sits behind a forwarding callable written in C (:data:`_SHIM`, built here
   with ``cc`` and Python's headers), and ``--toggle-collect=jw_shim_call`` counts from the call
-  into the hook to its return. No Python frame is added (the Triton pre-hook's ``sys._getframe(2)``
-  still finds ``_do_compile``), so this is jitwatch's work in the place it runs, between Triton's
-  stages.
+  into the hook to its return. No Python frame is added (the stack the writer thread walks for a
+  compile's ``_do_compile`` frame is as without the shim), so this is jitwatch's work in the place
+  it runs, between Triton's stages.
 
 ``--cache-sim`` adds callgrind's cache simulation (``--cache-sim=yes``: L1 instruction and data
 caches and the last level, sized as this host's): misses per compile by kind (``I1mr``, ``D1mr``,
@@ -184,8 +184,8 @@ _SHIM = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 /* A callable that forwards every call to the callable it holds, from C: no Python frame between
-   Triton's _call_hook and the hook (the Triton pre-hook's sys._getframe(2) still finds
-   _do_compile), and callgrind's --toggle-collect=jw_shim_call counts the hook's work only. */
+   Triton's _call_hook and the hook (the stack the sweep walks is as without it), and
+   callgrind's --toggle-collect=jw_shim_call counts the hook's work only. */
 typedef struct { PyObject_HEAD PyObject *fn; } Shim;
 __attribute__((noinline)) PyObject *jw_shim_call(PyObject *fn, PyObject *args, PyObject *kwargs) {
     return PyObject_Call(fn, args, kwargs);

@@ -29,7 +29,7 @@ import importlib.metadata
 import importlib.util
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import FrameType, ModuleType
@@ -135,11 +135,14 @@ class Capture:
 class FrameWatcher(Protocol):
     """A backend's side of the compiles it began with :meth:`CompileSink.begin_watched`; called
     on the journal writer's thread, never on a compiling thread. Knows what the sink does not:
-    which code the watched frame runs, and the backend's own state of the compile."""
+    which frames run the backend's compiles, and the backend's own state of the compile."""
 
-    def alive(self, frame: FrameType) -> bool:
-        """Whether ``frame`` — found on the compiling thread's stack with the watched ``id()`` —
-        is still the compile's frame (an ``id()`` is reused once its object is freed)."""
+    def running(self, token: Any, stack: Sequence[FrameType]) -> bool | None:
+        """Whether the compile begun with ``token`` still runs in one of ``stack``'s frames: the
+        stack of the thread that began it, innermost frame first (empty when that thread has
+        ended). ``True``: it runs (kept); ``False``: it left without an end (dropped as
+        abandoned, :meth:`abandoned`); ``None``: the backend cannot tell this compile's frame
+        (kept, asked again at the next sweep). Read the frames, keep none of them."""
         ...
 
     def abandoned(self, token: Any) -> tuple[str, str | None]:
@@ -162,15 +165,17 @@ class CompileSink(Protocol):
         start time, phase and request, for :meth:`finish` or :meth:`cancel`."""
         ...
 
-    def begin_watched(self, backend: str, name: str, frame_id: int, watcher: FrameWatcher) -> Any:
-        """:meth:`begin` for a compile that runs synchronously inside one frame of this thread
-        (``frame_id``: ``id()`` of that frame object; the backend keeps no reference to it). If
-        that frame leaves the thread's stack without :meth:`end`/:meth:`finish`/:meth:`cancel`
-        (the compiler raised, or a hook chained after the backend's raised), the sink drops the
-        compile from its in-flight compiles on the journal writer's thread, at least
-        ``ABANDON_AFTER_S`` (1 s) after it began, asks ``watcher`` for the cause, counts it and
-        logs it (:meth:`jitwatch.core.monitor.Monitor.sweep_abandoned`). Costs the compiling
-        thread one ``threading.get_ident()`` more than :meth:`begin`."""
+    def begin_watched(self, backend: str, name: str, thread_id: int, watcher: FrameWatcher) -> Any:
+        """:meth:`begin` for a compile that runs synchronously on this thread, inside frames the
+        backend can tell (``thread_id``: this thread's ``threading.get_ident()``, which the
+        backend has at hand). The compiling thread does no frame work: on the journal writer's
+        thread, once the compile has been in flight ``ABANDON_AFTER_S`` (1 s), the sink walks
+        that thread's stack and asks ``watcher`` (:meth:`FrameWatcher.running`) whether the
+        compile still runs there; if it left without :meth:`end`/:meth:`finish`/:meth:`cancel`
+        (the compiler raised, or a hook chained after the backend's raised), the sink drops it
+        from its in-flight compiles, asks ``watcher`` for the cause, counts it and logs it
+        (:meth:`jitwatch.core.monitor.Monitor.sweep_abandoned`). Costs the compiling thread what
+        :meth:`begin` costs, with two references more in the token."""
         ...
 
     def finish(self, token: Any, capture: Capture) -> None:

@@ -123,11 +123,10 @@ _perf = time.perf_counter
 _get_ident = threading.get_ident
 
 # A compile token (what ``Monitor.begin`` returns): a plain tuple, indexed by these. A token of
-# ``Monitor.begin_watched`` has three more: the compiling thread's id, the id() of the frame the
-# compile runs in, and the backend's FrameWatcher.
+# ``Monitor.begin_watched`` has two more: the compiling thread's id and the backend's FrameWatcher.
 _T_BACKEND, _T_NAME, _T_PHASE, _T_REQUEST, _T_START, _T_PARENT = range(6)
-_T_THREAD, _T_FRAME, _T_WATCHER = range(6, 9)
-_WATCHED_LEN = 9
+_T_THREAD, _T_WATCHER = range(6, 8)
+_WATCHED_LEN = 8
 _by_start = itemgetter(_T_START)
 
 
@@ -763,10 +762,10 @@ class Monitor:
         self._inflight[id(token)] = token
         return token
 
-    def begin_watched(self, backend: str, name: str, frame_id: int, watcher: FrameWatcher) -> Any:
-        """:meth:`begin` for a compile that runs inside the frame whose ``id()`` is ``frame_id``
-        on this thread (see :meth:`CompileSink.begin_watched`): the token also holds this
-        thread's id, ``frame_id`` and ``watcher``, for :meth:`sweep_abandoned`."""
+    def begin_watched(self, backend: str, name: str, thread_id: int, watcher: FrameWatcher) -> Any:
+        """:meth:`begin` for a compile that runs on this thread, whose id (``threading.get_ident()``)
+        is ``thread_id`` (see :meth:`CompileSink.begin_watched`): the token also holds
+        ``thread_id`` and ``watcher``, for :meth:`sweep_abandoned`. No frame is looked at here."""
         token = (
             backend,
             name,
@@ -774,57 +773,52 @@ class Monitor:
             _current_request.get(),
             _perf(),
             current_parent() if _marks else None,
-            _get_ident(),
-            frame_id,
+            thread_id,
             watcher,
         )
         self._inflight[id(token)] = token
         return token
 
     def sweep_abandoned(self, *, force: bool = False) -> int:
-        """Drop the watched compiles (:meth:`begin_watched`) whose frame left their thread's stack
-        without an end; returns how many. Journal writer's thread (from :meth:`inflight_snapshot`);
-        never raises.
+        """Drop the watched compiles (:meth:`begin_watched`) that left their thread without an
+        end; returns how many. Journal writer's thread (from :meth:`inflight_snapshot`); never
+        raises.
 
         Looks at most every :data:`SWEEP_INTERVAL_S` seconds (``force``: now), and only at
-        compiles in flight for :data:`ABANDON_AFTER_S` or more: a compile is abandoned when its
-        thread has ended, when no frame with its ``id()`` is on the thread's stack (read with
-        ``sys._current_frames()``, a CPython snapshot of every thread's top frame, walked up
-        through ``f_back``), when the frame there is no longer the compile's
-        (:meth:`FrameWatcher.alive`: an ``id()`` is reused once its object is freed), or when a
-        later watched compile on the same thread holds the same frame id (so the first frame
-        was freed). A compile still running — however slow — keeps its frame on the stack and is
-        never dropped. For each one dropped: the backend forgets it and names the cause
-        (:meth:`FrameWatcher.abandoned`), :attr:`abandoned_compiles` counts it, one warning per
-        (backend, name) is logged, and a ``compile_abandoned`` event is journaled."""
+        compiles in flight for :data:`ABANDON_AFTER_S` or more. For each, it reads the stack of
+        the thread that began it (its top frame from ``sys._current_frames()``, a CPython
+        snapshot of every thread's top frame, then ``f_back`` down; empty when the thread has
+        ended), once per thread and sweep, and asks the compile's backend whether the compile
+        still runs in one of those frames (:meth:`FrameWatcher.running`): ``False`` drops it,
+        ``True`` or ``None`` (the backend cannot tell) keeps it. The core knows thread ids
+        and frames only; which frame is a compile's is the backend's to say. A compile still
+        running — however slow — keeps its frame on the stack and is never dropped. For each one
+        dropped: the backend forgets it and names the cause (:meth:`FrameWatcher.abandoned`),
+        :attr:`abandoned_compiles` counts it, one warning per (backend, name) is logged, and a
+        ``compile_abandoned`` event is journaled."""
         try:
             now = _perf()
             if not force and now < self._next_sweep:
                 return 0
             self._next_sweep = now + SWEEP_INTERVAL_S
-            watched = [t for t in list(self._inflight.values()) if len(t) == _WATCHED_LEN]  # a C-level copy
-            if not watched:
-                return 0
-            newest: dict[tuple[int, int], tuple[Any, ...]] = {}
-            for t in sorted(watched, key=_by_start):
-                newest[(t[_T_THREAD], t[_T_FRAME])] = t
-            old = [t for t in watched if now - t[_T_START] >= ABANDON_AFTER_S]
+            old = [
+                t
+                for t in list(self._inflight.values())  # a C-level copy
+                if len(t) == _WATCHED_LEN and now - t[_T_START] >= ABANDON_AFTER_S
+            ]
             if not old:
                 return 0
             tops = sys._current_frames()
-            stacks: dict[int, dict[int, Any]] = {}
+            stacks: dict[int, list[Any]] = {}
             gone = []
-            for t in old:
-                if newest[(t[_T_THREAD], t[_T_FRAME])] is not t:
-                    gone.append(t)  # a later compile on this thread runs in a frame with this id
-                    continue
-                frames = stacks.get(t[_T_THREAD])
-                if frames is None:
-                    frames = stacks[t[_T_THREAD]] = _stack_ids(tops.get(t[_T_THREAD]))
-                frame = frames.get(t[_T_FRAME])
-                if frame is None or not self._alive(t, frame):
+            for t in old:  # (begun in that order: the in-flight table is filled at begin)
+                stack = stacks.get(t[_T_THREAD])
+                if stack is None:
+                    stack = stacks[t[_T_THREAD]] = _stack(tops.get(t[_T_THREAD]))
+                if self._running(t, stack) is False:
                     gone.append(t)
             del tops, stacks
+            stack = []  # no frame outlives the look
             dropped = 0
             for t in gone:
                 if self._inflight.pop(id(t), None) is not None:  # not ended meanwhile
@@ -835,17 +829,17 @@ class Monitor:
             self.hook_error("", "abandoned-compile sweep", exc)
             return 0
 
-    def _alive(self, token: tuple[Any, ...], frame: Any) -> bool:
+    def _running(self, token: tuple[Any, ...], stack: list[Any]) -> bool | None:
         try:
-            return bool(token[_T_WATCHER].alive(frame))
+            return token[_T_WATCHER].running(token, stack)
         except Exception as exc:  # noqa: BLE001 - a backend fault: keep the compile listed
-            self.hook_error(token[_T_BACKEND], "FrameWatcher.alive", exc)
+            self.hook_error(token[_T_BACKEND], "FrameWatcher.running", exc)
             return True
 
     def _abandon(self, token: tuple[Any, ...]) -> None:
         """Account for one compile :meth:`sweep_abandoned` dropped (writer thread)."""
         backend, name = token[_T_BACKEND], token[_T_NAME]
-        cause, key = "its frame left the stack without an end", None
+        cause, key = "it left its thread without an end", None
         try:
             cause, key = token[_T_WATCHER].abandoned(token)
         except Exception as exc:  # noqa: BLE001
@@ -888,8 +882,8 @@ class Monitor:
         """The backend saw the compile begun with ``token`` begin again before it ended (see
         :meth:`CompileSink.begun_again`): ``True`` when ``token`` is a watched compile of this
         thread still in flight (a retry of a compile that raised; :meth:`sweep_abandoned` drops
-        and counts it: its frame has left the stack, or the retry's frame holds its id), else
-        the token is cancelled and ``False``. Compiling thread; one ``threading.get_ident()``."""
+        and counts it once its backend finds it no longer running: the retry runs in frames of
+        its own), else the token is cancelled and ``False``. Compiling thread; one ``threading.get_ident()``."""
         if len(token) == _WATCHED_LEN and token[_T_THREAD] == _get_ident() and id(token) in self._inflight:
             return True
         self._inflight.pop(id(token), None)
@@ -1119,11 +1113,12 @@ class Monitor:
         return self._describe(backend, name) if first else None
 
 
-def _stack_ids(frame: Any) -> dict[int, Any]:
-    """``id()`` → frame for ``frame`` and every frame below it on its thread's stack."""
-    out: dict[int, Any] = {}
+def _stack(frame: Any) -> list[Any]:
+    """``frame`` and every frame below it on its thread's stack (``f_back``), innermost first;
+    ``[]`` for ``None`` (the thread has ended)."""
+    out: list[Any] = []
     while frame is not None:
-        out[id(frame)] = frame
+        out.append(frame)
         frame = frame.f_back
     return out
 

@@ -1,14 +1,15 @@
-"""``Monitor.begin_watched`` / ``Monitor.sweep_abandoned``: a compile whose frame left its thread's
-stack without an end is dropped from the in-flight compiles, knowing only thread and frame ids
-(the backend's ``FrameWatcher`` says whether a frame is still the compile's). Real threads and
-frames, no compiler."""
+"""``Monitor.begin_watched`` / ``Monitor.sweep_abandoned``: a compile that left its thread
+without an end is dropped from the in-flight compiles. The compiling thread hands over its thread
+id only; the sweep walks that thread's stack and the backend's ``FrameWatcher`` says whether the
+compile still runs in one of its frames. Real threads and frames, no compiler."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,21 +22,48 @@ from jitwatch.core.monitor import Monitor, NullSink
 
 
 class Watcher:
-    """A backend's FrameWatcher: the watched frame must run ``code``."""
+    """A backend's FrameWatcher: the compile runs while a frame on its thread's stack runs
+    :func:`_do_compile` with the compile's own ``marker`` local (as Triton's looks for the
+    ``signature`` dict); ``answer`` other than ``"look"`` is returned as it is."""
 
-    def __init__(self, code: Any = None, fail: bool = False) -> None:
-        self.code = code
+    def __init__(self, fail: bool = False, answer: Any = "look") -> None:
         self.fail = fail
+        self.answer = answer
+        self.markers: dict[int, object] = {}
         self.dropped: list[Any] = []
+        self.stacks: list[list[FrameType]] = []
 
-    def alive(self, frame: FrameType) -> bool:
+    def running(self, token: Any, stack: Sequence[FrameType]) -> bool | None:
+        self.stacks.append(list(stack))
         if self.fail:
             raise RuntimeError("watcher fault")
-        return self.code is None or frame.f_code is self.code
+        if self.answer != "look":
+            return self.answer  # type: ignore[no-any-return]
+        marker = self.markers.get(id(token))
+        return any(f.f_code is _do_compile.__code__ and f.f_locals.get("marker") is marker for f in stack)
 
     def abandoned(self, token: Any) -> tuple[str, str | None]:
         self.dropped.append(token)
         return "it raised", "key-1"
+
+
+def _do_compile(mon: Monitor, watcher: Watcher, name: str, then: Callable[[Any], None]) -> None:
+    """A compiler's frame: begins a watched compile, then ``then(token)`` runs inside it."""
+    marker = object()
+    token = mon.begin_watched("b", name, threading.get_ident(), watcher)
+    watcher.markers[id(token)] = marker
+    then(token)
+
+
+def _raise(token: Any) -> None:
+    raise ValueError("compile failed")
+
+
+def compile_that_raises(mon: Monitor, watcher: Watcher, name: str = "k") -> None:
+    try:
+        _do_compile(mon, watcher, name, _raise)
+    except ValueError:
+        pass
 
 
 @pytest.fixture
@@ -45,23 +73,11 @@ def mon(tmp_path: Path) -> Iterator[Monitor]:
     m.uninstall()
 
 
-def compile_that_raises(mon: Monitor, watcher: Watcher, name: str = "k") -> None:
-    def _do_compile() -> None:
-        frame = sys._getframe()
-        mon.begin_watched("b", name, id(frame), watcher)
-        raise ValueError("compile failed")
-
-    try:
-        _do_compile()
-    except ValueError:
-        pass
-
-
 def test_raised_compile_dropped_only_after_abandon_after_s(mon: Monitor) -> None:
     w = Watcher()
     compile_that_raises(mon, w)
     assert mon.sweep_abandoned(force=True) == 0  # younger than ABANDON_AFTER_S: not looked at
-    assert [s.name for s in mon.inflight()] == ["k"]
+    assert [s.name for s in mon.inflight()] == ["k"] and w.stacks == []
     time.sleep(monitor_mod.ABANDON_AFTER_S + 0.05)
     assert mon.sweep_abandoned(force=True) == 1
     assert mon.inflight() == [] and mon.abandoned_compiles == 1 and len(w.dropped) == 1
@@ -82,47 +98,68 @@ def test_running_compile_on_another_thread_is_kept(mon: Monitor, monkeypatch: py
     started, release = threading.Event(), threading.Event()
     w = Watcher()
 
-    def _do_compile() -> None:
-        token = mon.begin_watched("b", "slow", id(sys._getframe()), w)
+    def hold(token: Any) -> None:
         started.set()
         release.wait(30)
         mon.cancel(token)
 
-    t = threading.Thread(target=_do_compile)
+    t = threading.Thread(target=_do_compile, args=(mon, w, "slow", hold))
     t.start()
     started.wait(30)
     try:
         time.sleep(0.2)
         assert mon.sweep_abandoned(force=True) == 0
         assert [s.name for s in mon.inflight()] == ["slow"] and w.dropped == []
+        (stack,) = w.stacks  # that thread's stack, innermost first, down to its bootstrap
+        assert any(f.f_code is _do_compile.__code__ for f in stack)
+        assert stack[-1].f_back is None and all(a.f_back is b for a, b in itertools.pairwise(stack))
     finally:
         release.set()
         t.join(30)
 
 
-def test_frame_that_runs_other_code_now_is_not_the_compile(mon: Monitor, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The watched id found on the stack, but the watcher says the frame is not the compile's."""
+def test_the_compiling_thread_s_id_is_the_one_given(mon: Monitor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sink takes the thread id the backend hands it (it reads none itself): the stack walked
+    is that thread's, here one that has ended, so the watcher is asked with an empty stack."""
     monkeypatch.setattr(monitor_mod, "ABANDON_AFTER_S", 0.0)
-    here = sys._getframe()
-    mon.begin_watched("b", "k", id(here), Watcher(code=compile_that_raises.__code__))
+    ended = threading.Thread(target=lambda: None)
+    ended.start()
+    ended.join(30)
+    assert ended.ident is not None and ended.ident not in sys._current_frames()
+    w = Watcher()
+    token = mon.begin_watched("b", "k", ended.ident, w)
     assert mon.sweep_abandoned(force=True) == 1
+    assert w.stacks == [[]] and w.dropped == [token]
 
 
-def test_a_later_compile_with_the_same_frame_id_proves_the_first_gone(
+def test_two_compiles_on_one_thread_are_judged_each_by_its_own_frames(
     mon: Monitor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A compile that raised, then the next one on the same thread, still running (an autotune
+    loop): the stack is walked once and the watcher tells the two apart by what their frames
+    hold, not by frame ids (the second ``_do_compile`` frame may well reuse the first's)."""
     monkeypatch.setattr(monitor_mod, "ABANDON_AFTER_S", 0.0)
-    here = sys._getframe()
     w = Watcher()
-    first = mon.begin_watched("b", "first", id(here), w)
-    mon.begin_watched("b", "second", id(here), w)  # same thread, same frame id, later
-    assert mon.sweep_abandoned(force=True) == 1
-    assert [s.name for s in mon.inflight()] == ["second"] and w.dropped == [first]
+    compile_that_raises(mon, w, "first")
+    seen: list[int] = []
+    _do_compile(mon, w, "second", lambda token: seen.append(mon.sweep_abandoned(force=True)))
+    assert seen == [1] and [t[1] for t in w.dropped] == ["first"]
+    assert len(w.stacks) == 2 and w.stacks[0] is not w.stacks[1] and w.stacks[0] == w.stacks[1]
+
+
+def test_watcher_that_cannot_tell_keeps_the_compile(mon: Monitor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``None``: the backend cannot tell this compile's frame (Triton: a hook call that carried no
+    signature dict). Kept, and asked again at the next sweep."""
+    monkeypatch.setattr(monitor_mod, "ABANDON_AFTER_S", 0.0)
+    w = Watcher(answer=None)
+    compile_that_raises(mon, w)
+    assert mon.sweep_abandoned(force=True) == 0 and mon.sweep_abandoned(force=True) == 0
+    assert len(mon.inflight()) == 1 and len(w.stacks) == 2 and mon.hook_errors == 0
 
 
 def test_watcher_fault_keeps_the_compile_and_counts_a_hook_error(mon: Monitor, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(monitor_mod, "ABANDON_AFTER_S", 0.0)
-    mon.begin_watched("b", "k", id(sys._getframe()), Watcher(fail=True))
+    compile_that_raises(mon, Watcher(fail=True))
     assert mon.sweep_abandoned(force=True) == 0
     assert len(mon.inflight()) == 1 and mon.hook_errors == 1
 

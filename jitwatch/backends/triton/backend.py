@@ -22,13 +22,16 @@ references, and :func:`_capture` decodes Triton's payloads into a
 
 A compile that raises (``CompilationError``, a ptxas error in an autotune config) calls no
 Triton hook after ``jit_cache_hook``. So a synchronous compile is begun *watched*
-(:meth:`~jitwatch.backends.base.CompileSink.begin_watched`) with the ``id()`` of the
-``JITFunction._do_compile`` frame that called the hook (found from ``sys._getframe``; no frame
-object is kept): once that frame has left the thread's stack without a post-compile hook, the
-core drops the compile from the in-flight compiles and :class:`_FrameWatcher` forgets it here and
-names the cause. A compile in Triton's asynchronous compile mode (``triton.AsyncCompileMode``:
-``_do_compile`` returns a future at once and the post-compile hook fires when it is finalized)
-is begun unwatched.
+(:meth:`~jitwatch.backends.base.CompileSink.begin_watched`) with its thread's id, which the hook
+reads anyway; the compiling thread looks at no frame. On the journal writer's thread, once the
+compile is 1 s old, the core walks that thread's stack and :class:`_FrameWatcher` looks there for
+the ``JITFunction._do_compile`` frame whose ``signature`` argument is the very dict the hook got
+(``compile["signature"]``; a fresh one per ``_do_compile`` call): once none is, the compile left
+without a post-compile hook, the core drops it from the in-flight compiles and
+:class:`_FrameWatcher` forgets it here and names the cause. A compile in Triton's asynchronous
+compile mode (``triton.AsyncCompileMode``: ``_do_compile`` returns a future at once and the
+post-compile hook fires when it is finalized) is begun unwatched; one whose hook call carried no
+signature dict (a direct call of the hook, not from ``_do_compile``) is never dropped.
 
 On the compiling thread the hooks read only what Triton hands them — the kernel's ``name``, the
 ``JITFunction``'s identity and the in-memory cache key (a ``str`` in Triton 3.5+) — plus one clock
@@ -40,7 +43,6 @@ read in the core, and keep references to the rest; names of constexprs, signatur
 from __future__ import annotations
 
 import inspect
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -316,20 +318,6 @@ def _async_mode_var() -> tuple[bool, Any]:
     return True, (var if callable(getattr(var, "get", None)) else None)
 
 
-_FRAME_WALK = 8
-"""Frames looked through, above ``jit_cache_hook``'s caller, for ``_do_compile``: hooks chained
-around jitwatch's (vLLM's monitor, others) add one frame each."""
-
-
-def _compile_frame(frame: FrameType | None, code: CodeType) -> FrameType | None:
-    """The first frame from ``frame`` down the stack (``f_back``) that runs ``code``, or ``None``."""
-    for _ in range(_FRAME_WALK):
-        if frame is None or frame.f_code is code:
-            return frame
-        frame = frame.f_back
-    return None
-
-
 class _FrameWatcher:
     """The Triton side of watched compiles (:class:`~jitwatch.backends.base.FrameWatcher`),
     called by the core on the journal writer's thread."""
@@ -360,9 +348,45 @@ class _FrameWatcher:
         thread before the sweep dropped it (:meth:`CompileSink.begun_again`); emptied by
         :meth:`abandoned`."""
 
-    def alive(self, frame: FrameType) -> bool:
-        """The frame with the watched id still runs ``JITFunction._do_compile``."""
-        return frame.f_code is self.code
+    def running(self, token: Any, stack: Sequence[FrameType]) -> bool | None:
+        """Whether the compile begun with ``token`` still runs on ``stack`` (its thread's frames,
+        innermost first): whether a frame there runs ``JITFunction._do_compile`` with, as its
+        ``signature`` argument, the very dict the compile's ``jit_cache_hook`` call carried
+        (``compile["signature"]``: Triton 3.4-3.9 build one per ``_do_compile`` call and hand
+        that same dict to the hook). Identity, not frame ids: a retry of a compile that raised
+        (the same kernel and key, on the same thread) runs with a dict of its own, and hooks
+        chained around jitwatch's add frames without mattering. Frames' locals are read here,
+        on the journal writer's thread (``frame.f_locals``), never on the compiling thread.
+
+        ``None`` (cannot tell, kept) for a compile whose hook call carried no signature dict:
+        not Triton's ``_do_compile`` calling (a test or tool calling the hook directly) or a
+        hook chained on top of jitwatch's that rewrote the keywords. A compile no longer held
+        here (its end is under way: the listener or the post-compile hook took it out and ends it
+        next, inside ``_do_compile``; or the hooks were taken out) runs while any
+        ``_do_compile`` frame is on the stack."""
+        code = self.code
+        entry = self._entry(token)
+        if entry is None:
+            return any(frame.f_code is code for frame in stack)
+        info = entry[_P_COMPILE]
+        signature = dict.get(info, "signature") if isinstance(info, dict) else None  # (a subclass's get not run)
+        if not isinstance(signature, dict):
+            return None
+        for frame in stack:
+            if frame.f_code is code and _local(frame, "signature") is signature:
+                return True
+        return False
+
+    def _entry(self, token: Any) -> list[Any] | None:
+        """The pending entry of the compile begun with ``token`` (a compile that raised and was
+        begun again: :attr:`superseded`), or ``None``."""
+        found = self.superseded.get(id(token))
+        if found is not None and found[_P_TOKEN] is token:
+            return found
+        for entry in list(self.pending.values()):  # a C-level copy
+            if entry[_P_TOKEN] is token:
+                return entry
+        return None
 
     def abandoned(self, token: Any) -> tuple[str, str | None]:
         """Forget the compile begun with ``token`` (out of the compiles in flight, so the
@@ -427,6 +451,15 @@ class _FrameWatcher:
                     entry[_P_KEY],
                 )
         return ("JITFunction._do_compile returned or raised without jit_post_compile_hook", None)
+
+
+def _local(frame: FrameType, name: str) -> Any:
+    """Local ``name`` of ``frame`` (another thread's, running), or ``None``. Writer thread only:
+    ``f_locals`` builds the frame's locals dict (3.11, 3.12) or a proxy over them (3.13+)."""
+    try:
+        return frame.f_locals.get(name)
+    except Exception:  # noqa: BLE001 - an odd frame: not the compile's
+        return None
 
 
 def _cached(entry: list[Any]) -> bool:
@@ -668,10 +701,11 @@ class TritonBackend(LibraryBackend):
     def _make_pre(self, link: HookLink, sink: CompileSink) -> Callable[..., Any]:
         """``jit_cache_hook``: a compile starts (phase and request are taken now, by the core).
 
-        A synchronous compile is begun watched by its ``JITFunction._do_compile`` frame
-        (``sys._getframe(2)``: the hook's caller is ``_call_hook``, whose caller is ``_do_compile``;
-        a few frames further where hooks are chained); one in asynchronous compile mode, or one
-        whose frame is not found, is begun as before."""
+        A synchronous compile is begun watched (``sink.begin_watched``) with the thread id the
+        hook reads anyway (for :attr:`_last`): no frame is looked at on the compiling thread; the
+        sweep on the journal writer's thread finds the compile's ``JITFunction._do_compile``
+        frame by its ``signature`` dict (:meth:`_FrameWatcher.running`). One in asynchronous
+        compile mode is begun unwatched."""
         begin, cancel, report = sink.begin, sink.cancel, self.report_error
         pending, last, backend, get_ident = self._pending, self._last, self.name, threading.get_ident
         found = _do_compile_code()
@@ -691,7 +725,7 @@ class TritonBackend(LibraryBackend):
         watcher = _FrameWatcher(code, pending, self._slot_replaced, self.listener_lost)
         watcher.last = last
         ending, replaced, lost = self._ending, self._slot_replaced, self.listener_lost
-        getframe, superseded = sys._getframe, watcher.superseded
+        superseded = watcher.superseded
         async_get = async_var.get if async_var is not None else None
 
         def jitwatch_jit_cache_hook(
@@ -715,24 +749,15 @@ class TritonBackend(LibraryBackend):
                     name, fid = _slow_names(fn)
                 if key.__class__ is not str:
                     key = _slow_key(key, compile)
+                tid = get_ident()
                 if async_get is not None and async_get() is not None:  # asynchronous compile mode: unwatched
                     if ending[0] and replaced("compilation_listener"):
-                        # Never watched, so never found by the frame watch: if that listener does not
+                        # Never watched, so never found by the sweep: if that listener does not
                         # chain, this compile would never end. The post-compile hook ends it instead.
                         lost(None)
                     token = begin(backend, name)
                 elif watch:
-                    try:
-                        frame = getframe(2)
-                    except ValueError:  # called from the top of a stack: not from Triton
-                        frame = None
-                    if frame is not None and frame.f_code is not code:
-                        frame = _compile_frame(frame.f_back, code)  # hooks chained around jitwatch's
-                    if frame is None:
-                        token = begin(backend, name)
-                    else:
-                        token = begin_watched(backend, name, id(frame), watcher)  # type: ignore[misc]
-                        frame = None
+                    token = begin_watched(backend, name, tid, watcher)  # type: ignore[misc]
                 else:
                     token = begin(backend, name)
                 ident = (fid, key)
@@ -748,7 +773,7 @@ class TritonBackend(LibraryBackend):
                     elif not begun_again(held_token):  # another thread's compile: cancelled
                         superseded.pop(id(held_token), None)
                     # else a retry of a compile that raised on this thread: left for the sweep
-                last[get_ident()] = entry
+                last[tid] = entry
             except Exception as exc:  # noqa: BLE001 - never into Triton
                 report("jit_cache_hook", exc)
             return None  # never truthy: a truthy value makes Triton skip compile and launch

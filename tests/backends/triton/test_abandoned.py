@@ -6,6 +6,7 @@ compile mode, must not be dropped. Real compiles with the compile-only driver.""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,8 @@ import triton.language as tl
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure
 
+import jitwatch
+from jitwatch.core import monitor as monitor_mod
 from jitwatch.core.events import EventKind, Phase
 from jitwatch.store.journal import Journal
 from jitwatch.testing import MonitorHarness, fresh_kernel_cache, monitored
@@ -417,3 +420,135 @@ def test_abandoned_compile_over_http_from_a_real_sidecar(tmp_path: Path, triton_
         assert sample(text, "jitwatch_abandoned_compiles_total", backend="triton", rank="0") == 1
         (ev,) = httpx.get(base + "/jit/events", params={"kind": "compile_abandoned"}, timeout=10).json()
         assert (ev["kernel"], ev["phase"]) == ("abd_bad", "serving") and "raised inside Triton" in ev["attrs"]["cause"]
+
+
+# ------------------------------------------------------------------ no frame work on the compiling thread
+def test_the_compiling_thread_looks_at_no_frame(tmp_path: Path, triton_cache: Path, compile_only: Any) -> None:
+    """jitwatch's hooks call no ``sys._getframe`` on the compiling thread (a profile function sees
+    every C call there): the compile is begun watched with its thread's id, and the writer thread
+    finds its ``_do_compile`` frame. The compile that raised is still dropped, the one that
+    succeeded ends as usual."""
+    package = str(Path(jitwatch.__file__).parent)
+    frame_calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and arg is sys._getframe and frame.f_code.co_filename.startswith(package):
+            frame_calls.append(frame.f_code.co_name)
+
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        h.monitor.activate()
+        sys.setprofile(profile)
+        try:
+            with pytest.raises(CompilationError):
+                abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+            abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
+        finally:
+            sys.setprofile(None)
+        (gone,) = wait_for(lambda: abandoned_events(h))
+        (ev,) = h.compiles()
+        assert not h.monitor.inflight() and h.triton.pending() == 0
+    assert frame_calls == []
+    assert (gone.kernel, ev.kernel) == ("abd_bad", "abd_tuned")
+
+
+def test_a_compile_under_a_deep_chain_of_hooks_is_watched(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """Twelve ``jit_cache_hook`` wrappers on top of jitwatch's (one frame each, between Triton's
+    ``_do_compile`` and jitwatch's hook): the compile that raised under them is dropped, as with
+    none. (The compiling thread once looked for ``_do_compile`` through 8 frames at most, and
+    began a compile it did not find there unwatched: in flight for good.)"""
+    runtime = triton.knobs.runtime
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        ours = runtime.jit_cache_hook
+        hook = ours
+        for _ in range(12):
+            hook = (lambda inner: lambda **kwargs: inner(**kwargs))(hook)
+        runtime.jit_cache_hook = hook
+        try:
+            with pytest.raises(CompilationError):
+                abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+            (ev,) = wait_for(lambda: abandoned_events(h))
+        finally:
+            runtime.jit_cache_hook = ours
+        assert ev.kernel == "abd_bad" and not h.monitor.inflight() and h.triton.pending() == 0
+
+
+def test_a_retry_still_running_is_kept_and_the_failure_before_it_dropped(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """A compile that raised (a listener on top raised inside ``triton.compile``), retried at once
+    on the same thread with the same kernel and key, the retry held open inside the compile: the
+    failure is dropped while the retry runs (the retry's ``_do_compile`` holds a signature dict of
+    its own), and the retry stays listed and ends as a compile."""
+    harness: list[MonitorHarness] = []
+    knobs = triton.knobs.compilation
+    calls: list[list[str]] = []
+
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        harness.append(h)
+        below = knobs.listener
+
+        def listener(**kwargs: Any) -> None:
+            if not calls:
+                calls.append([])
+                raise RuntimeError("first attempt fails")
+            mon = harness[0].monitor
+            wait_for(lambda: mon.abandoned_compiles == 1, timeout=10.0)
+            calls.append([s.name for s in mon.inflight()])
+            below(**kwargs)
+
+        knobs.listener = listener
+        try:
+            with pytest.raises(RuntimeError, match="first attempt"):
+                abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
+            abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))  # the same key, on the same thread
+        finally:
+            knobs.listener = below
+        (ev,) = h.compiles()
+        (gone,) = abandoned_events(h)
+        assert not h.monitor.inflight() and h.triton.pending() == 0
+    assert calls == [[], ["abd_tuned"]]  # the retry, alone in flight, while the failure was dropped
+    assert gone.key == ev.key and (ev.duration_s or 0) >= 1.0
+
+
+@pytest.mark.parametrize(
+    "compile",
+    [None, "not a dict", {}, {"signature": ["x_ptr"]}, {"signature": None, "constants": {}}],
+    ids=["none", "str", "empty", "list-signature", "none-signature"],
+)
+def test_a_direct_hook_call_without_a_signature_dict_is_never_dropped(tmp_path: Path, compile: Any) -> None:
+    """``jit_cache_hook`` called directly (a test, a tool), with a ``compile`` keyword that holds
+    no signature dict: no ``_do_compile`` frame can be told to be its, so the sweep keeps it (as
+    an unwatched compile) past ``ABANDON_AFTER_S``, and nothing raises anywhere; its end comes
+    through the post-compile hook as usual. ``error`` mode in phase ``startup``, where jitwatch
+    occupies the post-compile slot."""
+    with monitored("error", journal_dir=tmp_path / "j") as h:
+        rt = triton.knobs.runtime
+        assert rt.jit_cache_hook(key="k", fn=None, compile=compile) is None
+        time.sleep(monitor_mod.ABANDON_AFTER_S + 0.1)
+        assert h.monitor.sweep_abandoned(force=True) == 0
+        assert [s.name for s in h.monitor.inflight()] == ["<unknown>"]
+        assert rt.jit_post_compile_hook(key="k", fn=None, compile=compile) is None
+        assert len(h.compiles()) == 1 and not h.monitor.inflight() and h.triton.pending() == 0
+        assert h.monitor.abandoned_compiles == 0 and h.monitor.hook_errors == 0
+
+
+def test_a_direct_hook_call_with_a_signature_dict_is_judged_by_it(tmp_path: Path) -> None:
+    """``jit_cache_hook`` called directly with a ``compile`` keyword shaped as Triton's (a
+    signature dict), and no end within ``ABANDON_AFTER_S``: no ``_do_compile`` frame holds that
+    dict, which is what a compile that raised looks like, so it is dropped as abandoned (the
+    writer thread cannot tell the two apart; the compiling thread no longer looks). A
+    post-compile call after that is recorded as a compile whose start was not seen."""
+    with monitored("error", journal_dir=tmp_path / "j") as h:
+        rt = triton.knobs.runtime
+        info = {"signature": {"x_ptr": "*fp32"}, "constants": {}}
+        rt.jit_cache_hook(key="k", fn=None, compile=info)
+        time.sleep(monitor_mod.ABANDON_AFTER_S + 0.1)
+        assert h.monitor.sweep_abandoned(force=True) == 1
+        assert not h.monitor.inflight() and h.triton.pending() == 0 and not h.triton._last
+        rt.jit_post_compile_hook(key="k", fn=None, compile=info)
+        (ev,) = h.compiles()
+        (gone,) = abandoned_events(h)
+        assert h.monitor.hook_errors == 0
+    assert gone.key == ev.key == "k" and "raised inside Triton" in gone.attrs["cause"]
