@@ -552,3 +552,33 @@ def test_a_direct_hook_call_with_a_signature_dict_is_judged_by_it(tmp_path: Path
         (gone,) = abandoned_events(h)
         assert h.monitor.hook_errors == 0
     assert gone.key == ev.key == "k" and "raised inside Triton" in gone.attrs["cause"]
+
+
+def test_the_watcher_on_the_stack_of_a_running_compile(tmp_path: Path, triton_cache: Path, compile_only: Any) -> None:
+    """Triton's watcher, asked (as the writer thread asks it) with the stack of a compile that is
+    running: the compile runs; a compile it no longer holds (its end under way: the listener or
+    the post-compile hook took it out and ends it next, inside ``_do_compile``) runs while any
+    ``_do_compile`` frame is on the stack, and not once none is."""
+    asked: list[tuple[Any, ...]] = []
+
+    def stack() -> list[Any]:
+        frames, frame = [], sys._getframe()
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+        return frames
+
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+
+        def during() -> None:
+            (token,) = h.monitor._inflight.values()
+            watcher = token[-1]
+            asked.append((watcher, watcher.running(token, stack()), watcher.running(object(), stack())))
+
+        with slow_listener(0.0, during):
+            abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
+        ((watcher, mine, unknown),) = asked
+        assert (mine, unknown) == (True, True)
+        assert watcher.running(object(), stack()) is False  # no _do_compile frame here
+        assert watcher.running(object(), []) is False
+        assert len(h.compiles()) == 1
