@@ -7,7 +7,11 @@ included). Follows Prometheus conventions: ``jitwatch_`` prefix, base units (sec
 ``_total`` counters, ``_info`` metadata, ``_timestamp_seconds`` for Unix times.
 
 Specialization keys are never labels (unbounded); they live in ``/jit`` and the events.
-``backend`` values are the installed backends' names (a handful).
+``backend`` values are the installed backends' names (a handful), bounded whatever the journal
+holds: at most :data:`MAX_BACKEND_LABELS` names that follow the backend-name rule (jitwatch's own,
+:data:`BUILTIN_BACKENDS`, always among them) get their own value; any other string a journal row
+holds (a buggy or hostile writer) is counted under ``backend="_other"``
+(:class:`jitwatch.views.metrics.BackendLabels`).
 ``kernel`` values are capped (``JITWATCH_MAX_KERNELS``, default 500): kernels first seen after the
 cap share ``kernel="_other"``.
 
@@ -27,6 +31,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
+
+OTHER_BACKEND = "_other"
+"""The ``backend`` label value of every backend name without its own (never a valid backend name:
+it starts with ``_``)."""
+MAX_BACKEND_LABELS = 16
+"""At most this many distinct backend names get their own ``backend`` label value (the empty name
+of the vLLM plugin's hook errors and :data:`OTHER_BACKEND` aside)."""
+BUILTIN_BACKENDS = ("triton", "torch_compile", "cutedsl", "tilelang", "flashinfer", "deepgemm")
+"""jitwatch's own backends (``jitwatch.backends.BUILTIN``; a test keeps the two equal): always
+named, whatever else the journal holds."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from jitwatch.config import DEFAULT_MAX_KERNELS, JITWATCH_MAX_KERNELS
 from jitwatch.docgen import generated_doc_main
 from jitwatch.store.journal import COMPILE_DURATION_BUCKETS, OTHER_KERNEL
-from jitwatch.views.contract import METRICS, MetricSpec
+from jitwatch.views.contract import MAX_BACKEND_LABELS, METRICS, OTHER_BACKEND, MetricSpec
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -73,7 +73,14 @@ def render() -> str:
         "",
         "- `backend`: the JIT backend that compiled (`triton`, or any other installed backend's name; a",
         "  handful of values). Compiles written by a jitwatch 0.1 worker count as `triton`; `hook_errors`",
-        "  from the vLLM plugin itself have an empty backend.",
+        "  from the vLLM plugin itself have an empty backend. Bounded whatever the journal holds (any",
+        "  process can write it: a buggy or hostile writer, another version): only names that follow the",
+        "  backend-name rule (`[a-z][a-z0-9_]*`, at most 64 characters) get their own value, jitwatch's own",
+        f"  backends always, others up to {MAX_BACKEND_LABELS} distinct names in all (sorted by name); every other",
+        f'  string is counted under `backend="{OTHER_BACKEND}"` (its series summed there; no',
+        f"  `jitwatch_backend_info` series of its own), logged once by the sidecar. Past {MAX_BACKEND_LABELS} valid",
+        "  names, a new name sorting before a named one takes that one's value (its series continue under",
+        f"  `{OTHER_BACKEND}`).",
         "- `rank`: the worker's global rank (`JITWATCH_RANK`, an offset, plus the host's rank: vLLM's, else",
         "  `RANK`, else `LOCAL_RANK`, else 0). Per-rank",
         "  gauges describe the rank's *latest* worker: a restarted worker replaces the previous one.",

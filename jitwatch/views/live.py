@@ -89,7 +89,9 @@ from jitwatch.views.metrics import (
     KERNEL_FAMILIES,
     STAT_GROUPS,
     WORKER_INFO,
+    BackendLabels,
     KernelSums,
+    backend_names,
     build_info_family,
     coverage_family,
     families_from,
@@ -222,6 +224,10 @@ class LiveAggregates:
     def __init__(self) -> None:
         self.rows: dict[StatKey, StatRow] = {}
         self.recompiles: dict[RecKey, RecompileRow] = {}
+        self.backends = BackendLabels(())
+        """The ``backend`` label values the sums are keyed by (a change rebuilds the copy)."""
+        self.row_backends: set[str] = set()
+        """Backend names of :attr:`rows` and :attr:`recompiles`."""
         self.sums = KernelSums()
         self.hist: dict[tuple[str, int, Phase], list[int]] = {}
         self.counter_values: dict[tuple[int, str], float] = {}
@@ -329,11 +335,14 @@ class LiveAggregates:
                 del self.events_cache[key]
 
     # ---------------------------------------------------------------- updates
-    def load(self, rows: list[StatRow], recompiles: list[RecompileRow]) -> None:
-        """Every row (a full rebuild): sums computed like a full build."""
+    def load(self, rows: list[StatRow], recompiles: list[RecompileRow], backends: BackendLabels) -> None:
+        """Every row (a full rebuild): sums computed like a full build, backends by their label
+        values (``backends``)."""
         self.rows = {_stat_key(r): r for r in rows}
         self.recompiles = {_rec_key(r): r for r in recompiles}
-        self.sums = kernel_sums(self.stats(), self.recompile_stats())
+        self.backends = backends
+        self.row_backends = {k[0] for k in self.rows} | {k[0] for k in self.recompiles}
+        self.sums = kernel_sums(self.stats(), self.recompile_stats(), backends)
         for g in self._groups.values():
             g.clear()
         self._bpr_seconds.clear()
@@ -347,14 +356,14 @@ class LiveAggregates:
         self._accs_dirty.clear()
         self._accs_ordered = None
         for rk, rrow in self.recompiles.items():
-            self._groups["recompile"].setdefault(recompile_key(rrow), set()).add(rk)
+            self._groups["recompile"].setdefault(recompile_key(rrow, backends), set()).add(rk)
         self.members_version += 1
 
     def _index(self, sk: StatKey, row: StatRow) -> dict[str, Any]:
         """File ``sk`` under the series keys it feeds; returns ``{group: series key}``."""
         self._by_name.setdefault((sk[0], sk[1]), set()).add(sk)
         self._accs_dirty.add((sk[0], sk[1]))
-        keys = stat_series_keys(row)
+        keys = stat_series_keys(row, self.backends)
         groups = self._groups
         for group, key in keys.items():
             members = groups.get(group)
@@ -371,7 +380,8 @@ class LiveAggregates:
         return keys
 
     def update(self, rows: list[StatRow], recompiles: list[RecompileRow]) -> dict[str, set[Any]]:
-        """Replace the rows given (each a key's current totals); re-sum the series they feed.
+        """Replace the rows given (each a key's current totals); re-sum the series they feed
+        (their backends must have the label values of :attr:`backends`: else :meth:`load`).
         Returns the changed series keys per group (``kernel``, ``serving``, ``bpr``, ``bp``, ``bk``,
         ``recompile``)."""
         dirty: dict[str, set[Any]] = {g: set() for g in (*STAT_GROUPS, "recompile")}
@@ -382,6 +392,7 @@ class LiveAggregates:
                 continue
             if old is None:
                 self.members_version += 1
+                self.row_backends.add(row.backend)
             self.rows[sk] = row
             for group, key in self._index(sk, row).items():
                 dirty[group].add(key)
@@ -390,7 +401,8 @@ class LiveAggregates:
             if self.recompiles.get(rk) == rrow:
                 continue
             self.recompiles[rk] = rrow
-            skey = recompile_key(rrow)
+            self.row_backends.add(rrow.backend)
+            skey = recompile_key(rrow, self.backends)
             self._groups["recompile"].setdefault(skey, set()).add(rk)
             dirty["recompile"].add(skey)
         self._resum(dirty)
@@ -680,19 +692,27 @@ class LiveJournal:
             if agg is not None and not full and retired != self._retired:
                 # retention ran: did it remove events this reader has not seen (their keys unknown)?
                 full = journal.count_events_after(self._watermark) != watermark - self._watermark
+            hist, workers = journal.histogram(), journal.latest_workers()
+            if agg is not None and not full:
+                rows, recompiles = journal.stats(self._watermark), journal.recompile_stats(self._watermark)
+                stat_backends = agg.row_backends.union(r.backend for r in rows).union(r.backend for r in recompiles)
+                # a backend name newly named (or displaced) re-keys every series: rebuild
+                full = BackendLabels(backend_names(stat_backends, hist, counters, workers)) != agg.backends
             if full or agg is None:
                 agg = LiveAggregates()
                 agg.version = self._version  # versions key the caches: never reused after a rebuild
                 self._chunks.clear()
                 self._parts.clear()
-                agg.load(journal.stats(), journal.recompile_stats())
+                rows, recompiles = journal.stats(), journal.recompile_stats()
+                stat_backends = {r.backend for r in rows}.union(r.backend for r in recompiles)
+                agg.load(rows, recompiles, BackendLabels(backend_names(stat_backends, hist, counters, workers)))
                 agg.n_events = journal.count_events()
                 self._families = {name: _KernelFamily(name) for name in sorted(KERNEL_FAMILIES)}
                 dirty = None
                 self.rebuilds += 1
             else:
                 kinds = journal.new_event_kinds(self._watermark) if watermark != self._watermark else set()
-                dirty = agg.update(journal.stats(self._watermark), journal.recompile_stats(self._watermark))
+                dirty = agg.update(rows, recompiles)
                 if retired != self._retired:
                     agg.n_events = journal.count_events()
                     agg.events_cache.clear()
@@ -701,8 +721,8 @@ class LiveJournal:
                     agg.drop_events(kinds)
                 self.refreshes += 1
             agg.counter_values = counters
-            agg.hist = journal.histogram()
-            agg.workers = journal.latest_workers()
+            agg.hist = hist
+            agg.workers = workers
             agg.label_counts = journal.kernel_label_counts()
             digest = journal.small_tables_digest()
         agg.events_reader = journal.events
@@ -810,13 +830,15 @@ class LiveJournal:
             self._build_info = [build_info_family()]
         up = journal_up_family(True)
         if fmt is None:  # another exposition: prometheus_client encodes families built from memory
-            families = families_from(agg, agg.sums, coverage, now=now, stale_after=stale_after, exited=exited)
+            families = families_from(
+                agg, agg.sums, coverage, backends=agg.backends, now=now, stale_after=stale_after, exited=exited
+            )
             return encoder(_One([up, *families, *self._build_info])), content_type
         cached = self._chunks.get(fmt)
         if cached is None or cached[0] != agg.version:
             # Coverage (a family per kernel, changing only with the background report) is formatted
             # apart; every other family is formatted again only when its samples changed.
-            families = families_from(agg, agg.sums, {}, now=now, kernel_series=False, exited={})
+            families = families_from(agg, agg.sums, {}, backends=agg.backends, now=now, kernel_series=False, exited={})
             previous = self._family_chunks.setdefault(fmt, {})
             chunks: list[tuple[str, bytes]] = []
             for m in families:

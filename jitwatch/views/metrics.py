@@ -44,7 +44,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encode
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from jitwatch.config import DEFAULT_STALE_SECONDS
+from jitwatch.config import DEFAULT_STALE_SECONDS, backend_name_ok
 from jitwatch.core.events import Phase
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.store.journal import (
@@ -59,7 +59,7 @@ from jitwatch.store.journal import (
     backend_counter_of,
     request_histogram_of,
 )
-from jitwatch.views.contract import BY_NAME
+from jitwatch.views.contract import BUILTIN_BACKENDS, BY_NAME, MAX_BACKEND_LABELS, OTHER_BACKEND
 from jitwatch.views.diagnosis import inflight_of
 from jitwatch.views.status import backend_infos, exited_ranks, worker_state
 
@@ -67,6 +67,82 @@ log = logging.getLogger(__name__)
 
 _RETIRED_RANK = -1
 """``Journal.prune`` books retired events on this pseudo-rank (journal-wide counter)."""
+
+
+_folded_logged = False
+
+
+class BackendLabels:
+    """The ``backend`` label value of each backend name in a journal: bounded cardinality.
+
+    The journal is a file any process can write: its rows can hold any ``backend`` string (a
+    buggy or hostile writer, a third-party backend, another jitwatch version). A name gets its own
+    label value only when it follows the backend-name rule
+    (:data:`~jitwatch.config.BACKEND_NAME_PATTERN`, at most 64 characters) and is either one of
+    :data:`BUILTIN_BACKENDS` or among the first :data:`MAX_BACKEND_LABELS` such names in sorted
+    order (built-ins counted first); every other name is :data:`OTHER_BACKEND` (its series summed
+    into that value's), the empty name stays empty. Depends on the set of names only (a full
+    build and the sidecar's incremental copy agree); logged once per process when a name is folded.
+    """
+
+    __slots__ = ("folded", "named")
+
+    def __init__(self, names: Iterable[str]) -> None:
+        global _folded_logged
+        every = set(names)
+        valid = {n for n in every if n and backend_name_ok(n)}
+        builtin = sorted(valid.intersection(BUILTIN_BACKENDS))
+        others = sorted(valid.difference(BUILTIN_BACKENDS))
+        keep = builtin + others[: max(0, MAX_BACKEND_LABELS - len(builtin))]
+        self.named: frozenset[str] = frozenset(keep) | {""}
+        folded = sorted(every - self.named)
+        self.folded = len(folded)
+        """Distinct names folded into :data:`OTHER_BACKEND`."""
+        if folded and not _folded_logged:
+            _folded_logged = True
+            log.warning(
+                "jitwatch: %d backend name(s) in the journal exported as backend=%r (not a backend name, or more"
+                " than %d distinct names), e.g. %.80r",
+                len(folded),
+                OTHER_BACKEND,
+                MAX_BACKEND_LABELS,
+                folded[0],
+            )
+
+    def __call__(self, name: str) -> str:
+        return name if name in self.named else OTHER_BACKEND
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BackendLabels) and other.named == self.named
+
+    def __hash__(self) -> int:
+        return hash(self.named)
+
+
+def backend_names(
+    stat_backends: Iterable[str],
+    hist: Iterable[tuple[str, int, Phase]],
+    counters: Iterable[tuple[int, str]],
+    workers: Mapping[int, WorkerRow],
+) -> set[str]:
+    """Every backend name the metric families would show: of the aggregate rows
+    (``stat_backends``: compile and recompile rows), the duration histogram's keys, the per-backend
+    counters and the workers' backends."""
+    out = set(stat_backends)
+    out.update(key[0] for key in hist)
+    for _rank, name in counters:
+        base, sep, backend = name.partition(":")
+        if sep and base in _BACKEND_COUNTERS:
+            out.add(backend)
+    for w in workers.values():
+        out.update(b.name for b in backend_infos(w.attrs))
+    return out
+
+
+_BACKEND_COUNTERS = frozenset(
+    ("hook_errors", ABANDONED_COUNTER, REQUESTS_DELAYED_COUNTER, "remote_cache_hits", "remote_cache_misses")
+)
+"""The per-backend counters the families show with a ``backend`` label."""
 
 
 def _version(dist: str) -> str:
@@ -280,28 +356,30 @@ STAT_GROUPS = ("kernel", "serving", "bpr", "bp", "bk")
 """The series-key groups of :func:`stat_series_keys`."""
 
 
-def stat_series_keys(row: StatRow) -> dict[str, tuple[str, ...]]:
+def stat_series_keys(row: StatRow, backends: BackendLabels) -> dict[str, tuple[str, ...]]:
     """The series keys a :class:`StatRow` feeds, per group: ``kernel`` (backend, label, phase) for
     the autotune and graph-capture count/seconds families, and for compiles ``bpr`` (backend, phase, rank: disk-cache
     hits, the histogram's ``_sum``), ``bp`` (backend, phase: compiles and the latest compile time),
-    ``bk`` (backend, label: compile seconds) and, in serving, ``serving`` (backend, label, rank)."""
+    ``bk`` (backend, label: compile seconds) and, in serving, ``serving`` (backend, label, rank).
+    The backend is its label value (``backends``)."""
     if row.kind not in SUMMED_KINDS:
         return {}
     label = row.label or OTHER_KERNEL
+    backend = backends(row.backend)
     if row.kind != "compile":  # autotune and graph-capture families; compiles have their own groups
-        return {"kernel": (row.backend, label, row.phase.value)}
+        return {"kernel": (backend, label, row.phase.value)}
     keys: dict[str, tuple[str, ...]] = {
-        "bpr": (row.backend, row.phase.value, str(row.rank)),
-        "bp": (row.backend, row.phase.value),
-        "bk": (row.backend, label),
+        "bpr": (backend, row.phase.value, str(row.rank)),
+        "bp": (backend, row.phase.value),
+        "bk": (backend, label),
     }
     if row.phase is Phase.SERVING:
-        keys["serving"] = (row.backend, label, str(row.rank))
+        keys["serving"] = (backend, label, str(row.rank))
     return keys
 
 
-def recompile_key(row: RecompileRow) -> RecompileKey:
-    return (row.backend, row.label or OTHER_KERNEL, row.reason_class, row.phase.value, str(row.rank))
+def recompile_key(row: RecompileRow, backends: BackendLabels) -> RecompileKey:
+    return (backends(row.backend), row.label or OTHER_KERNEL, row.reason_class, row.phase.value, str(row.rank))
 
 
 def sum_kernel_group(sums: KernelSums, key: KernelKey, rows: Iterable[StatRow]) -> None:
@@ -362,12 +440,13 @@ def sum_recompile_group(sums: KernelSums, key: RecompileKey, rows: Iterable[Reco
     sums.recompile_s[key] = math.fsum(r.seconds for r in rows)
 
 
-def kernel_sums(stats: Iterable[StatRow], recompiles: Iterable[RecompileRow]) -> KernelSums:
-    """:class:`KernelSums` of every row: counts summed exactly, seconds with :func:`math.fsum`."""
+def kernel_sums(stats: Iterable[StatRow], recompiles: Iterable[RecompileRow], backends: BackendLabels) -> KernelSums:
+    """:class:`KernelSums` of every row: counts summed exactly, seconds with :func:`math.fsum`;
+    backends by their label value (``backends``)."""
     sums = KernelSums()
     groups: dict[str, dict[Any, list[StatRow]]] = {g: {} for g in STAT_GROUPS}
     for row in stats:
-        for group, key in stat_series_keys(row).items():
+        for group, key in stat_series_keys(row, backends).items():
             groups[group].setdefault(key, []).append(row)
     for kkey, rows in groups["kernel"].items():
         sum_kernel_group(sums, kkey, rows)
@@ -381,7 +460,7 @@ def kernel_sums(stats: Iterable[StatRow], recompiles: Iterable[RecompileRow]) ->
         sum_label_group(sums, bk, rows)
     recs: dict[RecompileKey, list[RecompileRow]] = {}
     for rrow in recompiles:
-        recs.setdefault(recompile_key(rrow), []).append(rrow)
+        recs.setdefault(recompile_key(rrow, backends), []).append(rrow)
     for rkey, rrows in recs.items():
         sum_recompile_group(sums, rkey, rrows)
     return sums
@@ -394,13 +473,39 @@ def journal_families(journal: Journal, stale_after: float = DEFAULT_STALE_SECOND
     ``jitwatch_journal_up 0``.
     """
     stats = journal.stats()
-    sums = kernel_sums(stats, journal.recompile_stats())
+    recompiles = journal.recompile_stats()
+    names = backend_names(
+        [r.backend for r in stats] + [r.backend for r in recompiles],
+        journal.histogram(),
+        journal.counters(),
+        journal.latest_workers(),
+    )
+    backends = BackendLabels(names)
+    sums = kernel_sums(stats, recompiles, backends)
     from jitwatch.views.coverage import coverage_labels
 
     kernel_labels = coverage_labels(stats)
     return families_from(
-        journal, sums, _coverage_ratios(journal, kernel_labels), now=time.time(), stale_after=stale_after
+        journal,
+        sums,
+        _coverage_ratios(journal, kernel_labels),
+        backends=backends,
+        now=time.time(),
+        stale_after=stale_after,
     )
+
+
+def _fold_hist(
+    hist: dict[tuple[str, int, Phase], list[int]], backends: BackendLabels
+) -> dict[tuple[str, int, str], list[int]]:
+    """The duration histogram by (backend label value, rank, phase value): folded backends' bucket
+    counts summed."""
+    out: dict[tuple[str, int, str], list[int]] = {}
+    for (backend, rank, phase), counts in hist.items():
+        key = (backends(backend), rank, phase.value)
+        have = out.get(key)
+        out[key] = list(counts) if have is None else [a + b for a, b in zip(have, counts, strict=True)]
+    return out
 
 
 def _buckets(counts: Iterable[int]) -> list[tuple[str, float]]:
@@ -419,6 +524,7 @@ def families_from(
     sums: KernelSums,
     coverage: dict[str, float],
     *,
+    backends: BackendLabels,
     now: float,
     kernel_series: bool = True,
     stale_after: float = DEFAULT_STALE_SECONDS,
@@ -429,11 +535,21 @@ def families_from(
     in-flight compiles (of workers heard from within ``stale_after`` seconds).
     ``kernel_series=False``: the :data:`KERNEL_FAMILIES` come without samples (a caller that
     keeps their lines itself fills them in). ``exited``: :func:`~jitwatch.views.status.exited_ranks`
-    of the source's workers when the caller read them already (default: read here, once)."""
-    hist = source.histogram()
+    of the source's workers when the caller read them already (default: read here, once).
+    ``backends``: each backend name's label value (:class:`BackendLabels` of every name in
+    ``source`` and ``sums``, :func:`backend_names`)."""
+    hist = _fold_hist(source.histogram(), backends)
     counters = source.counters()
-    hook_errors = backend_counter_of(counters, "hook_errors")
-    abandoned = backend_counter_of(counters, ABANDONED_COUNTER)
+
+    def by_backend(base: str) -> dict[tuple[str, int], float]:
+        out: dict[tuple[str, int], float] = {}
+        for (backend, rank), value in backend_counter_of(counters, base).items():
+            key = (backends(backend), rank)
+            out[key] = out.get(key, 0.0) + value
+        return out
+
+    hook_errors = by_backend("hook_errors")
+    abandoned = by_backend(ABANDONED_COUNTER)
     workers = source.latest_workers()
     named, folded = source.kernel_label_counts()
     n_events = source.count_events()
@@ -456,8 +572,8 @@ def families_from(
 
     spec = BY_NAME["jitwatch_compile_duration_seconds"]
     hfam = HistogramMetricFamily(spec.name, spec.help, labels=list(spec.labels), unit=spec.unit)
-    for (backend, rank, phase), counts in sorted(hist.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2].value)):
-        bpr = (backend, phase.value, str(rank))
+    for (backend, rank, phase), counts in sorted(hist.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        bpr = (backend, phase, str(rank))
         hfam.add_metric(list(bpr), _buckets(counts), sums.hist_sum.get(bpr, 0.0))
     out.append(hfam)
 
@@ -467,7 +583,7 @@ def families_from(
         rfam.add_metric([str(rank)], _buckets(rcounts), rsum)
     out.append(rfam)
     fam_d = _counter("jitwatch_requests_delayed_total")
-    for (backend, rank), value in sorted(backend_counter_of(counters, REQUESTS_DELAYED_COUNTER).items()):
+    for (backend, rank), value in sorted(by_backend(REQUESTS_DELAYED_COUNTER).items()):
         fam_d.add_metric([backend, str(rank)], value)
     out.append(fam_d)
 
@@ -513,6 +629,8 @@ def families_from(
         if w.first_request_s is not None:
             first.add_metric(r, w.first_request_s)
         for b in backend_infos(w.attrs):
+            if backends(b.name) != b.name:
+                continue  # a folded name: no info series of its own (its counters are under _other)
             backend_info.add_metric(
                 [], {"rank": str(rank), "backend": b.name, "version": _opt(b.version), "state": b.state}
             )
@@ -524,7 +642,7 @@ def families_from(
     # ---- counters: every rank seen anywhere gets a (possibly 0) series, so increase() works.
     # hook errors: every (backend, rank) of a worker's backends, plus any counted.
     ranks = {r for r in workers} | {r for (r, _name) in counters if r != _RETIRED_RANK}
-    pairs = set(hook_errors) | {(b.name, rank) for rank, w in workers.items() for b in backend_infos(w.attrs)}
+    pairs = set(hook_errors) | {(backends(b.name), rank) for rank, w in workers.items() for b in backend_infos(w.attrs)}
     errors = _counter("jitwatch_hook_errors_total")
     for backend, rank in sorted(pairs):
         errors.add_metric([backend, str(rank)], hook_errors.get((backend, rank), 0.0))
@@ -537,7 +655,7 @@ def families_from(
     out += [errors, gone, dropped]
     lookups = _counter("jitwatch_remote_cache_lookups_total")
     for result, base in (("hit", "remote_cache_hits"), ("miss", "remote_cache_misses")):
-        for (backend, rank), value in sorted(backend_counter_of(counters, base).items()):
+        for (backend, rank), value in sorted(by_backend(base).items()):
             lookups.add_metric([backend, str(rank), result], value)
     out.append(lookups)
     export_dropped = _counter("jitwatch_export_dropped_events_total")
