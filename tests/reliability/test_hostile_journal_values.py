@@ -6,20 +6,24 @@ formats pass prometheus_client's parsers and ``promtool check metrics``."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import MAX_KEY_CHARS, MAX_NAME_CHARS, Journal
 from jitwatch.store.writer import JournalWriter
+from jitwatch.views.live import LiveJournal
 from tests.tools import tool_missing
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -171,3 +175,75 @@ def test_megabyte_keys_are_capped(tmp_path: Path, sidecar_factory) -> None:  # t
     sc = sidecar_factory(d)
     r = httpx.get(sc.url + "/jit", timeout=60)
     assert r.status_code == 200 and len(r.content) < 2_000_000
+
+
+def test_ranks_outside_the_range_are_counted_and_logged_like_other_unreadable_rows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rows whose rank is outside 0 … 2**31-1 (``-1`` allowed for journal-wide counters) are
+    reported as every other row that makes no sense: each reader counts it in
+    ``Journal.skipped_rows`` and the first one on a connection is logged (the sidecar's long-lived
+    copy too). Pinned, not changed: 2**31-1 is read, 2**31 and -2 are skipped, in every table."""
+    d = tmp_path / "j"
+    with Journal(d) as j:
+        j.write([Event.now(EventKind.WORKER_START, rank=0, attrs={"mode": "warn"})])
+    top = 2**31 - 1
+    c = sqlite3.connect(d / "journal.db")
+    for rank in (top, 2**31, -2):
+        c.execute(
+            "INSERT INTO events(ts, kind, rank, pid, host, phase, backend, kernel, duration_s, attrs)"
+            " VALUES (?, 'compile', ?, 1, 'h', 'serving', 'triton', 'k', 0.1, '{}')",
+            (time.time(), rank),
+        )
+        c.execute(
+            "INSERT INTO compile_stats(backend, kernel, phase, rank, kind, count, seconds, cache_hits)"
+            " VALUES ('triton', 'k', 'serving', ?, 'compile', 1, 0.1, 0)",
+            (rank,),
+        )
+        c.execute(
+            "INSERT INTO recompile_stats(backend, kernel, reason_class, phase, rank, count, seconds)"
+            " VALUES ('torch_compile', 'f', 'other', 'serving', ?, 1, 0.1)",
+            (rank,),
+        )
+        c.execute(
+            "INSERT INTO duration_hist(backend, rank, phase, bucket, count) VALUES ('triton', ?, 'serving', 3, 1)",
+            (rank,),
+        )
+        c.execute("INSERT INTO counters(rank, name, value) VALUES (?, 'dropped_events', 1)", (rank,))
+        c.execute(
+            "INSERT INTO workers(host, pid, rank, state, started_ts, last_ts, attrs)"
+            " VALUES ('h', 7, ?, 'serving', 1, 1, '{}')",
+            (rank,),
+        )
+    c.commit()
+    c.close()
+    caplog.set_level(logging.WARNING, logger="jitwatch.store.journal")
+    with Journal(d, readonly=True) as j:
+        reads: dict[str, Any] = {
+            "events": lambda: j.events(kind=EventKind.COMPILE),
+            "compile_stats": j.stats,
+            "recompile_stats": j.recompile_stats,
+            "duration_hist": j.histogram,
+            "counters": j.counters,
+            "workers": j.workers,
+        }
+        for table, read in reads.items():
+            before = j.skipped_rows
+            got = read()
+            assert j.skipped_rows - before == 2, table  # 2**31 and -2; 2**31-1 read
+            if table == "duration_hist":
+                assert {k[1] for k in got} == {top}
+            elif table == "counters":
+                assert {r for r, _ in got} == {top}
+            else:
+                assert {x.rank for x in got} >= {top}, table
+    skipped = [r for r in caplog.records if "skipped a" in r.getMessage()]
+    assert len(skipped) == 1 and "events row" in skipped[0].getMessage()  # once per connection
+    caplog.clear()
+    lj = LiveJournal(d)
+    try:
+        body = lj.render()[0].decode()
+    finally:
+        lj.close()
+    assert f'rank="{top}"' in body and 'rank="2147483648"' not in body and 'rank="-2"' not in body
+    assert [r for r in caplog.records if "skipped a" in r.getMessage()]  # the sidecar's copy logs it too
