@@ -73,7 +73,7 @@ def bare_wait(seconds: float) -> float:
 def watcher_idle(root: Path, seconds: float) -> tuple[float, CacheWatcher]:
     w = CacheWatcher(DeepGemmBackend(), root)
     w.start()
-    assert w._thread is not None
+    assert w._thread is not None and w.listed.wait(30)  # its first listing is not an idle wake
     try:
         return thread_cpu_per_wake(w._thread, seconds, w.poll_s), w
     finally:

@@ -158,19 +158,54 @@ class CacheWatcher:
         self._relist = False
         self._adopting = False
         self._env = os.environ.get("DG_JIT_CACHE_DIR") or None
+        self._began = time.time()
+        self.listed = threading.Event()
+        """Set once the watcher thread has listed the entries already there (:meth:`baseline`)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
     def start(self) -> None:
-        """List the entries already there (they are not compiles of this process) and start."""
+        """Start the thread, which first lists the entries already there (:meth:`baseline`: not
+        compiles of this process). The calling thread (the host's, importing DeepGEMM) makes one
+        ``stat`` of ``cache/`` (:attr:`listable`) and reads the clock; it lists nothing: a big
+        cache directory, or one on a network filesystem, would hold up the host's import."""
         self._pid = os.getpid()
-        self._cache_mtime = self._mtime()
-        names = self._names()
-        self.listable = names is not None or self._missing()
-        self._seen = frozenset(names or ())
+        self._began = time.time()
+        self.listable = self._usable()
+        self.listed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jitwatch-deepgemm-cache", daemon=True)
         self._thread.start()
+
+    def _usable(self) -> bool:
+        """``cache/`` is a directory this process can list, or does not exist yet under a root that
+        is, or may become, a directory (one ``stat``, one ``access``)."""
+        try:
+            st = os.stat(self.cache)
+        except FileNotFoundError:
+            return True
+        except OSError:  # the root is a file, a symlink loop, unreadable
+            return False
+        return stat.S_ISDIR(st.st_mode) and os.access(self.cache, os.R_OK | os.X_OK)
+
+    def baseline(self) -> int:
+        """List the entries in ``cache/`` now (the watcher thread's first step): they are not
+        compiles of this process, except those a stall since :meth:`start` covers (a compile the
+        host ran between the import and this listing froze this thread too: the gap from
+        :meth:`start`'s clock read to this one is a stall, and its entry is this process's).
+        Sets :attr:`listed`. Returns how many entries were recorded as this process's compiles."""
+        try:
+            self.note(self._began, time.time(), 0.0)
+            self._cache_mtime = self._mtime()
+            names = self._names()
+            if names is None and not self._missing():
+                self.listable = False
+            self._seen = frozenset(names or ())
+            if not self.stalls:
+                return 0  # nothing this process compiled since start(): no entry to stat
+            return sum(self._entry(name, adopting=True) for name in sorted(self._seen))
+        finally:
+            self.listed.set()
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop the thread and wait for it (at most ``timeout`` seconds). Idempotent. In a forked
@@ -206,6 +241,10 @@ class CacheWatcher:
             return None
 
     def _run(self) -> None:
+        try:
+            self.baseline()
+        except Exception as exc:  # noqa: BLE001 - never let the watcher die or reach the host
+            self.backend.report_error("deepgemm cache watcher", exc)
         last = time.time()
         while not self._stop.wait(self.poll_s):
             now = time.time()

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import types
 from collections.abc import Iterator
@@ -248,6 +249,7 @@ def hand_driven(h: MonitorHarness) -> CacheWatcher:
     """The backend's watcher with its thread stopped: the test makes its wakes."""
     backend = h.backend("deepgemm")
     assert isinstance(backend, DeepGemmBackend) and backend.watcher is not None
+    assert backend.watcher.listed.wait(30)  # the thread's first listing (the entries already there)
     backend.watcher.stop()
     return backend.watcher
 
@@ -357,7 +359,8 @@ def test_a_cache_directory_created_after_install_and_a_second_install_are_watche
         assert [e.key for e in deepgemm_compiles(h)] == ["0a0a0a0a0a0a0a0a"]
     assert backend.watcher is None
     with monitored(backends=[backend]) as h:  # install -> uninstall -> install: a new watcher
-        assert backend.watcher is not None and backend.watcher._seen == {"kernel.sm90_bf16_gemm.0a0a0a0a0a0a0a0a"}
+        assert backend.watcher is not None and backend.watcher.listed.wait(30)
+        assert backend.watcher._seen == {"kernel.sm90_bf16_gemm.0a0a0a0a0a0a0a0a"}
         publish(root, "kernel.sm90_bf16_gemm.0b0b0b0b0b0b0b0b", compile_s=0.5, hold_s=1.2)
         assert [e.key for e in deepgemm_compiles(h)] == ["0b0b0b0b0b0b0b0b"]
 
@@ -464,3 +467,76 @@ def test_dg_jit_cache_dir_set_after_the_import_is_followed_until_a_compile_is_re
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "too-late"))  # DeepGEMM would keep `later`
     time.sleep(0.3)
     assert watcher.root == later
+
+
+_LISTINGS: list[tuple[int, str]] = []
+"""(thread id, path) of every ``os.listdir``/``os.scandir`` of this process while
+:data:`_RECORD_LISTINGS` holds (an audit hook stays installed for good: it records only then)."""
+_RECORD_LISTINGS: list[bool] = []
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if _RECORD_LISTINGS and event in ("os.listdir", "os.scandir"):
+        path = args[0] if args else None
+        name = os.fsdecode(path) if isinstance(path, str | bytes | os.PathLike) else repr(path)  # an fd: repr
+        _LISTINGS.append((threading.get_ident(), name))
+
+
+sys.addaudithook(_audit)
+
+
+def test_the_importing_thread_does_not_list_a_big_cache_directory(
+    dg_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: hook_in (on the thread importing deep_gemm) listed cache/ itself, however many
+    entries and however slow its filesystem. Now the watcher thread lists it; the entries already
+    there stay not this process's, and a compile after the listing is recorded."""
+    cache = dg_root / "cache"
+    for i in range(3000):  # a big cache directory: every configuration of a model, many models
+        entry = cache / f"kernel.sm90_bf16_gemm.{i:016x}"
+        entry.mkdir()
+        (entry / "kernel.cu").write_text("")
+        (entry / "kernel.cubin").write_bytes(b"")
+    fake = types.ModuleType("deep_gemm")
+    fake._C = object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "deep_gemm", fake)
+    _LISTINGS.clear()
+    _RECORD_LISTINGS.append(True)
+    try:
+        with monitored(backends=[DeepGemmBackend()]) as h:
+            backend = h.backend("deepgemm")
+            assert isinstance(backend, DeepGemmBackend) and backend.watcher is not None
+            assert backend.watcher.listed.wait(30)
+            listings = list(_LISTINGS)
+            assert h.monitor.backend_statuses["deepgemm"].degraded is None
+            assert len(backend.watcher._seen) == 3000
+            publish(dg_root, "kernel.sm90_bf16_gemm.feedfacefeedface", compile_s=0.5, hold_s=1.2)
+            assert [e.key for e in deepgemm_compiles(h)] == ["feedfacefeedface"]
+            assert (backend.watcher.compiles, backend.watcher.foreign) == (1, 0)
+    finally:
+        _RECORD_LISTINGS.clear()
+    of_cache = [tid for tid, path in listings if Path(path) == cache]
+    assert of_cache and threading.get_ident() not in of_cache, listings
+
+
+def test_a_compile_before_the_watchers_first_listing_is_still_this_processs(
+    harness: MonitorHarness, dg_root: Path
+) -> None:
+    """The host may compile right after the import, before the watcher thread's first listing
+    (the compile holds the GIL, so the thread lists only after it): the gap since start() is a
+    stall, and the entry it covers is this process's, not part of the baseline."""
+    old = dg_root / "cache" / "kernel.transpose_fp32.0123456789abcdef"
+    old.mkdir()
+    (old / "kernel.cu").write_text(KERNEL_CU)
+    (old / "kernel.cubin").write_bytes(b"x")
+    for f in ("kernel.cu", "kernel.cubin"):
+        os.utime(old / f, (time.time() - 3600, time.time() - 3600))
+    watcher = hand_driven(harness)
+    watcher.listed.clear()
+    began = time.time()  # start()'s clock read; its thread lists only once the GIL is free again
+    publish(dg_root, "kernel.sm90_bf16_gemm.0c0c0c0c0c0c0c0c", compile_s=0.5, hold_s=1.2, settle=False)
+    watcher._began = began
+    assert watcher.baseline() == 1
+    assert [e.key for e in deepgemm_compiles(harness)] == ["0c0c0c0c0c0c0c0c"]
+    assert {"kernel.transpose_fp32.0123456789abcdef", "kernel.sm90_bf16_gemm.0c0c0c0c0c0c0c0c"} <= watcher._seen
+    assert (watcher.compiles, watcher.foreign) == (1, 0)
