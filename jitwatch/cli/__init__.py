@@ -901,7 +901,10 @@ def manifest_export(
     rank: Annotated[int | None, typer.Option(min=0, max=config.MAX_RANK, help="Only this rank's compiles.")] = None,
     name: Annotated[
         str | None,
-        typer.Option(show_default="this host's name", help="Manifest name in a directory or Redis store."),
+        typer.Option(
+            show_default="this host's full name, e.g. node-1.dc1",
+            help="Manifest name in a directory or Redis store (a host named localhost must give one).",
+        ),
     ] = None,
     allow_empty: Annotated[
         bool,
@@ -925,7 +928,9 @@ def manifest_export(
     Exit 1, writing nothing, when no compile could be recorded (none in the journal, or every one
     left out: the lines on stderr say why), unless --allow-empty. Exit 1, writing nothing, when the
     -o file is a manifest holding specializations this export leaves out (a replayed entry compiles
-    in warmup, not serving: --all-phases records it again), unless --force.
+    in warmup, not serving: --all-phases records it again), unless --force. In a directory or Redis
+    store the manifest is named by this host's full name (node-1.dc1), unless --name; exit 1,
+    writing nothing, for a host named localhost without --name.
     """
     import socket
 
@@ -952,11 +957,15 @@ def manifest_export(
         )
     if not force:
         _refuse_to_drop_entries(output, manifest, settings=_settings(config.JITWATCH_MANIFEST_KEY))
+    host = socket.gethostname()
+    defaulted = name is None
+    if name is None:
+        name = _host_record_name(output, host)
     try:
         where = write_manifest(
             output,
             manifest,
-            name=name or socket.gethostname().split(".")[0],
+            name=name,
             key=_settings(config.JITWATCH_MANIFEST_KEY).manifest_key,
         )
     except StoreError as exc:
@@ -969,6 +978,60 @@ def manifest_export(
     )
     for kernel, why in problems.items():
         typer.echo(plain(f"  {kernel}: {why}"), err=True)
+    if defaulted and name is not None:
+        _note_short_name_record(output, host, name)
+
+
+def _note_short_name_record(output: str, host: str, name: str) -> None:
+    """One line on stderr when the store also holds a record named by this host's short name, the
+    name jitwatch gave a host's record until 2026-12-04: if it is this host's, ``warmup merge``
+    counts the host twice until it is removed. Never raises."""
+    from jitwatch.errors import JitwatchError
+    from jitwatch.fleet.stores import check_name, parse_location, safe_location
+
+    short = host.split(".", 1)[0]
+    try:
+        loc = parse_location(output)
+        if short == name or loc.store is None or short not in loc.store.names():
+            return
+        check_name(short)
+    except (JitwatchError, OSError, ValueError):
+        return
+    typer.echo(
+        plain(
+            f"jitwatch: {safe_location(output)} also holds {short!r}, the name an older jitwatch gave a host's"
+            f" record (the short host name; this one is {name!r}): if it is this host's, remove it, or"
+            " `warmup merge` counts this host twice"
+        ),
+        err=True,
+    )
+
+
+def _host_record_name(output: str, host: str) -> str | None:
+    """The name of this host's record when ``output`` is a store without ``/NAME``: the full host
+    name (:func:`~jitwatch.fleet.stores.host_record_name`). ``None`` where no name is used (a
+    ``.json`` file, a ``/NAME`` location, or one that does not parse: the write says why).
+
+    Raises:
+        typer.Exit: code 1, one line, when the host name is one many hosts share (``localhost``):
+            their records would overwrite each other's.
+    """
+    from jitwatch.errors import StoreError
+    from jitwatch.fleet.stores import SHARED_HOST_NAMES, host_record_name, parse_location, safe_location
+
+    try:
+        loc = parse_location(output)
+    except (StoreError, ValueError, OSError):
+        return None
+    if loc.file is not None or loc.name is not None:
+        return None
+    if host.lower() in SHARED_HOST_NAMES:
+        raise _fail(
+            f"this host is named {host!r}, as many hosts are: its record in {safe_location(output)} would"
+            " overwrite theirs; name it with --name (e.g. the node's name); wrote nothing",
+            1,
+        )
+    return host_record_name(host)
 
 
 def _refuse_to_drop_entries(output: str, manifest: Any, *, settings: Settings) -> None:

@@ -12,13 +12,15 @@ A *location* is one string, so every command takes the same thing:
 
 Reading is the validated parse of :func:`jitwatch.warmup.manifest.loads` (size-limited, schema
 checked, nothing imported); a Redis value is measured (``STRLEN``) before it is fetched. Names are
-``[A-Za-z0-9][A-Za-z0-9._-]{0,127}`` (a host name fits; no path separators). Errors reaching or
+``[A-Za-z0-9][A-Za-z0-9._-]{0,127}`` (a host name fits; no path separators); a host's export is
+named by :func:`host_record_name`. Errors reaching or
 reading the storage raise :class:`~jitwatch.errors.StoreError` with the location (password
 removed); an invalid manifest raises :class:`~jitwatch.errors.ManifestError`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -37,6 +39,23 @@ MAX_NAMES = 10_000
 """Most manifests one store lists (a fleet of 1,000 hosts records one each)."""
 
 REDIS_TIMEOUT_S = 5.0
+
+SHARED_HOST_NAMES = frozenset({"", "localhost", "localhost.localdomain", "localhost6", "localhost6.localdomain6"})
+"""Host names many hosts have (a container or VM whose name was never set): no default record name."""
+
+
+def host_record_name(host: str) -> str:
+    """The manifest name ``jitwatch manifest export`` gives this host's record in a store: the full
+    host name (``node-1.dc1``, never only ``node-1``: hosts of two domains kept one record and
+    overwrote each other's), as it is when it is a valid name; else its characters outside
+    ``[A-Za-z0-9._-]`` replaced by ``-``, cut to fit and ended by ``-`` and 8 hex digits of the host
+    name's SHA-256, so two host names that clean up alike still get two records. Only the host
+    name goes in (no user name, no path)."""
+    if NAME.fullmatch(host):
+        return host
+    tag = hashlib.sha256(host.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "-", host).lstrip("._-")
+    return f"{clean[:119]}-{tag}" if clean else f"host-{tag}"
 
 
 def check_name(name: str) -> str:
@@ -387,6 +406,7 @@ __all__ = [
     "ManifestStore",
     "RedisStore",
     "check_redis_url",
+    "host_record_name",
     "own_output_name",
     "parse_location",
     "read_manifests",
