@@ -16,14 +16,15 @@ importing thread, inside the host's ``import`` statement; an exception in one is
 from __future__ import annotations
 
 import importlib.abc
-import logging
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-log = logging.getLogger(__name__)
+from jitwatch.text import logger
+
+log = logger(__name__)
 
 Callback = Callable[[ModuleType], None]
 ErrorHandler = Callable[[str, BaseException], None]

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import logging
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -71,6 +70,7 @@ from jitwatch.httpguard import (
 )
 from jitwatch.redact import redact
 from jitwatch.store.journal import Journal
+from jitwatch.text import logger
 from jitwatch.views.live import live
 from jitwatch.views.status import (
     DEFAULT_KERNELS_LIMIT,
@@ -81,7 +81,7 @@ from jitwatch.views.status import (
     readiness,
 )
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 ALL_INTERFACES = frozenset({"0.0.0.0", "::", "[::]", ""})
 MAX_EVENTS_LIMIT = 1000

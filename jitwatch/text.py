@@ -1,8 +1,9 @@
-"""Words for counts in the messages jitwatch prints (``1 kernel``, ``2 kernels``), and file names
-made printable."""
+"""Words for counts in the messages jitwatch prints (``1 kernel``, ``2 kernels``), file names
+made printable, and jitwatch's loggers, whose every record is one line (:func:`logger`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import shutil
@@ -77,6 +78,61 @@ def plain(text: object) -> str:
     is not UTF-8 (a lone surrogate from ``os.fsdecode``) is shown as ``\\xNN`` too, so the text
     always encodes as UTF-8."""
     return str(text).translate(_CONTROL)
+
+
+MAX_LOG_LINE = 8000
+"""Most characters of one jitwatch log message (:func:`one_line`); a longer one is cut, saying so."""
+
+
+def one_line(text: object, limit: int = MAX_LOG_LINE) -> str:
+    """``str(text)`` as one line of at most ``limit`` characters, for a log message: its lines
+    (:meth:`str.splitlines`: ``\\n``, ``\\r``, ``\\x0b``, ``\\x0c``, ``\\x1c``-``\\x1e``,
+    ``\\x85``, U+2028, U+2029) stripped and joined by ``"; "`` (by a space after a line ending
+    in ``:``), blank ones dropped; other control characters shown as ``\\xNN`` (:func:`plain`, tab
+    kept); a longer text cut, ending in ``… (N more characters)``. Text from outside (a Dynamo
+    guard-failure reason, a kernel name, a key) then cannot split a record into lines or forge
+    one that reads as another record."""
+    s = str(text)
+    if len(s) <= limit and s.isprintable():
+        return s
+    joined = ""
+    for part in s.splitlines():
+        part = part.strip()
+        if part and joined:
+            joined += (" " if joined.endswith(":") else "; ") + part
+        elif part:
+            joined = part
+    s = joined.translate(_CONTROL)
+    if len(s) > limit:
+        more = f"… ({len(s) - limit + 40} more characters)"
+        s = s[: limit - 40] + more
+    return s
+
+
+class OneLineFilter(logging.Filter):
+    """Makes a record's message :func:`one_line` (formatted with its arguments); never drops one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            msg = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format: logging's own handleError reports it
+            return True
+        line = one_line(msg)
+        if line != msg:
+            record.msg, record.args = line, None
+        return True
+
+
+_ONE_LINE = OneLineFilter()
+
+
+def logger(name: str) -> logging.Logger:
+    """``logging.getLogger(name)`` with :class:`OneLineFilter`: every jitwatch module logs through
+    one, so each record it writes is one line (line-based log shippers read one record as one)."""
+    log = logging.getLogger(name)
+    if not any(isinstance(f, OneLineFilter) for f in log.filters):
+        log.addFilter(_ONE_LINE)
+    return log
 
 
 def utc_time(ts: float) -> str:

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from jitwatch.backends.base import Backend
 from jitwatch.errors import BackendError
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 ENTRY_POINT_GROUP = "jitwatch.backends"
 

@@ -30,15 +30,15 @@ path (the backends wrap compile entry points only).
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from jitwatch.errors import ServingCompileError
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 ErrorHandler = Callable[[str, BaseException], None]
 

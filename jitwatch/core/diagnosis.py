@@ -27,7 +27,6 @@ being built), never on the compiling thread. Readers use the same class over a j
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,8 +41,9 @@ from jitwatch.backends.explain import (
     new_key,
 )
 from jitwatch.core.events import Event, EventKind, Phase
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 MAX_BASELINE_KEYS = 64
 """Distinct keys remembered per ``(backend, kernel)`` compiled before serving (the first ones)."""

@@ -61,8 +61,9 @@ from jitwatch.core.tracing import (
 )
 from jitwatch.errors import JitwatchError, ServingCompileError
 from jitwatch.redact import redact
+from jitwatch.text import logger, one_line
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 _WARNED_MAX = 4096
 """(backend, name, key) triples remembered for warn-once; the oldest is forgotten past this."""
@@ -1089,10 +1090,13 @@ class Monitor:
     def _serving_compile(self, backend: str, name: str, key: str | None) -> None:
         """``error`` mode: raise for a serving compile (its event is already queued)."""
         shown = redact(key or "")[:500]
+        # the message is one line (a host logs it): a Dynamo reason's lines joined, controls escaped
         raise ServingCompileError(
-            f"jitwatch: {self._describe(backend, name)} compiled during serving on rank {self.identity.rank} "
-            f"(key {shown}); warmup should cover this specialization (JITWATCH_MODE=error; "
-            "`jitwatch why` says which argument)",
+            one_line(
+                f"jitwatch: {self._describe(backend, name)} compiled during serving on rank {self.identity.rank} "
+                f"(key {shown}); warmup should cover this specialization (JITWATCH_MODE=error; "
+                "`jitwatch why` says which argument)"
+            ),
             backend=backend,
             kernel=name,
             key=shown,

@@ -21,7 +21,6 @@ and calls ``force_flush()`` right after the span ends: a SIGKILLed worker never 
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -30,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jitwatch._version import __version__
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 SPAN_NAME = "jitwatch.warmup"
 ATTR_STATE = "jitwatch.warmup.state"

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import logging
 import os
 import threading
 import time
@@ -41,8 +40,9 @@ from typing import Any
 from jitwatch._version import __version__
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import sanitized
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 DEFAULT_MAX_QUEUE = 10_000
 """Records waiting for delivery before new ones are dropped (and counted)."""

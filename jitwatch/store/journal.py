@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import json.encoder as json_encoder
-import logging
 import math
 import os
 import sqlite3
@@ -54,8 +53,9 @@ from jitwatch.core.events import BYTES_LIKE, Event, EventKind, Phase, as_member
 from jitwatch.errors import JournalCorruptError, JournalVersionError
 from jitwatch.redact import may_need_redaction, redact, redaction_precheck
 from jitwatch.store import migrations, readsafe, safety, specs
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 JOURNAL_FILE = "journal.db"
 WAL_SIZE_LIMIT = 4 * 1024 * 1024

@@ -32,14 +32,14 @@ platform without ``os.getuid`` (Windows) only the symlink and file-type checks a
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from pathlib import Path
 
 from jitwatch.errors import JournalUnsafeError
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 JOURNAL_SUFFIXES = ("", "-wal", "-shm")
 """``journal.db`` and the two files SQLite's WAL mode keeps beside it."""

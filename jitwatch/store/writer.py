@@ -32,7 +32,6 @@ clean instead (:meth:`~jitwatch.store.journal.Journal.mark_exited`: the rank rea
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 import threading
@@ -45,8 +44,9 @@ from typing import Any, Protocol
 
 from jitwatch.core.events import DeferredEvent, Event, EventKind, EventLane
 from jitwatch.store.journal import Journal, open_or_recover
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 _BATCH = 512
 _BUSY_RETRIES = 3

@@ -57,7 +57,6 @@ refreshed in the background; staleness and readiness are computed at answer time
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 import stat
@@ -83,6 +82,7 @@ from jitwatch.store.journal import (
     StatRow,
     WorkerRow,
 )
+from jitwatch.text import logger
 from jitwatch.views.contract import BY_NAME
 from jitwatch.views.coverage import CoverageReport, coverage_labels, coverage_ratio_samples
 from jitwatch.views.metrics import (
@@ -124,7 +124,7 @@ from jitwatch.views.status import (
 )
 from jitwatch.views.status import readiness as readiness_of
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 StatKey = tuple[str, str, str, int, str]
 """(backend, kernel, phase, rank, kind): one aggregate row."""

@@ -22,7 +22,6 @@ asks for ``application/openmetrics-text`` (negotiated by
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 import math
 import os
 import platform
@@ -59,11 +58,12 @@ from jitwatch.store.journal import (
     backend_counter_of,
     request_histogram_of,
 )
+from jitwatch.text import logger
 from jitwatch.views.contract import BUILTIN_BACKENDS, BY_NAME, MAX_BACKEND_LABELS, OTHER_BACKEND
 from jitwatch.views.diagnosis import inflight_of
 from jitwatch.views.status import backend_infos, exited_ranks, worker_state
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 _RETIRED_RANK = -1
 """``Journal.prune`` books retired events on this pseudo-rank (journal-wide counter)."""

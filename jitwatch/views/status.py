@@ -11,7 +11,6 @@ folding), because it is read by people, not stored as time series.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import sqlite3
 import threading
@@ -34,11 +33,11 @@ from jitwatch.store.journal import (
     WorkerRow,
     backend_counter_of,
 )
-from jitwatch.text import utc_time
+from jitwatch.text import logger, utc_time
 from jitwatch.views.coverage import CoverageReport, KernelCoverage, coverage_for_journal
 from jitwatch.views.diagnosis import InflightCompile, inflight_of
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 RECENT_SERVING_COMPILES = 20
 """How many of the newest serving-phase compiles ``/jit`` lists."""

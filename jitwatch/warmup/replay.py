@@ -32,7 +32,6 @@ measured slower than serial on a 2-core VM (child start-up), and is kept for hos
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 import threading
@@ -47,13 +46,13 @@ from jitwatch.backends.triton.resolve import module_allowed, resolve_kernel
 from jitwatch.backends.triton.specialization import verified_preload_data
 from jitwatch.config import JITWATCH_MANIFEST, JITWATCH_MANIFEST_ALLOW, Settings
 from jitwatch.errors import ConfigError, KernelNotResolved, ManifestEntryRefused, ManifestError
-from jitwatch.text import plural
+from jitwatch.text import logger, plural
 from jitwatch.warmup.manifest import Manifest, ManifestEntry, load
 
 if TYPE_CHECKING:
     from jitwatch.core.monitor import Monitor
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 Parallel = Literal["auto", "serial", "threads", "processes"]
 Status = Literal["compiled", "cached", "skipped", "refused", "failed"]

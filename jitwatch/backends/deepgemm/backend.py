@@ -63,7 +63,6 @@ stop event, which the thread may have held at fork time.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import stat
@@ -76,8 +75,9 @@ from typing import Any
 
 from jitwatch.backends.base import BackendStatus, Capture, LibraryBackend
 from jitwatch.errors import JitwatchError
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 POLL_SECONDS = 0.1
 """How often the watcher thread wakes (seconds). One ``os.stat`` per wake; the whole wake costs

@@ -42,7 +42,6 @@ into detail on the journal writer's thread.
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 import time
@@ -64,11 +63,12 @@ from jitwatch.backends.patching import CancelOnFailure, Patch, patch_attribute
 from jitwatch.backends.torch_compile.reasons import fix_for, reason_class
 from jitwatch.errors import ServingCompileError
 from jitwatch.importhook import when_imported
+from jitwatch.text import logger
 
 AUTOTUNER_MODULE = "torch._inductor.runtime.triton_heuristics"
 """Where Inductor's ``CachingAutotuner`` lives (torch 2.11-2.13)."""
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 BACKEND = "torch_compile"
 

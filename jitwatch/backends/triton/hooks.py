@@ -29,7 +29,6 @@ path (``launch_enter_hook``/``launch_exit_hook`` stay untouched).
 from __future__ import annotations
 
 import inspect
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -37,8 +36,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from jitwatch.errors import ServingCompileError
+from jitwatch.text import logger
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 MIN_TRITON = (3, 4)
 """Oldest Triton whose ``knobs`` expose the JIT hooks jitwatch uses."""

@@ -38,7 +38,6 @@ hooks; it imports Triton and redis-py.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Any
@@ -46,7 +45,9 @@ from typing import Any
 from triton import knobs
 from triton.runtime.cache import RedisRemoteCacheBackend as _TritonRedisBackend
 
-log = logging.getLogger(__name__)
+from jitwatch.text import logger
+
+log = logger(__name__)
 
 CONNECT_TIMEOUT_S = 2.0
 SOCKET_TIMEOUT_S = 5.0

@@ -38,7 +38,6 @@ worker processes inherit; see ``docs/vllm.md``.
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -47,9 +46,9 @@ from typing import Any
 from jitwatch.config import Mode, Settings, mode_from_env
 from jitwatch.errors import ConfigError, PluginError
 from jitwatch.importhook import when_imported
-from jitwatch.text import plural
+from jitwatch.text import logger, plural
 
-log = logging.getLogger("vllm.jitwatch")
+log = logger("vllm.jitwatch")
 """Under vLLM's ``vllm`` logger, so lines show with vLLM's handler and process prefix."""
 
 WORKER_BASE_MODULE = "vllm.v1.worker.worker_base"

@@ -18,12 +18,13 @@ the row, its block count and the slot-mapping buffer are restored in a ``finally
 from __future__ import annotations
 
 import inspect
-import logging
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-log = logging.getLogger(__name__)
+from jitwatch.text import logger
+
+log = logger(__name__)
 
 WARMUP_BLOCK_ID = 1
 """Block id written for the warmup row. Block 0 is vLLM's null block (``BlockPool`` reserves it)."""

@@ -145,6 +145,40 @@ def test_warn_once_per_function_and_reason(tc: MonitorHarness, caplog: pytest.Lo
     assert "torch.compile graph 'scale'" in warned[0] and "size mismatch at index 0" in warned[0]
 
 
+def test_a_multi_line_guard_failure_reason_makes_a_one_line_warning(
+    tc: MonitorHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Dynamo's reason for a value guard spans lines (``User stack trace:``, then the frame); the
+    warn line held them, so one log record was several lines for a line-based shipper, and reason
+    text could forge what read as another record. The line joins them; the event keeps them."""
+    f = torch.compile(scale, backend="eager")
+    with tc.monitor.warmup():
+        f(torch.randn(8, 4), True)
+    with caplog.at_level(logging.WARNING, logger="jitwatch"), tc.monitor.request(name="r"):
+        f(torch.randn(8, 4), False)  # flag == True fails: a multi-line reason
+        assert tc.monitor.flush()
+    (event,) = [e for e in _tc_events(tc) if e.phase is Phase.SERVING]
+    assert "\n" in (event.key or "") and "User stack trace:" in (event.key or ""), event.key  # kept whole
+    (record,) = [r for r in caplog.records if "post-warmup compile" in r.getMessage()]
+    line = record.getMessage()
+    assert "\n" not in line and "\r" not in line, line
+    assert "flag == True" in line and "User stack trace: File " in line and "; if flag:" in line, line
+    assert line.isprintable(), line
+
+
+def test_error_mode_s_refusal_of_a_multi_line_reason_is_one_line(fresh_dynamo: None) -> None:
+    with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
+        f = torch.compile(scale, backend="eager")
+        with h.monitor.warmup():
+            f(torch.randn(8, 4), True)
+        with pytest.raises(torch._dynamo.exc.InternalTorchDynamoError) as info:
+            f(torch.randn(8, 4), False)
+    # Dynamo wraps the refusal's message (with a newline of its own at the end)
+    refusal = str(info.value).rstrip("\n")
+    assert refusal.startswith("ServingCompileError: jitwatch: torch.compile graph 'scale'"), refusal
+    assert "\n" not in refusal and "User stack trace: File " in refusal, refusal
+
+
 def test_error_mode_refuses_a_serving_recompile_at_its_start(fresh_dynamo: None) -> None:
     with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
         f = torch.compile(scale, backend="eager")
