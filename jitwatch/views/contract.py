@@ -42,6 +42,22 @@ BUILTIN_BACKENDS = ("triton", "torch_compile", "cutedsl", "tilelang", "flashinfe
 """jitwatch's own backends (``jitwatch.backends.BUILTIN``; a test keeps the two equal): always
 named, whatever else the journal holds."""
 
+BACKEND_STATES = ("active", "waiting", "unavailable", "failed", "unknown")
+"""The ``state`` label values of ``jitwatch_backend_info``: ``jitwatch.backends.base.BackendState``
+and ``unknown`` (a worker row without one; a test keeps them equal). Any other string a worker row
+holds is :data:`OTHER_BACKEND`."""
+VERSION_LABEL_PATTERN = r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}"
+"""What a ``version`` label value of ``jitwatch_backend_info`` looks like (PEP 440 and local
+versions, a git hash; at most 64 characters); any other string is :data:`OTHER_BACKEND`."""
+MAX_VERSION_LABELS = 16
+"""At most this many distinct versions get their own ``version`` value (sorted; the empty one, an
+unknown version, aside); the rest are :data:`OTHER_BACKEND`."""
+BUILTIN_EXPORTERS = ("otlp",)
+"""jitwatch's own event exporters (``JITWATCH_EVENTS_EXPORTER``): always named."""
+MAX_EXPORTER_LABELS = 8
+"""At most this many distinct exporter names (backend-name rule, built-ins first, then sorted) get
+their own ``exporter`` value; the rest are summed under :data:`OTHER_BACKEND`."""
+
 
 @dataclass(frozen=True)
 class MetricSpec:
@@ -294,7 +310,8 @@ METRICS: tuple[MetricSpec, ...] = (
         ("rank", "backend", "version", "state"),
         "",
         "Each backend of the rank's latest worker (value 1): library version and state "
-        "(active / waiting / unavailable / failed).",
+        "(active / waiting / unavailable / failed / unknown; any other string _other). "
+        "version: the library's version (empty when unknown; _other when not version-like or past 16 distinct).",
     ),
     MetricSpec(
         "jitwatch_dropped_events_total",
@@ -318,7 +335,8 @@ METRICS: tuple[MetricSpec, ...] = (
         ("exporter", "rank"),
         "",
         "Events an off-host exporter could not deliver (exporter: otlp; collector down, timed out or its queue "
-        "full), by worker rank. Absent until an exporter drops one.",
+        "full), by worker rank. Absent until an exporter drops one. Exporter names outside the name rule, "
+        "or past 8 distinct, are summed under exporter=_other.",
     ),
     MetricSpec(
         "jitwatch_journal_events",

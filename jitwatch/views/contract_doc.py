@@ -16,7 +16,17 @@ from pathlib import Path
 from jitwatch.config import DEFAULT_MAX_KERNELS, JITWATCH_MAX_KERNELS
 from jitwatch.docgen import generated_doc_main
 from jitwatch.store.journal import COMPILE_DURATION_BUCKETS, OTHER_KERNEL
-from jitwatch.views.contract import MAX_BACKEND_LABELS, METRICS, OTHER_BACKEND, MetricSpec
+from jitwatch.views.contract import (
+    BACKEND_STATES,
+    BUILTIN_EXPORTERS,
+    MAX_BACKEND_LABELS,
+    MAX_EXPORTER_LABELS,
+    MAX_VERSION_LABELS,
+    METRICS,
+    OTHER_BACKEND,
+    VERSION_LABEL_PATTERN,
+    MetricSpec,
+)
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -104,6 +114,17 @@ def render() -> str:
         "  fires `JitwatchWorkerExited` (every rank gone, a planned `vllm serve` stop, does not); a rank",
         "  `stopped` or `exited` does not fire `JitwatchWorkerStale` (known gone, not presumed dead) and is",
         "  no peer for `JitwatchRankSkew` and `JitwatchInflightCompileSkew` (docs/runbook.md).",
+        "- `version`, `state` (on `jitwatch_backend_info`) and `exporter` (on",
+        "  `jitwatch_export_dropped_events_total`): strings a worker row or counter name holds, bounded",
+        "  like `backend`. `state` is one of "
+        + ", ".join(f"`{s}`" for s in BACKEND_STATES)
+        + f", else `{OTHER_BACKEND}`; `version` is empty",
+        f"  when unknown, itself when it matches `{VERSION_LABEL_PATTERN}` and is among the first",
+        f"  {MAX_VERSION_LABELS} such versions of the scrape (sorted), else `{OTHER_BACKEND}`; `exporter` follows the",
+        "  backend-name rule, "
+        + ", ".join(f"`{e}`" for e in BUILTIN_EXPORTERS)
+        + f" always and up to {MAX_EXPORTER_LABELS} names in all, every other name's",
+        f'  drops summed under `exporter="{OTHER_BACKEND}"`. Each folded label is logged once by the sidecar.',
         "- Specialization keys are never labels (unbounded cardinality): read them from `GET /jit` and",
         "  `GET /jit/events`.",
         "- Cardinality by design: the kernel-by-rank product exists only for serving compiles",

@@ -25,9 +25,10 @@ import importlib.metadata
 import math
 import os
 import platform
+import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -59,7 +60,17 @@ from jitwatch.store.journal import (
     request_histogram_of,
 )
 from jitwatch.text import logger
-from jitwatch.views.contract import BUILTIN_BACKENDS, BY_NAME, MAX_BACKEND_LABELS, OTHER_BACKEND
+from jitwatch.views.contract import (
+    BACKEND_STATES,
+    BUILTIN_BACKENDS,
+    BUILTIN_EXPORTERS,
+    BY_NAME,
+    MAX_BACKEND_LABELS,
+    MAX_EXPORTER_LABELS,
+    MAX_VERSION_LABELS,
+    OTHER_BACKEND,
+    VERSION_LABEL_PATTERN,
+)
 from jitwatch.views.diagnosis import inflight_of
 from jitwatch.views.status import backend_infos, exited_ranks, worker_state
 
@@ -117,6 +128,62 @@ class BackendLabels:
 
     def __hash__(self) -> int:
         return hash(self.named)
+
+
+_bounded_logged: set[str] = set()
+
+
+class BoundedValues:
+    """A label's value for each string a journal holds: bounded cardinality, like
+    :class:`BackendLabels`. A string gets its own value when ``ok(string)`` and it is one of
+    ``always`` or among the first ``cap`` such strings in sorted order (``always`` counted
+    first); the empty string stays empty (``keep_empty``); every other string is :data:`OTHER_BACKEND`. Logged once
+    per process and ``label`` when a string is folded."""
+
+    __slots__ = ("folded", "named")
+
+    def __init__(
+        self,
+        values: Iterable[str],
+        *,
+        label: str,
+        ok: Callable[[str], bool],
+        cap: int,
+        always: Iterable[str] = (),
+        keep_empty: bool = True,
+    ) -> None:
+        every = set(values)
+        valid = {v for v in every if v and ok(v)}
+        first = sorted(valid.intersection(always))
+        rest = sorted(valid.difference(always))
+        self.named: frozenset[str] = frozenset(first + rest[: max(0, cap - len(first))])
+        if keep_empty:
+            self.named |= {""}
+        folded = sorted(every - self.named)
+        self.folded = len(folded)
+        if folded and label not in _bounded_logged:
+            _bounded_logged.add(label)
+            log.warning(
+                "jitwatch: %d %s label value(s) in the journal exported as %s=%r (not a valid value, or more"
+                " than %d distinct), e.g. %.80r",
+                len(folded),
+                label,
+                label,
+                OTHER_BACKEND,
+                cap,
+                folded[0],
+            )
+
+    def __call__(self, value: str) -> str:
+        return value if value in self.named else OTHER_BACKEND
+
+
+def _version_ok(value: str) -> bool:
+    return re.fullmatch(VERSION_LABEL_PATTERN, value) is not None
+
+
+def _state_ok(value: str) -> bool:
+    return value in BACKEND_STATES
 
 
 def backend_names(
@@ -609,6 +676,7 @@ def families_from(
     backend_info = _info("jitwatch_backend_info")
     inflight_n, inflight_age = inflight_families(workers, now, stale_after, exited)
     deadline = _gauge("jitwatch_collective_deadline_seconds")
+    infos: list[tuple[int, str, str, str]] = []
     for rank in sorted(workers):
         w = workers[rank]
         r = [str(rank)]
@@ -631,9 +699,14 @@ def families_from(
         for b in backend_infos(w.attrs):
             if backends(b.name) != b.name:
                 continue  # a folded name: no info series of its own (its counters are under _other)
-            backend_info.add_metric(
-                [], {"rank": str(rank), "backend": b.name, "version": _opt(b.version), "state": b.state}
-            )
+            infos.append((rank, b.name, _opt(b.version), b.state))
+    # version and state are strings of the worker row (any writer): bounded like backend names
+    versions = BoundedValues((i[2] for i in infos), label="version", ok=_version_ok, cap=MAX_VERSION_LABELS)
+    states = BoundedValues((i[3] for i in infos), label="state", ok=_state_ok, cap=len(BACKEND_STATES))
+    for rank, name, version, state in infos:
+        backend_info.add_metric(
+            [], {"rank": str(rank), "backend": name, "version": versions(version), "state": states(state)}
+        )
     out += [complete, w_start, w_end, w_dur, w_compiles, first, started, last_seen, info, backend_info]
     out += [inflight_n, inflight_age, deadline]
 
@@ -659,7 +732,20 @@ def families_from(
             lookups.add_metric([backend, str(rank), result], value)
     out.append(lookups)
     export_dropped = _counter("jitwatch_export_dropped_events_total")
-    for (exporter, rank), value in sorted(backend_counter_of(counters, "export_dropped").items()):
+    raw_dropped = backend_counter_of(counters, "export_dropped")
+    exporters = BoundedValues(
+        (e for e, _rank in raw_dropped),
+        label="exporter",
+        ok=backend_name_ok,
+        cap=MAX_EXPORTER_LABELS,
+        always=BUILTIN_EXPORTERS,
+        keep_empty=False,
+    )
+    folded_dropped: dict[tuple[str, int], float] = {}
+    for (exporter, rank), value in raw_dropped.items():
+        key = (exporters(exporter), rank)
+        folded_dropped[key] = folded_dropped.get(key, 0.0) + value
+    for (exporter, rank), value in sorted(folded_dropped.items()):
         export_dropped.add_metric([exporter, str(rank)], value)
     out.append(export_dropped)
 
