@@ -33,6 +33,7 @@ import json.encoder as json_encoder
 import math
 import os
 import sqlite3
+import threading
 import time
 import zlib
 from bisect import bisect_left
@@ -56,6 +57,17 @@ from jitwatch.store import migrations, readsafe, safety, specs
 from jitwatch.text import logger
 
 log = logger(__name__)
+
+_skipped_lock = threading.Lock()
+_skipped_total = 0
+
+
+def skipped_rows_total() -> int:
+    """Rows every :class:`Journal` of this process skipped as making no sense (each
+    ``Journal.skipped_rows`` summed, closed journals included): monotonic for the process, the
+    ``jitwatch_journal_skipped_rows_total`` counter. A row is counted at each read that skips it."""
+    return _skipped_total
+
 
 JOURNAL_FILE = "journal.db"
 WAL_SIZE_LIMIT = 4 * 1024 * 1024
@@ -2405,8 +2417,12 @@ class Journal:
         return version, digest
 
     def _skip_row(self, table: str, why: object) -> None:
-        """Count (``skipped_rows``) and log once per connection a row that makes no sense."""
+        """Count (``skipped_rows``, :func:`skipped_rows_total`) and log once per connection a row
+        that makes no sense."""
+        global _skipped_total
         self.skipped_rows += 1
+        with _skipped_lock:
+            _skipped_total += 1
         if self.skipped_rows == 1:
             log.warning("jitwatch: skipped a %s row of %s that makes no sense (%s)", table, self.path, why)
 

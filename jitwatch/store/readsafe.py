@@ -4,7 +4,8 @@ The journal is a file other processes (and people, and other jitwatch versions) 
 columns have affinities, not types: a ``REAL`` column can hold ``'slow'``, ``9e999`` (inf) or
 ``-3``; a ``phase`` column can hold ``'bogus'``. Every reader in :class:`~jitwatch.store.journal.Journal`
 passes such values through these helpers: a value that does not make sense makes its *row*
-skipped (counted in ``Journal.skipped_rows``, logged once per connection), never a 500 from the
+skipped (counted in ``Journal.skipped_rows`` and the process's ``jitwatch_journal_skipped_rows_total``,
+logged once per connection), never a 500 from the
 sidecar, never a metric sample the Prometheus/OpenMetrics parsers reject (negative or non-finite
 counters), never a crash of ``jitwatch status``.
 """

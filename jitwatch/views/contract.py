@@ -353,6 +353,16 @@ METRICS: tuple[MetricSpec, ...] = (
         "Events removed from the event log by retention (aggregates and metrics keep them).",
     ),
     MetricSpec(
+        "jitwatch_journal_skipped_rows_total",
+        "counter",
+        (),
+        "",
+        "Journal rows the sidecar's reads skipped because they make no sense (a rank outside 0..2**31-1, a NaN, "
+        "negative or text count, an unknown phase or kind...: a buggy or hostile writer, a damaged file), counted "
+        "at each read that skips one (a row read on every scrape counts on every scrape); the sidecar logs the "
+        "first per connection. Any increase means the journal holds rows /metrics and /jit leave out.",
+    ),
+    MetricSpec(
         "jitwatch_kernel_labels",
         "gauge",
         ("state",),

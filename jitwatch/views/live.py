@@ -100,6 +100,7 @@ from jitwatch.views.metrics import (
     kernel_sums,
     recompile_key,
     render_uncached,
+    skipped_rows_family,
     stat_series_keys,
     sum_kernel_group,
     sum_label_group,
@@ -854,7 +855,7 @@ class LiveJournal:
                 chunks.append((m.name, old[1]))
             self._chunks[fmt] = cached = (agg.version, chunks)
         cov = self._coverage_chunk(coverage, fmt, encoder)
-        clock = {m.name: m for m in inflight_families(agg.workers, now, stale_after, exited)}
+        clock = {m.name: m for m in (*inflight_families(agg.workers, now, stale_after, exited), skipped_rows_family())}
         info = self._worker_info_chunk(agg, exited, fmt, encoder)
         body = [self._format(up, fmt, encoder)]
         for name, chunk in cached[1]:

@@ -58,6 +58,7 @@ from jitwatch.store.journal import (
     WorkerRow,
     backend_counter_of,
     request_histogram_of,
+    skipped_rows_total,
 )
 from jitwatch.text import logger
 from jitwatch.views.contract import (
@@ -234,6 +235,15 @@ def build_info_labels() -> dict[str, str]:
         "vllm_version": _version("vllm"),
         "python_version": platform.python_version(),
     }
+
+
+def skipped_rows_family() -> CounterMetricFamily:
+    """``jitwatch_journal_skipped_rows_total``: this process's
+    :func:`~jitwatch.store.journal.skipped_rows_total`, read now (the sidecar's live copy formats it
+    at each scrape)."""
+    family = _counter("jitwatch_journal_skipped_rows_total")
+    family.add_metric([], float(skipped_rows_total()))
+    return family
 
 
 def _counter(name: str) -> CounterMetricFamily:
@@ -757,6 +767,7 @@ def families_from(
     labels.add_metric(["named"], float(named))
     labels.add_metric(["folded"], float(folded))
     out += [ev, retired, labels]
+    out.append(skipped_rows_family())  # last: the count after this build's own reads
     return out
 
 

@@ -32,6 +32,7 @@ from jitwatch.store.journal import (
     StatRow,
     WorkerRow,
     backend_counter_of,
+    skipped_rows_total,
 )
 from jitwatch.text import logger, utc_time
 from jitwatch.views.coverage import CoverageReport, KernelCoverage, coverage_for_journal
@@ -280,6 +281,13 @@ class Totals(BaseModel):
     dropped_events: int = 0
     journal_events: int = Field(default=0, description="Events kept in the event log now.")
     retired_events: int = Field(default=0, description="Events removed by retention (still in the totals).")
+    skipped_rows: int = Field(
+        default=0,
+        description="Journal rows this process's reads skipped because they make no sense (a rank out of range, "
+        "a NaN count, an unknown phase...), counted at each read that skips one; the same count as "
+        "jitwatch_journal_skipped_rows_total. Above 0: the journal holds rows this document leaves out (the "
+        "sidecar's log names the first).",
+    )
 
 
 class JitStatus(BaseModel):
@@ -636,6 +644,7 @@ def build_status(
         parts = status_parts(journal, kernels_limit=kernels_limit, backend=backend, journal_dir=journal_dir)
     workers, serving_by_rank = parts.workers, parts.serving_by_rank
     totals = parts.totals.model_copy()
+    totals.skipped_rows = skipped_rows_total()  # now, after the reads of this build's parts
 
     exited = exited_ranks(workers)  # once: /proc read at one moment for the ranks and the reason alike
     stale = stale_ranks(workers, now, stale_after, exited)

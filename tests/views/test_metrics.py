@@ -370,6 +370,7 @@ def test_empty_journal_has_only_unlabelled_series(tmp_path: Path) -> None:
         "jitwatch_journal_events",
         "jitwatch_journal_retired_events_total",
         "jitwatch_kernel_labels",
+        "jitwatch_journal_skipped_rows_total",
         "jitwatch_build_info",
     }
 
