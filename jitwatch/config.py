@@ -118,6 +118,10 @@ JITWATCH_HEADER_TIMEOUT_SECONDS = "JITWATCH_HEADER_TIMEOUT_SECONDS"
 """Sidecar: longest a client may take to send a request's headers before the connection is
 closed (``0``: no limit). Default 10."""
 
+JITWATCH_SEND_TIMEOUT_SECONDS = "JITWATCH_SEND_TIMEOUT_SECONDS"
+"""Sidecar: longest a client may leave a response it asked for unread (no byte of it taken) before
+the connection is aborted and the unsent bytes freed (``0``: no limit). Default 30."""
+
 JITWATCH_MAX_CONNECTIONS = "JITWATCH_MAX_CONNECTIONS"
 """Sidecar: most open client connections (more are closed at once; capped below the open-file
 limit). Default 256."""
@@ -139,6 +143,7 @@ ALL_VARIABLES = (
     JITWATCH_ALLOWED_HOSTS,
     JITWATCH_READ_TIMEOUT_SECONDS,
     JITWATCH_HEADER_TIMEOUT_SECONDS,
+    JITWATCH_SEND_TIMEOUT_SECONDS,
     JITWATCH_MAX_CONNECTIONS,
     JITWATCH_DIR,
     JITWATCH_MODE,
@@ -175,6 +180,7 @@ SIDECAR_ONLY_VARIABLES = (
     JITWATCH_ALLOWED_HOSTS,
     JITWATCH_READ_TIMEOUT_SECONDS,
     JITWATCH_HEADER_TIMEOUT_SECONDS,
+    JITWATCH_SEND_TIMEOUT_SECONDS,
     JITWATCH_MAX_CONNECTIONS,
 )
 """Read by the sidecar and ``jitwatch status`` only: a worker (``install()``, the vLLM plugin) does
@@ -194,6 +200,7 @@ DEFAULT_HEARTBEAT_SECONDS = 10.0
 DEFAULT_STALE_SECONDS = 60.0
 DEFAULT_READ_TIMEOUT_SECONDS = 5.0
 DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
+DEFAULT_SEND_TIMEOUT_SECONDS = 30.0
 DEFAULT_MAX_CONNECTIONS = 256
 
 
@@ -502,6 +509,7 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()
     read_timeout_seconds: float = DEFAULT_READ_TIMEOUT_SECONDS
     header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS
+    send_timeout_seconds: float = DEFAULT_SEND_TIMEOUT_SECONDS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
 
     @classmethod
@@ -625,6 +633,11 @@ class Settings:
                 JITWATCH_HEADER_TIMEOUT_SECONDS,
                 lambda: _float(env, JITWATCH_HEADER_TIMEOUT_SECONDS, DEFAULT_HEADER_TIMEOUT_SECONDS),
                 DEFAULT_HEADER_TIMEOUT_SECONDS,
+            ),
+            send_timeout_seconds=get(
+                JITWATCH_SEND_TIMEOUT_SECONDS,
+                lambda: _float(env, JITWATCH_SEND_TIMEOUT_SECONDS, DEFAULT_SEND_TIMEOUT_SECONDS),
+                DEFAULT_SEND_TIMEOUT_SECONDS,
             ),
             max_connections=get(
                 JITWATCH_MAX_CONNECTIONS,

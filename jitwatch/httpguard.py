@@ -14,6 +14,16 @@ What uvicorn 0.54 offers, and what is added here (the smallest pieces that uvico
   nothing at all after connecting ("slowloris"), was held forever. The protocol class here arms a
   timer (``header_timeout`` seconds, not reset by data) whenever the connection waits for a request
   head, and closes the connection when it fires.
+* **Send timeout** — a response is written to the socket in one piece (Starlette sends a body in
+  one message: ``/jit?kernels=10000`` can be 14 MB); what the kernel does not take waits in the
+  transport's buffer, and uvicorn waits for it without a deadline. A client that asks and never
+  reads (or reads a byte now and then) held that buffer and its connection forever, even after
+  uvicorn's keep-alive timer closed it (``close()`` waits for the buffer to drain), until the
+  connection cap was full and every client, ``/livez`` included, was refused. The protocol here
+  arms a timer (``send_timeout`` seconds) whenever the transport pauses writing (its buffer above
+  the high-water mark) and aborts the connection, freeing the buffer, when the client took no byte
+  for that long; a slow client that keeps reading is not cut (a timeout between two writes, like
+  nginx's ``send_timeout``).
 * **EMFILE log flood** — when ``accept()`` fails for lack of descriptors, asyncio's selector loop
   logs ``socket.accept() out of system resource`` with a traceback on every retry (each second).
   :class:`AcceptErrorFilter` on the ``asyncio`` logger lets the first through and then one line
@@ -71,14 +81,19 @@ def effective_max_connections(requested: int) -> int:
     return max(8, min(requested, int(soft) - FD_RESERVE))
 
 
-def guarded_h11_protocol(*, header_timeout: float, max_connections: int) -> type[asyncio.Protocol]:
-    """A subclass of uvicorn's ``H11Protocol`` with a request-head timeout and a hard
-    connection cap (see the module docstring). Pass it as ``uvicorn.Config(http=...)``."""
+def guarded_h11_protocol(
+    *, header_timeout: float, max_connections: int, send_timeout: float = 0.0
+) -> type[asyncio.Protocol]:
+    """A subclass of uvicorn's ``H11Protocol`` with a request-head timeout, a send timeout
+    (``0``: none) and a hard connection cap (see the module docstring). Pass it as
+    ``uvicorn.Config(http=...)``."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _send_timer: asyncio.TimerHandle | None = None
+        _send_left = 0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -97,7 +112,34 @@ def guarded_h11_protocol(*, header_timeout: float, max_connections: int) -> type
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_head_timer()
+            self._cancel_send_timer()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._send_timer is None and send_timeout > 0:
+                self._send_left = self.transport.get_write_buffer_size()
+                self._send_timer = self.loop.call_later(send_timeout, self._send_check)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._cancel_send_timer()
+
+        def _cancel_send_timer(self) -> None:
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
+
+        def _send_check(self) -> None:
+            """``send_timeout`` seconds after writing paused, or after the previous check."""
+            self._send_timer = None
+            left = self.transport.get_write_buffer_size()
+            if left >= self._send_left:  # the client took nothing since: free the buffer
+                _stalled.note(left)
+                self.transport.abort()
+                return
+            self._send_left = left
+            self._send_timer = self.loop.call_later(send_timeout, self._send_check)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -143,6 +185,31 @@ class _Refused:
 
 
 _refused = _Refused()
+
+
+class _Stalled:
+    """Counts connections aborted by the send timeout; logs one line a minute at most."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._last_log = -ACCEPT_LOG_INTERVAL_S
+        self._since_log = 0
+
+    def note(self, unsent: int) -> None:
+        self.total += 1
+        self._since_log += 1
+        now = time.monotonic()
+        if now - self._last_log >= ACCEPT_LOG_INTERVAL_S:
+            log.warning(
+                "jitwatch sidecar: a client read nothing of its response for the send timeout; aborted %s"
+                " since the last message (this one with %d bytes unsent)",
+                plural(self._since_log, "connection"),
+                unsent,
+            )
+            self._last_log, self._since_log = now, 0
+
+
+_stalled = _Stalled()
 
 
 class AcceptErrorFilter(logging.Filter):

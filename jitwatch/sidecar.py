@@ -577,7 +577,8 @@ def server_options(
     access_log: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """The ASGI app and the ``uvicorn.run`` options :func:`run` serves with: the h11 protocol with a
-    request-head timeout and a connection cap (:func:`jitwatch.httpguard.guarded_h11_protocol`),
+    request-head timeout, a send timeout and a connection cap
+    (:func:`jitwatch.httpguard.guarded_h11_protocol`),
     uvicorn's own ``limit_concurrency`` (503 past it) and ``backlog`` (the listen queue, and the most
     sockets asyncio accepts per loop tick) set to the same cap, ``timeout_keep_alive`` 5 s,
     ``timeout_graceful_shutdown`` :data:`SHUTDOWN_GRACE_S`, and without a token the ``Host``
@@ -593,7 +594,11 @@ def server_options(
         "port": port,
         "log_level": log_level,
         "access_log": access_log,
-        "http": guarded_h11_protocol(header_timeout=settings.header_timeout_seconds, max_connections=max_conn),
+        "http": guarded_h11_protocol(
+            header_timeout=settings.header_timeout_seconds,
+            max_connections=max_conn,
+            send_timeout=settings.send_timeout_seconds,
+        ),
         "limit_concurrency": max_conn,
         # Also the most sockets asyncio accepts in one loop tick, before any can be refused.
         "backlog": max_conn,

@@ -58,6 +58,7 @@ def test_every_variable_is_read() -> None:
         "JITWATCH_ALLOWED_HOSTS": "jit.example, Prom.Internal",
         "JITWATCH_READ_TIMEOUT_SECONDS": "2.5",
         "JITWATCH_HEADER_TIMEOUT_SECONDS": "0",
+        "JITWATCH_SEND_TIMEOUT_SECONDS": "12.5",
         "JITWATCH_MAX_CONNECTIONS": "64",
     }
     assert set(env) == set(ALL_VARIABLES)
@@ -93,6 +94,7 @@ def test_every_variable_is_read() -> None:
         allowed_hosts=("jit.example", "Prom.Internal"),
         read_timeout_seconds=2.5,
         header_timeout_seconds=0.0,
+        send_timeout_seconds=12.5,
         max_connections=64,
     )
 
