@@ -27,6 +27,12 @@ Mechanisms (torch 2.11-2.13; each looked up at install time, a missing one degra
   ``torch._dynamo.aot_compile.aot_compile_fullgraph``, which fires no callback and hands no
   compilation-metrics record for the compile: the backend wraps that module attribute (vLLM ≥ 0.32
   compiles its model this way by default on torch ≥ 2.10, ``VLLM_USE_AOT_COMPILE``).
+* AOT loads: a saved AOT artifact (``AOTCompiledFunction.save_compiled_function``) comes back
+  through ``torch._dynamo.aot_compile.AOTCompiledFunction.deserialize`` (called by
+  ``torch.compiler.load_compiled_function``; vLLM's warm start reads
+  ``<VLLM_CACHE_ROOT>/torch_compile_cache/torch_aot_compile/<hash>/rank_<r>_<dp>/model`` this
+  way): the backend wraps that classmethod and records each load as a ``compile`` with
+  ``cache_hit=True``, ``attrs.trigger = "aot_load"`` (once per artifact loaded, never per call).
 
 * Inductor's runtime autotuning: ``torch._inductor.runtime.triton_heuristics.CachingAutotuner
   .benchmark_all_configs`` (wrapped when the host's Inductor imports that module) → an
@@ -42,6 +48,7 @@ into detail on the journal writer's thread.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 import time
@@ -347,6 +354,42 @@ class _AotCompile:
             pass  # the host gets the compile's own exception
 
 
+class _AotLoad(CancelOnFailure):
+    """Around ``AOTCompiledFunction.deserialize(cls, data, f_globals, external_closure_data)``: one
+    saved AOT artifact loaded (unpickled, its compiled graph rebuilt from the bytes; no trace, no
+    backend compile) as one ``compile`` with ``cache_hit=True`` and ``attrs.trigger =
+    "aot_load"``, the way the other backends record a load from their persistent cache. Named as
+    the AOT compile that saved it names it (the traced code's ``co_qualname``,
+    ``LlamaModel.forward``); ``key`` is ``sha256:`` and the first 16 hex digits of the artifact's
+    bytes (the same artifact, the same key, wherever its cache directory lies). A load that raises
+    is not recorded (its exception reaches the host, as a failed FlashInfer load's does); in
+    ``error`` mode a serving-phase load raises after it is recorded, as every backend's load does."""
+
+    def __init__(self, backend: TorchCompileBackend) -> None:
+        self.backend = backend
+
+    def before(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sink = self.backend.sink
+        if sink is None:
+            return None
+        data = args[1] if len(args) > 1 else kwargs.get("data")
+        return sink.begin(self.backend.name, "aot_load"), data, sink
+
+    def after(self, state: Any, result: Any) -> None:
+        token, data, sink = state
+        code = getattr(getattr(result, "_artifacts", None), "original_code", None)
+        name, location = "aot_load", None
+        if isinstance(code, CodeType):
+            name = getattr(code, "co_qualname", code.co_name)
+            location = f"{code.co_filename}:{code.co_firstlineno}"
+        size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
+        key = f"sha256:{hashlib.sha256(data).hexdigest()[:16]}" if size is not None else None
+        detail: dict[str, Any] = {"trigger": "aot_load", "entry": "AOTCompiledFunction.deserialize", "bytes": size}
+        if location:
+            detail["location"] = location
+        sink.finish(token, Capture(self.backend.name, name, key=key, cache_hit=True, detail=detail))
+
+
 class _AutotuneSweep(CancelOnFailure):
     """Around ``CachingAutotuner.benchmark_all_configs(self, *args, **kwargs)`` (Inductor's runtime
     autotuning): one ``autotune`` capture per sweep, named after the kernel."""
@@ -404,6 +447,7 @@ class TorchCompileBackend(LibraryBackend):
         self._degraded: list[str] = []
         self._autotune_patch: Patch | None = None
         self._aot_patch: Patch | None = None
+        self._aot_load_patch: Patch | None = None
         self._cancel_autotuner_wait: Any = None
 
     # ------------------------------------------------------------------ install
@@ -460,6 +504,19 @@ class TorchCompileBackend(LibraryBackend):
             hooks.append("torch._dynamo.aot_compile.aot_compile_fullgraph")
         except Exception as exc:  # noqa: BLE001 - a torch without AOT compile
             self._degraded.append(f"no AOT compiles ({type(exc).__name__}: {exc})")
+        try:
+            from torch._dynamo.aot_compile import AOTCompiledFunction
+
+            self._aot_load_patch = patch_attribute(
+                AOTCompiledFunction,
+                "deserialize",
+                _AotLoad(self),
+                where="torch._dynamo.aot_compile.AOTCompiledFunction.deserialize",
+                on_error=self.report_error,
+            )
+            hooks.append("torch._dynamo.aot_compile.AOTCompiledFunction.deserialize")
+        except Exception as exc:  # noqa: BLE001 - a torch without AOT artifacts
+            self._degraded.append(f"no AOT loads ({type(exc).__name__}: {exc})")
         self._cancel_autotuner_wait = when_imported(
             AUTOTUNER_MODULE, self._hook_autotuner, on_error=lambda name, exc: self.report_error(name, exc)
         )
@@ -513,6 +570,9 @@ class TorchCompileBackend(LibraryBackend):
         if self._aot_patch is not None:
             self._aot_patch.restore()
             self._aot_patch = None
+        if self._aot_load_patch is not None:
+            self._aot_load_patch.restore()
+            self._aot_load_patch = None
         with self._lock:
             opened = list(self._open.values())
             self._open.clear()

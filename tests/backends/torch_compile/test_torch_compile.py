@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -739,6 +742,96 @@ def test_an_aot_compile_is_one_compile_event(fresh_dynamo: None) -> None:
             torch.compile(scale, fullgraph=True, backend="aot_eager").aot_compile(((torch.randn(3), True), {}))
         (refused,) = _tc_events(h)
         assert refused.phase is Phase.SERVING and refused.attrs["trigger"] == "aot_compile"
+        assert h.monitor.inflight() == []
+
+
+_AOT_MODEL = """
+import sys
+
+import torch
+
+
+class TinyLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+if __name__ == "__main__":
+    from jw_aot_model import TinyLinear  # the class its guards pickle by name
+
+    fn = torch.compile(TinyLinear().forward, fullgraph=True, backend="aot_eager").aot_compile(
+        ((torch.randn(2, 4),), {})
+    )
+    fn.save_compiled_function(sys.argv[1])
+"""
+
+
+def test_an_aot_artifact_loaded_from_disk_is_one_cache_hit(
+    fresh_dynamo: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm start loads a saved AOT artifact instead of compiling (vLLM: its compile cache under
+    ``VLLM_CACHE_ROOT``, read with ``torch.compiler.load_compiled_function``): no Dynamo callback,
+    no ``aot_compile_fullgraph``, so jitwatch recorded nothing and an operator could not tell a
+    restart that reused the cache from one that compiled, nor see a load in the serving phase. Now
+    each load is one ``compile`` with ``cache_hit=True`` (as FlashInfer's loads), trigger
+    ``aot_load``, named as the compile that saved it, keyed by the artifact's bytes. The artifact is
+    saved by another process (a real cold AOT compile), loaded here."""
+    import hashlib
+
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+
+    artifact = tmp_path / "model"
+    script = tmp_path / "jw_aot_model.py"
+    script.write_text(_AOT_MODEL)
+    subprocess.run([sys.executable, str(script), str(artifact)], check=True, timeout=300, cwd=tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import jw_aot_model  # type: ignore[import-not-found]
+
+    monkeypatch.delitem(sys.modules, "jw_aot_model")  # after the test
+    key = "sha256:" + hashlib.sha256(artifact.read_bytes()).hexdigest()[:16]
+    original = AOTCompiledFunction.__dict__["deserialize"]
+
+    def load() -> Any:
+        with artifact.open("rb") as f:
+            return torch.compiler.load_compiled_function(f)
+
+    with monitored(mode="warn", backends=[TorchCompileBackend()], compile_only=False) as h:
+        with h.monitor.warmup():
+            fn = load()
+        fn.disable_guard_check()  # its type-id guard names the saving process's class (vLLM disables them too)
+        assert fn(jw_aot_model.TinyLinear(), torch.randn(2, 4)).shape == (2, 4)  # calls record nothing
+        with h.monitor.request(name="req-load"):
+            load()
+        events = _tc_events(h)
+        assert [(e.kernel, e.phase, e.cache_hit) for e in events] == [
+            ("TinyLinear.forward", Phase.WARMUP, True),
+            ("TinyLinear.forward", Phase.SERVING, True),
+        ]
+        assert {e.attrs["trigger"] for e in events} == {"aot_load"} and {e.key for e in events} == {key}
+        assert events[0].attrs["location"] == f"{script}:12"
+        assert events[0].attrs["bytes"] == artifact.stat().st_size
+        assert events[1].attrs["request"] == "req-load"
+        assert all(e.duration_s is not None and 0 < e.duration_s < 60 for e in events)
+        assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
+
+        artifact_bytes = artifact.read_bytes()
+        artifact.write_bytes(artifact_bytes[: len(artifact_bytes) // 2])  # a truncated artifact
+        with pytest.raises(Exception) as failed:
+            load()
+        assert not isinstance(failed.value, ServingCompileError)
+        assert len(_tc_events(h)) == 2 and h.monitor.inflight() == []  # a failed load is not recorded
+        artifact.write_bytes(artifact_bytes)
+    assert AOTCompiledFunction.__dict__["deserialize"] is original  # uninstall put it back
+    with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
+        h.monitor.activate()
+        with pytest.raises(ServingCompileError, match=r"TinyLinear\.forward"):
+            load()  # as a FlashInfer load in serving: recorded, then refused
+        (refused,) = _tc_events(h)
+        assert refused.phase is Phase.SERVING and refused.cache_hit is True and refused.attrs["trigger"] == "aot_load"
         assert h.monitor.inflight() == []
 
 

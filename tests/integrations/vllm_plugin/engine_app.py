@@ -1,6 +1,6 @@
 """Start a real vLLM engine (offline ``LLM``) on the tiny model and run token-id prompts.
 
-Usage: ``python engine_app.py --model DIR [--tp N] [--requests N] [--compile-in-request]``.
+Usage: ``python engine_app.py --model DIR [--tp N] [--requests N] [--compile-in-request] [--compile]``.
 Prints one ``RESULT {json}`` line: request ids and generated token ids. Run by the ``vllm`` tests
 in a subprocess; vLLM loads the jitwatch plugin itself (entry point, ``VLLM_PLUGINS``).
 """
@@ -18,6 +18,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--compile-in-request", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (no enforce_eager)")
     args = parser.parse_args()
 
     from vllm import LLM, SamplingParams
@@ -34,7 +35,7 @@ def main() -> None:
         max_model_len=128,
         max_num_seqs=4,
         max_num_batched_tokens=128,
-        enforce_eager=True,
+        enforce_eager=not args.compile,
         gpu_memory_utilization=0.1,
         tensor_parallel_size=args.tp,
         seed=0,
