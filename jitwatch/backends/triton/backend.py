@@ -364,18 +364,27 @@ class _FrameWatcher:
         here (its end is under way: the listener or the post-compile hook took it out and ends it
         next, inside ``_do_compile``; or the hooks were taken out) runs while any
         ``_do_compile`` frame is on the stack."""
-        code = self.code
+        is_compile = self._is_do_compile
         entry = self._entry(token)
         if entry is None:
-            return any(frame.f_code is code for frame in stack)
+            return any(is_compile(frame.f_code) for frame in stack)
         info = entry[_P_COMPILE]
         signature = dict.get(info, "signature") if isinstance(info, dict) else None  # (a subclass's get not run)
         if not isinstance(signature, dict):
             return None
         for frame in stack:
-            if frame.f_code is code and _local(frame, "signature") is signature:
+            if is_compile(frame.f_code) and _local(frame, "signature") is signature:
                 return True
         return False
+
+    def _is_do_compile(self, code: Any) -> bool:
+        """Whether ``code`` is Triton's ``JITFunction._do_compile``: :attr:`code`, or a code object
+        named ``_do_compile`` with a ``signature`` variable. The second is Triton's own where
+        ``JITFunction._do_compile`` was wrapped, before jitwatch installed, by a callable without
+        ``__wrapped__`` (a profiler's ``def timed(self, *args, **kwargs)``): :attr:`code` is then
+        the wrapper's, whose frame holds no ``signature``, and every compile 1 s old was dropped
+        while it ran."""
+        return code is self.code or (code.co_name == "_do_compile" and "signature" in code.co_varnames)
 
     def _entry(self, token: Any) -> list[Any] | None:
         """The pending entry of the compile begun with ``token`` (a compile that raised and was

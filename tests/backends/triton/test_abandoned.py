@@ -582,3 +582,32 @@ def test_the_watcher_on_the_stack_of_a_running_compile(tmp_path: Path, triton_ca
         assert watcher.running(object(), stack()) is False  # no _do_compile frame here
         assert watcher.running(object(), []) is False
         assert len(h.compiles()) == 1
+
+
+def test_do_compile_wrapped_without_wrapped_before_install(
+    tmp_path: Path, triton_cache: Path, compile_only: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``JITFunction._do_compile`` wrapped before jitwatch installs by a callable without
+    ``__wrapped__`` (a profiler's ``def timed(self, *args, **kwargs)``): jitwatch's code object is
+    the wrapper's, whose frame holds no ``signature``. A compile held open 2.5 s is still kept
+    (it was dropped as abandoned at 1 s, then recorded as a compile of a few ms), and one that
+    raises is still dropped."""
+    from triton.runtime.jit import JITFunction
+
+    real = JITFunction._do_compile
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(JITFunction, "_do_compile", timed)
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        assert h.triton.watching is None
+        with slow_listener(2.5):
+            abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
+        (ev,) = h.compiles()
+        assert abandoned_events(h) == [] and h.monitor.abandoned_compiles == 0
+        assert (ev.duration_s or 0) >= 2.5
+        with pytest.raises(CompilationError):
+            abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+        (gone,) = wait_for(lambda: abandoned_events(h))
+        assert gone.kernel == "abd_bad" and not h.monitor.inflight()
