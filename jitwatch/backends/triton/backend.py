@@ -43,6 +43,7 @@ read in the core, and keep references to the rest; names of constexprs, signatur
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -375,6 +376,21 @@ class _FrameWatcher:
         for frame in stack:
             if is_compile(frame.f_code) and _local(frame, "signature") is signature:
                 return True
+        return self._elsewhere(signature)
+
+    def _elsewhere(self, signature: dict[Any, Any]) -> bool:
+        """Whether a ``_do_compile`` frame on any thread's stack holds ``signature``: the compile
+        runs on another thread than the one that called jitwatch's hook (a ``jit_cache_hook`` on
+        top of jitwatch's that calls it on a thread of its own, then joins it; that thread is gone
+        while the compile runs). Asked only before answering ``False``, so once per compile
+        dropped; the frames are not kept."""
+        is_compile = self._is_do_compile
+        for top in sys._current_frames().values():
+            frame: FrameType | None = top
+            while frame is not None:
+                if is_compile(frame.f_code) and _local(frame, "signature") is signature:
+                    return True
+                frame = frame.f_back
         return False
 
     def _is_do_compile(self, code: Any) -> bool:

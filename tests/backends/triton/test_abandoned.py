@@ -611,3 +611,34 @@ def test_do_compile_wrapped_without_wrapped_before_install(
             abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
         (gone,) = wait_for(lambda: abandoned_events(h))
         assert gone.kernel == "abd_bad" and not h.monitor.inflight()
+
+
+def test_a_hook_on_top_calling_jitwatchs_on_a_thread_of_its_own(
+    tmp_path: Path, triton_cache: Path, compile_only: Any
+) -> None:
+    """A ``jit_cache_hook`` installed after jitwatch's that calls it on a thread of its own and
+    joins it: the compile runs on the thread that called the hook on top, not on the one that
+    began it (gone by then). A compile held open 2.5 s is kept (it was dropped at 1 s, then
+    recorded at its last 0.4 s); one that raises is still dropped."""
+    runtime = triton.knobs.runtime
+    with monitored(journal_dir=tmp_path / "j", triton_cache_dir=triton_cache) as h:
+        ours = runtime.jit_cache_hook
+
+        def on_top(**kwargs: Any) -> None:
+            t = threading.Thread(target=lambda: ours(**kwargs))
+            t.start()
+            t.join()
+
+        runtime.jit_cache_hook = on_top
+        try:
+            with slow_listener(2.5):
+                abd_tuned.warmup(X, 100, BLOCK=32, grid=(1,))
+            (ev,) = h.compiles()
+            assert abandoned_events(h) == [] and h.monitor.abandoned_compiles == 0
+            assert (ev.duration_s or 0) >= 2.5
+            with pytest.raises(CompilationError):
+                abd_bad.warmup(X, 16, BLOCK=16, grid=(1,))
+            (gone,) = wait_for(lambda: abandoned_events(h))
+        finally:
+            runtime.jit_cache_hook = ours
+        assert gone.kernel == "abd_bad" and not h.monitor.inflight()
