@@ -439,6 +439,7 @@ class Monitor:
         self._tracer_provider = tracer_provider
         self._exception_at_install: BaseException | None = None  # see install()
         self._process_exception: BaseException | None = None  # see _note_process_exception()
+        self._caught_exception_type: str | None = None  # see note_exit_exception()
 
     @property
     def sink(self) -> EventSink:
@@ -587,13 +588,33 @@ class Monitor:
         except Exception:  # noqa: BLE001 - at the host's exit
             pass
 
+    def note_exit_exception(self, exc: BaseException | None) -> None:
+        """The host caught ``exc`` and will end on it, though Python will not see it unhandled:
+        vLLM 0.32's worker process catches an exception raised out of an engine step per RPC
+        (``WorkerProc._execute_worker_rpc``), answers FAILURE, and the engine, dying on it, ends
+        the worker through a normal exit (the vLLM plugin calls this). At exit (:meth:`_at_exit`),
+        with no unhandled exception, the worker records its exit as ``exited`` with ``exc``'s type
+        (never the message) instead of a clean stop. ``None`` forgets it (the host went on: a later
+        step succeeded). Only an :class:`Exception` counts: a ``SystemExit`` or
+        ``KeyboardInterrupt`` is a stop. Only the type's name is kept, not ``exc``: its traceback
+        holds the failed step's frames and their tensors, which must not outlive the step. Never
+        raises."""
+        try:
+            if exc is None:
+                self._caught_exception_type = None
+            elif isinstance(exc, Exception):
+                self._caught_exception_type = exception_type_name(exc)
+        except Exception:  # noqa: BLE001 - on the host's failure path: never raises
+            pass
+
     def _at_exit(self, timeout: float = 5.0) -> None:
         """``atexit``: the process exits without :meth:`uninstall`. Flush and close the sink, whose
         writer records this worker stopped (its rank not ready at once) after a normal end or
         ``sys.exit`` (any code: not knowable here), or exited when the interpreter is exiting on an
         unhandled exception (:func:`unhandled_exception`: ``MemoryError``, ``KeyboardInterrupt``;
-        the record names the type, never the message), so the rank reads ``exited`` as after a
-        ``kill -9`` rather than a clean stop. Bounded by ``timeout`` seconds per step
+        the record names the type, never the message), or after an exception the host caught and
+        ended on (:meth:`note_exit_exception`), so the rank reads ``exited`` as after a ``kill -9``
+        rather than a clean stop. Bounded by ``timeout`` seconds per step
         (:meth:`JournalWriter.close`), never raises. Backends' hooks stay: the host may still
         compile in later exit handlers (those events are dropped, counted)."""
         try:  # apart: whatever naming the exception does, the sink is still flushed and closed
@@ -602,6 +623,8 @@ class Monitor:
                 exc = self._process_exception
             if exc is not None and exc is not self._exception_at_install and isinstance(self.sink, ExitRecordingSink):
                 self.sink.exit_exception = exception_type_name(exc)
+            elif exc is None and self._caught_exception_type is not None and isinstance(self.sink, ExitRecordingSink):
+                self.sink.exit_exception = self._caught_exception_type
         except Exception as err:  # noqa: BLE001 - nothing may fail at the host's exit
             log.warning("jitwatch: naming the exception at exit failed: %s", type(err).__name__)
         try:

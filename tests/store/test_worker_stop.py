@@ -299,6 +299,25 @@ ENDINGS = {
         None,
     ),
     "exception handled": ("try:\n    raise MemoryError\nexcept MemoryError:\n    pass", 0, None),
+    # the host caught the exception and ends on it through a normal exit (vLLM's worker process)
+    "caught exception noted, normal end": (
+        "try:\n    raise MemoryError('secret-token-123')\nexcept MemoryError as e:\n    mon.note_exit_exception(e)",
+        0,
+        "MemoryError",
+    ),
+    "caught exception noted, sys.exit(0)": (
+        "try:\n    raise ValueError('secret-token-123')\nexcept ValueError as e:\n    mon.note_exit_exception(e)\n"
+        "sys.exit(0)",
+        0,
+        "ValueError",
+    ),
+    "caught exception noted, then forgotten": (
+        "try:\n    raise MemoryError\nexcept MemoryError as e:\n    mon.note_exit_exception(e)\n"
+        "mon.note_exit_exception(None)",
+        0,
+        None,
+    ),
+    "SystemExit noted": ("mon.note_exit_exception(SystemExit(1))", 0, None),
 }
 
 

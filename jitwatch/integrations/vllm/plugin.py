@@ -205,6 +205,7 @@ class WorkerState:
         self.slot_mapping: Any | None = None
         self.slot_mapping_slots: list[int | None] | None = None
         self.pending: Any | None = None  # an entered request marker waiting for sample_tokens
+        self.failed = False  # an engine step raised: see note_failure()
         self.span_attributes: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ monitor
@@ -314,6 +315,39 @@ class WorkerState:
             except Exception as err:  # noqa: BLE001
                 _failure("request_end", err)
 
+    # ------------------------------------------------------------------ failures
+    def note_failure(self, exc: BaseException) -> None:
+        """An exception raised out of the worker's engine step or warmup (``execute_model``,
+        ``sample_tokens``, ``compile_or_warm_up_model``). vLLM 0.32's worker process catches it per
+        RPC (``WorkerProc._execute_worker_rpc``, ``vllm/v1/executor/multiproc_executor.py``), logs
+        it and answers FAILURE; the engine core dies on it and shuts its executor down, which ends
+        the worker through a normal exit (``WorkerProc.worker_main`` returns, or its SIGTERM
+        handler's ``SystemExit``) that Python does not see as unhandled. The monitor keeps it
+        (:meth:`jitwatch.Monitor.note_exit_exception`) so the exit records ``exited`` with its type
+        (never the message); a later step that succeeds forgets it (:meth:`step_succeeded`: the
+        worker went on). With the uniprocess executor the exception leaves the engine core's loop
+        (``run_engine_core`` re-raises it), and the note names the same exception. Only an
+        :class:`Exception` counts: ``SystemExit`` and ``KeyboardInterrupt`` are stops. Never
+        raises."""
+        mon = self.monitor
+        if mon is None or not isinstance(exc, Exception):
+            return
+        try:
+            mon.note_exit_exception(exc)
+            self.failed = True
+        except Exception as err:  # noqa: BLE001
+            _failure("note_failure", err)
+
+    def step_succeeded(self) -> None:
+        """A step succeeded after a failed one: the worker went on, its exit is clean again."""
+        self.failed = False
+        mon = self.monitor
+        if mon is not None:
+            try:
+                mon.note_exit_exception(None)
+            except Exception as err:  # noqa: BLE001
+                _failure("note_failure", err)
+
 
 def _step_name(scheduler_output: Any) -> str | None:
     """``vllm:<req_id>,<req_id>,…`` for the requests scheduled in this engine step (≤ 8 listed)."""
@@ -387,6 +421,7 @@ def attach(worker: Any) -> WorkerState | None:
                 except Exception as exc:  # noqa: BLE001
                     _failure("slot_mapping_warmup", exc)
             except BaseException as exc:
+                state.note_failure(exc)
                 if cm is not None:
                     try:
                         cm.__exit__(type(exc), exc, exc.__traceback__)
@@ -418,10 +453,13 @@ def attach(worker: Any) -> WorkerState | None:
             try:
                 result = original(scheduler_output, *args, **kwargs)
             except BaseException as exc:
+                state.note_failure(exc)
                 if marker is not None:
                     state.pending = marker
                     state.close_pending(exc)
                 raise
+            if state.failed:
+                state.step_succeeded()
             if marker is not None:
                 state.pending = marker
                 if result is not None or not hasattr(worker, "sample_tokens"):
@@ -434,6 +472,9 @@ def attach(worker: Any) -> WorkerState | None:
         def sample_tokens(*args: Any, **kwargs: Any) -> Any:
             try:
                 return original(*args, **kwargs)
+            except BaseException as exc:
+                state.note_failure(exc)
+                raise
             finally:
                 state.close_pending()
 

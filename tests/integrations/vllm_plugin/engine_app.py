@@ -1,6 +1,7 @@
 """Start a real vLLM engine (offline ``LLM``) on the tiny model and run token-id prompts.
 
-Usage: ``python engine_app.py --model DIR [--tp N] [--requests N] [--compile-in-request] [--compile]``.
+Usage: ``python engine_app.py --model DIR [--tp N] [--requests N] [--compile-in-request]
+[--fail-in-request] [--compile]``.
 Prints one ``RESULT {json}`` line: request ids and generated token ids. Run by the ``vllm`` tests
 in a subprocess; vLLM loads the jitwatch plugin itself (entry point, ``VLLM_PLUGINS``).
 """
@@ -18,6 +19,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--compile-in-request", action="store_true")
+    parser.add_argument("--fail-in-request", action="store_true")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (no enforce_eager)")
     args = parser.parse_args()
 
@@ -28,6 +30,10 @@ def main() -> None:
         from vllm_testprocs import CompileInRequest
 
         kwargs["logits_processors"] = [CompileInRequest]
+    if args.fail_in_request:
+        from vllm_testprocs import FailInRequest
+
+        kwargs["logits_processors"] = [FailInRequest]
     llm = LLM(
         model=args.model,
         skip_tokenizer_init=True,

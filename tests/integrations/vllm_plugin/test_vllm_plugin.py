@@ -31,6 +31,8 @@ class StandInWorker:
         self.local_rank = 0
         self.calls: list[str] = []
         self.compile_in_sampling = compile_in_sampling
+        self.fail: BaseException | None = None  # raised by the next execute_model
+        self.fail_sampling: BaseException | None = None  # raised by the next sample_tokens
 
     def init_device(self) -> None:
         self.calls.append("init_device")
@@ -41,10 +43,14 @@ class StandInWorker:
 
     def execute_model(self, scheduler_output: Any) -> None:
         self.calls.append("execute")
+        if self.fail is not None:
+            raise self.fail
         return None  # sampling follows in sample_tokens (vLLM V1)
 
     def sample_tokens(self, grammar_output: Any) -> str:
         self.calls.append("sample")
+        if self.fail_sampling is not None:
+            raise self.fail_sampling
         if self.compile_in_sampling:
             from jitwatch.kernels.slot_mapping import compute_slot_mapping, new_slot_mapping_kernel
 
@@ -98,6 +104,87 @@ def test_request_spans_execute_and_sample_and_owns_its_compiles(env: Path) -> No
         EventKind.WARMUP_START,
         EventKind.WARMUP_COMPLETE,
     ]
+
+
+class StepError(RuntimeError):
+    pass
+
+
+def test_a_failed_step_is_the_exit_unless_a_later_step_succeeds(env: Path) -> None:
+    """vLLM catches an exception out of a worker's step and ends the process normally: the plugin
+    notes it for the exit record; a later step that succeeds (vLLM's fault tolerance) forgets it; a
+    ``SystemExit`` inside a step (vLLM's SIGTERM handler) is a stop."""
+    from jitwatch.store.journal import Journal
+
+    worker = StandInWorker()
+    plugin.attach(worker)
+    worker.init_device()
+    worker.compile_or_warm_up_model()
+    mon = jitwatch.get_monitor()
+    assert mon is not None
+    worker.fail = ValueError("secret-token-123")
+    with pytest.raises(ValueError):
+        worker.execute_model(step("r1"))
+    assert mon._caught_exception_type == "ValueError"
+    worker.fail = None
+    worker.execute_model(step("r2"))
+    worker.sample_tokens(None)
+    assert mon._caught_exception_type is None
+    worker.fail = SystemExit()
+    with pytest.raises(SystemExit):
+        worker.execute_model(step("r3"))
+    assert mon._caught_exception_type is None
+    worker.fail = StepError("secret-token-123")
+    with pytest.raises(StepError):
+        worker.execute_model(step("r4"))
+    mon._at_exit()  # what the interpreter's exit runs after vLLM's worker loop returned
+    with Journal(env, readonly=True) as j:
+        (row,) = j.workers()
+    assert row.exit_exception == f"{__name__}.StepError" and row.stopped_ts is None
+    assert "secret-token-123" not in str(row.attrs)
+
+
+def test_a_failed_sampling_is_noted_and_ends_its_step(env: Path) -> None:
+    """``sample_tokens`` raising (the second half of a V1 step) is noted like a failed
+    ``execute_model``, and the step's request marker is closed all the same."""
+    worker = StandInWorker()
+    state = plugin.attach(worker)
+    assert state is not None
+    worker.init_device()
+    worker.compile_or_warm_up_model()
+    mon = jitwatch.get_monitor()
+    assert mon is not None
+    worker.execute_model(step("r1"))
+    assert state.pending is not None
+    worker.fail_sampling = StepError("secret-token-123")
+    with pytest.raises(StepError):
+        worker.sample_tokens(None)
+    assert state.pending is None and mon._caught_exception_type == f"{__name__}.StepError"
+    worker.fail_sampling = None
+    worker.execute_model(step("r2"))
+    worker.sample_tokens(None)
+    assert mon._caught_exception_type is None and state.pending is None
+
+
+def test_a_failed_step_is_not_kept_alive(env: Path) -> None:
+    """Only the type's name is kept: the exception, its traceback and the failed step's frames
+    (tensors on a real worker) are freed when vLLM lets go of them."""
+    import gc
+    import weakref
+
+    worker = StandInWorker()
+    plugin.attach(worker)
+    worker.init_device()
+    worker.compile_or_warm_up_model()
+    worker.fail = StepError("x")
+    ref = weakref.ref(worker.fail)
+    try:
+        worker.execute_model(step("r1"))
+    except StepError:
+        pass
+    worker.fail = None
+    gc.collect()
+    assert ref() is None
 
 
 def test_empty_steps_are_not_requests(env: Path) -> None:

@@ -1,10 +1,13 @@
-"""A vLLM V1 logits processor that compiles a Triton kernel inside the engine's request path.
+"""vLLM V1 logits processors that inject behaviour into a worker's engine step. ``CompileInRequest``
+compiles a Triton kernel inside the engine's request path.
 
 Imported by vLLM worker processes (``PYTHONPATH`` points at this directory). The CPU backend runs no
 Triton kernel of its own, so this stands in for a kernel that warmup missed: on the first step that
 adds a real request to the batch (``update_state`` with ``batch_update.added``, called inside the
 worker's ``execute_model``), it runs jitwatch's slot-mapping kernel through the compile-only driver —
 a real ttir → cubin compile with every Triton hook firing, result from the torch reference.
+``FailInRequest`` raises :class:`InjectedFault` there instead: a Python exception out of a worker's
+``execute_model``, as a bug in a model's forward would raise.
 """
 
 from __future__ import annotations
@@ -58,6 +61,25 @@ class CompileInRequest(LogitsProcessor):
             kernel=new_slot_mapping_kernel(),
         )
         print(f"COMPILE_IN_REQUEST source={result.source} slots={result.slot_mapping[:3].tolist()}", flush=True)
+
+
+class InjectedFault(RuntimeError):
+    """Raised inside a worker's engine step by :class:`FailInRequest`."""
+
+
+class FailInRequest(LogitsProcessor):
+    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
+        pass
+
+    def is_argmax_invariant(self) -> bool:
+        return True
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if batch_update is not None and batch_update.added:
+            raise InjectedFault("injected by the test (this message must not reach the journal)")
 
 
 @contextmanager
