@@ -10,20 +10,27 @@ What uvicorn 0.54 offers, and what is added here (the smallest pieces that uvico
   client sockets alone can never exhaust the descriptors (``EMFILE``).
 * **Header timeout** — uvicorn has ``timeout_keep_alive`` (idle time *between* requests; default
   5 s) and ``h11_max_incomplete_event_size`` (bytes of an incomplete head; default 16 KiB), but no
-  time limit on receiving a request head: a client that sends one byte every few seconds, or
-  nothing at all after connecting ("slowloris"), was held forever. The protocol class here arms a
-  timer (``header_timeout`` seconds, not reset by data) whenever the connection waits for a request
-  head, and closes the connection when it fires.
+  time limit on receiving a request: a client that sends one byte every few seconds, or nothing at
+  all after connecting ("slowloris"), was held forever. The protocol class here arms a timer
+  (``header_timeout`` seconds, not reset by data) whenever the connection waits for a request head
+  or for the rest of a request's body, and closes the connection when it fires. The body counts
+  too: a request head announcing a body (``Content-Length: 1000000``) is answered without the
+  body being read (no endpoint takes one), uvicorn then arms its keep-alive timer, and one more
+  body byte cancels that timer for good (``data_received`` → ``_unset_keepalive_if_required``),
+  so such a connection was held idle forever, credentials or not.
 * **Send timeout** — a response is written to the socket in one piece (Starlette sends a body in
   one message: ``/jit?kernels=10000`` can be 14 MB); what the kernel does not take waits in the
   transport's buffer, and uvicorn waits for it without a deadline. A client that asks and never
   reads (or reads a byte now and then) held that buffer and its connection forever, even after
   uvicorn's keep-alive timer closed it (``close()`` waits for the buffer to drain), until the
   connection cap was full and every client, ``/livez`` included, was refused. The protocol here
-  arms a timer (``send_timeout`` seconds) whenever the transport pauses writing (its buffer above
-  the high-water mark) and aborts the connection, freeing the buffer, when the client took no byte
-  for that long; a slow client that keeps reading is not cut (a timeout between two writes, like
-  nginx's ``send_timeout``).
+  arms a timer (``send_timeout`` seconds) whenever bytes wait in the transport's buffer with no
+  write to come soon — writing paused (the buffer above its high-water mark, 64 KiB), writing
+  resumed with bytes left, or a response complete with bytes left (below the high-water mark, so
+  asyncio never pauses: a client that never reads with 1 byte to 64 KiB left in the buffer was held
+  as well) — and aborts the connection, freeing the buffer, when the client took no byte for that
+  long (bytes written minus bytes buffered did not grow); a slow client that keeps reading is not
+  cut (a timeout between two writes, like nginx's ``send_timeout``).
 * **EMFILE log flood** — when ``accept()`` fails for lack of descriptors, asyncio's selector loop
   logs ``socket.accept() out of system resource`` with a traceback on every retry (each second).
   :class:`AcceptErrorFilter` on the ``asyncio`` logger lets the first through and then one line
@@ -90,13 +97,20 @@ def guarded_h11_protocol(
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    waiting = (h11.IDLE, h11.SEND_BODY)  # their_state while a request head or body is incomplete
+
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
         _send_timer: asyncio.TimerHandle | None = None
-        _send_left = 0
+        _sent_at_check = 0
+        _counted: _CountingTransport | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            if send_timeout > 0:
+                self._counted = _CountingTransport(transport)
+                super().connection_made(self._counted)  # type: ignore[arg-type]
+            else:
+                super().connection_made(transport)
             if len(self.connections) > max_connections:
                 _refused.note()
                 transport.abort()
@@ -105,8 +119,8 @@ def guarded_h11_protocol(
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                self._arm_head_timer()  # (still) waiting for a complete request head
+            if self.conn.their_state in waiting and not self.transport.is_closing():
+                self._arm_head_timer()  # (still) waiting for a complete request head or body
             else:
                 self._cancel_head_timer()
 
@@ -117,13 +131,23 @@ def guarded_h11_protocol(
 
         def pause_writing(self) -> None:
             super().pause_writing()
-            if self._send_timer is None and send_timeout > 0:
-                self._send_left = self.transport.get_write_buffer_size()
-                self._send_timer = self.loop.call_later(send_timeout, self._send_check)
+            self._arm_send_timer()
 
         def resume_writing(self) -> None:
             super().resume_writing()
+            # the client took bytes; what is left below the low-water mark may never be taken
             self._cancel_send_timer()
+            self._arm_send_timer()
+
+        def _arm_send_timer(self) -> None:
+            """Start watching the client's progress, if bytes wait in the buffer."""
+            counted = self._counted
+            if self._send_timer is not None or counted is None or counted.is_closing():
+                return
+            left = counted.get_write_buffer_size()
+            if left > 0:
+                self._sent_at_check = counted.written - left
+                self._send_timer = self.loop.call_later(send_timeout, self._send_check)
 
         def _cancel_send_timer(self) -> None:
             if self._send_timer is not None:
@@ -131,21 +155,33 @@ def guarded_h11_protocol(
                 self._send_timer = None
 
         def _send_check(self) -> None:
-            """``send_timeout`` seconds after writing paused, or after the previous check."""
+            """``send_timeout`` seconds after the timer was armed, or after the previous check."""
             self._send_timer = None
-            left = self.transport.get_write_buffer_size()
-            if left >= self._send_left:  # the client took nothing since: free the buffer
-                _stalled.note(left)
-                self.transport.abort()
+            counted = self._counted
+            if counted is None:
                 return
-            self._send_left = left
+            left = counted.get_write_buffer_size()
+            if left == 0:
+                return  # all taken by the kernel: nothing held
+            sent = counted.written - left
+            if sent <= self._sent_at_check:  # the client took nothing since: free the buffer
+                _stalled.note(left)
+                counted.abort()
+                return
+            self._sent_at_check = sent
             self._send_timer = self.loop.call_later(send_timeout, self._send_check)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             # Between requests uvicorn's keep-alive timer limits the idle time; ours restarts
-            # when the next request's first bytes arrive (data_received).
-            self._cancel_head_timer()
+            # when the next request's first bytes arrive (data_received), or stays while the
+            # request's body is still incomplete (answered without reading it: no endpoint takes
+            # one; a body byte would cancel uvicorn's keep-alive timer for good).
+            if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+                self._arm_head_timer()
+            else:
+                self._cancel_head_timer()
+            self._arm_send_timer()  # bytes of this response left in the buffer
 
         def _arm_head_timer(self) -> None:
             if self._head_timer is None and header_timeout > 0:
@@ -158,10 +194,33 @@ def guarded_h11_protocol(
 
         def _head_timed_out(self) -> None:
             self._head_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self.conn.their_state in waiting and not self.transport.is_closing():
                 self.transport.close()
 
     return GuardedH11Protocol
+
+
+class _CountingTransport:
+    """The connection's transport, counting the bytes written to it (``written``): the send
+    timeout's measure of the client's progress is ``written`` minus the bytes still buffered. Every
+    other attribute is the transport's own."""
+
+    __slots__ = ("_transport", "written")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self.written = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data.nbytes if isinstance(data, memoryview) else len(data)
+        self._transport.write(data)
+
+    def writelines(self, lines: Iterable[bytes | bytearray | memoryview]) -> None:
+        for data in lines:
+            self.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class _Refused:

@@ -94,6 +94,46 @@ def test_slow_request_heads_are_closed(tmp_path: Path) -> None:
         sc.stop()
 
 
+def test_an_unfinished_request_body_is_closed(tmp_path: Path) -> None:
+    """A request head announcing a body the client never finishes (``Content-Length: 1000000``),
+    answered without the body being read: one more body byte cancelled uvicorn's keep-alive timer
+    for good, and the connection was held idle forever (enough of them filled the connection cap
+    and ``/livez`` answered 503), with a token set too. Now the header timeout covers the body."""
+    sc = Sidecar(
+        _journal(tmp_path / "j"),
+        token="s3cret",
+        env={"JITWATCH_HEADER_TIMEOUT_SECONDS": "1", "JITWATCH_MAX_CONNECTIONS": "16"},
+    ).start()
+    held: list[socket.socket] = []
+    try:
+        for _ in range(18):
+            s = socket.create_connection(("127.0.0.1", sc.port))
+            s.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\n\r\n")
+            s.settimeout(5)
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(0.1)
+            s.sendall(b"x")  # one body byte, then nothing
+            held.append(s)
+        deadline = time.monotonic() + 8
+        assert all(_closed_by_peer(s, deadline) for s in held), "a connection with an unfinished body was held open"
+        assert httpx.get(sc.url + "/livez", timeout=5).status_code == 200
+        # a request whose body arrives in time is answered, and its connection kept alive
+        with socket.create_connection(("127.0.0.1", sc.port)) as s:
+            s.settimeout(5)
+            for head in (b"Content-Length: 3\r\n\r\nabc", b"\r\n"):
+                s.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n" + head)
+                got = b""
+                while not got.endswith(b'"alive"}'):
+                    chunk = s.recv(4096)
+                    assert chunk, got
+                    got += chunk
+                assert got.startswith(b"HTTP/1.1 200"), got
+    finally:
+        for s in held:
+            s.close()
+        sc.stop()
+
+
 def test_connection_flood_keeps_descriptors_bounded_and_log_quiet(tmp_path: Path) -> None:
     """300 connections that never send a head, against a sidecar limited to 128 descriptors:
     before, the descriptors ran out (EMFILE), asyncio logged a traceback every second, and the

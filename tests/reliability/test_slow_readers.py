@@ -107,3 +107,52 @@ def test_clients_that_do_not_read_are_cut_and_others_served(tmp_path: Path) -> N
         for s in stalled:
             s.close()
         sc.stop()
+
+
+def _send_queue(port: int, client_port: int) -> int:
+    """Bytes the kernel holds unsent on the sidecar's end of one connection (``tx_queue`` in
+    ``/proc/net/tcp``)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, queues = fields[1], fields[2], fields[4]
+        if int(local.split(":")[1], 16) == port and int(remote.split(":")[1], 16) == client_port:
+            return int(queues.split(":")[0], 16)
+    raise AssertionError(f"no connection {port} <- {client_port} in /proc/net/tcp")
+
+
+def test_a_client_that_never_reads_a_small_remainder_is_cut(tmp_path: Path) -> None:
+    """The send timeout was armed only when asyncio paused writing (its buffer above 64 KiB): a
+    client that never read, its response leaving 1 byte to 64 KiB in the transport's buffer once
+    the kernel's socket buffers were full, was held forever (uvicorn's close waits for the buffer).
+    Bodies sized to leave ~8-56 KB there: every connection is now aborted."""
+    sc = Sidecar(_journal(tmp_path / "j"), env={"JITWATCH_SEND_TIMEOUT_SECONDS": "2"}).start()
+    assert sc.proc is not None
+    pid = sc.proc.pid
+    clients: list[socket.socket] = []
+    try:
+        sizes = {k: len(httpx.get(f"{sc.url}/jit?kernels={k}", timeout=60).content) for k in (1000, 3000)}
+        per_kernel = (sizes[3000] - sizes[1000]) / 2000
+        probe = _stalled_client(sc.port)  # what the kernel takes of a response for such a client
+        time.sleep(1.5)
+        capacity = _send_queue(sc.port, probe.getsockname()[1])
+        probe.close()
+        assert 0 < capacity < sizes[3000], (capacity, sizes)
+        time.sleep(1)
+        base = _client_sockets(pid)
+        for extra in (8_000, 24_000, 40_000, 56_000):
+            k = int(1000 + (capacity + extra - sizes[1000]) / per_kernel)
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            s.connect(("127.0.0.1", sc.port))
+            s.sendall(f"GET /jit?kernels={k} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            clients.append(s)
+            time.sleep(0.3)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _client_sockets(pid) > base:
+            time.sleep(0.2)
+        assert _client_sockets(pid) <= base, "a client that never read a small remainder was held"
+        assert httpx.get(sc.url + "/livez", timeout=5).status_code == 200
+    finally:
+        for s in clients:
+            s.close()
+        sc.stop()
