@@ -382,8 +382,12 @@ class _AotLoad(CancelOnFailure):
         if isinstance(code, CodeType):
             name = getattr(code, "co_qualname", code.co_name)
             location = f"{code.co_filename}:{code.co_firstlineno}"
-        size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
-        key = f"sha256:{hashlib.sha256(data).hexdigest()[:16]}" if size is not None else None
+        size = key = None
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            view = memoryview(data)
+            size = view.nbytes  # bytes, whatever the view's format (len() counts its items)
+            digest = hashlib.sha256(view if view.c_contiguous else view.tobytes())
+            key = f"sha256:{digest.hexdigest()[:16]}"
         detail: dict[str, Any] = {"trigger": "aot_load", "entry": "AOTCompiledFunction.deserialize", "bytes": size}
         if location:
             detail["location"] = location

@@ -816,6 +816,13 @@ def test_an_aot_artifact_loaded_from_disk_is_one_cache_hit(
         assert events[0].attrs["bytes"] == artifact.stat().st_size
         assert events[1].attrs["request"] == "req-load"
         assert all(e.duration_s is not None and 0 < e.duration_s < 60 for e in events)
+        padded = artifact.read_bytes()
+        padded += b"\0" * (-len(padded) % 4)
+        AOTCompiledFunction.deserialize(memoryview(padded).cast("I"))  # a view of 4-byte items
+        (as_view,) = _tc_events(h)[2:]
+        assert as_view.attrs["bytes"] == len(padded)  # bytes, not items
+        assert as_view.key == "sha256:" + hashlib.sha256(padded).hexdigest()[:16]
+        events = _tc_events(h)[:2]
         assert h.monitor.inflight() == [] and h.monitor.hook_errors == 0
 
         artifact_bytes = artifact.read_bytes()
@@ -823,7 +830,7 @@ def test_an_aot_artifact_loaded_from_disk_is_one_cache_hit(
         with pytest.raises(Exception) as failed:
             load()
         assert not isinstance(failed.value, ServingCompileError)
-        assert len(_tc_events(h)) == 2 and h.monitor.inflight() == []  # a failed load is not recorded
+        assert len(_tc_events(h)) == 3 and h.monitor.inflight() == []  # a failed load is not recorded
         artifact.write_bytes(artifact_bytes)
     assert AOTCompiledFunction.__dict__["deserialize"] is original  # uninstall put it back
     with monitored(mode="error", backends=[TorchCompileBackend()], compile_only=False) as h:
