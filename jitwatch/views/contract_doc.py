@@ -107,7 +107,8 @@ def render() -> str:
         "  recorded its stop), or `exited` once the sidecar saw the worker's process gone without a stop",
         "  (killed or crashed; only a sidecar sharing the worker's machine and PID namespace can see it, at",
         "  the next scrape: docs/sidecar.md), or once the worker recorded its exit on an unhandled Python",
-        "  exception (`MemoryError`, `KeyboardInterrupt`: any sidecar reads that record; `/jit` names the",
+        "  exception (`MemoryError`, `KeyboardInterrupt`), or on one a vLLM worker's engine step raised",
+        "  and vLLM caught (docs/vllm.md; any sidecar reads that record; `/jit` names the",
         "  type in `exit_exception`). The value follows the rank's latest worker, so each rank has",
         "  one `jitwatch_worker_info` series at a time: `state` adds no cardinality. Alerts: a rank",
         "  `exited` for a minute while another rank of the target is live (`startup`, `warmup`, `serving`)",
@@ -124,7 +125,11 @@ def render() -> str:
         "  backend-name rule, "
         + ", ".join(f"`{e}`" for e in BUILTIN_EXPORTERS)
         + f" always and up to {MAX_EXPORTER_LABELS} names in all, every other name's",
-        f'  drops summed under `exporter="{OTHER_BACKEND}"`. Each folded label is logged once by the sidecar.',
+        f'  drops summed under `exporter="{OTHER_BACKEND}"`; as for `backend`, past {MAX_EXPORTER_LABELS} names a new',
+        "  name sorting before a named one takes that one's value, whose whole count moves into",
+        f"  `{OTHER_BACKEND}` at that scrape (`increase()` there then reads drops that did not happen; more than",
+        f"  {MAX_EXPORTER_LABELS} exporter names in a journal means a buggy writer). Each folded label is logged",
+        "  once by the sidecar.",
         "- Specialization keys are never labels (unbounded cardinality): read them from `GET /jit` and",
         "  `GET /jit/events`.",
         "- Cardinality by design: the kernel-by-rank product exists only for serving compiles",
