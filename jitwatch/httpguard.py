@@ -28,9 +28,15 @@ What uvicorn 0.54 offers, and what is added here (the smallest pieces that uvico
   write to come soon — writing paused (the buffer above its high-water mark, 64 KiB), writing
   resumed with bytes left, or a response complete with bytes left (below the high-water mark, so
   asyncio never pauses: a client that never reads with 1 byte to 64 KiB left in the buffer was held
-  as well) — and aborts the connection, freeing the buffer, when the client took no byte for that
-  long (bytes written minus bytes buffered did not grow); a slow client that keeps reading is not
-  cut (a timeout between two writes, like nginx's ``send_timeout``).
+  as well; also once uvicorn is closing the connection, after ``Connection: close``, HTTP/1.0 or a
+  bad request, since its ``close()`` waits for the buffer too) — and aborts the connection when
+  the client took no byte for that long. What the client took is bytes written, minus bytes in the
+  transport's buffer, minus bytes the kernel still holds unacknowledged (``TIOCOUTQ``, Linux): a
+  slow client that keeps reading is not cut (a timeout between two reads of the client, like
+  nginx's ``send_timeout``), even while the kernel's send buffer, full, takes no more from the
+  transport for longer than the timeout (it takes more only once about a third is drained). The
+  abort sets ``SO_LINGER`` to 0, so the client sees a reset, not a clean end of a cut body, and the
+  kernel frees the unsent bytes at once.
 * **EMFILE log flood** — when ``accept()`` fails for lack of descriptors, asyncio's selector loop
   logs ``socket.accept() out of system resource`` with a traceback on every retry (each second).
   :class:`AcceptErrorFilter` on the ``asyncio`` logger lets the first through and then one line
@@ -56,6 +62,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -102,12 +110,14 @@ def guarded_h11_protocol(
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
         _send_timer: asyncio.TimerHandle | None = None
-        _sent_at_check = 0
+        _taken_at_check = 0
         _counted: _CountingTransport | None = None
+        _lost = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if send_timeout > 0:
                 self._counted = _CountingTransport(transport)
+                self._counted.on_close = self._arm_send_timer
                 super().connection_made(self._counted)  # type: ignore[arg-type]
             else:
                 super().connection_made(transport)
@@ -125,6 +135,7 @@ def guarded_h11_protocol(
                 self._cancel_head_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self._lost = True
             self._cancel_head_timer()
             self._cancel_send_timer()
             super().connection_lost(exc)
@@ -140,13 +151,13 @@ def guarded_h11_protocol(
             self._arm_send_timer()
 
         def _arm_send_timer(self) -> None:
-            """Start watching the client's progress, if bytes wait in the buffer."""
+            """Start watching the client's progress, if bytes wait in the buffer (also while
+            uvicorn closes the connection: its ``close()`` waits for them)."""
             counted = self._counted
-            if self._send_timer is not None or counted is None or counted.is_closing():
+            if self._send_timer is not None or counted is None or self._lost:
                 return
-            left = counted.get_write_buffer_size()
-            if left > 0:
-                self._sent_at_check = counted.written - left
+            if counted.get_write_buffer_size() > 0:
+                self._taken_at_check = counted.taken()
                 self._send_timer = self.loop.call_later(send_timeout, self._send_check)
 
         def _cancel_send_timer(self) -> None:
@@ -161,14 +172,14 @@ def guarded_h11_protocol(
             if counted is None:
                 return
             left = counted.get_write_buffer_size()
-            if left == 0:
-                return  # all taken by the kernel: nothing held
-            sent = counted.written - left
-            if sent <= self._sent_at_check:  # the client took nothing since: free the buffer
+            if left == 0 or self._lost:
+                return  # all handed to the kernel: nothing held here
+            taken = counted.taken()
+            if taken <= self._taken_at_check:  # the client took nothing since: free the buffer
                 _stalled.note(left)
-                counted.abort()
+                counted.reset()
                 return
-            self._sent_at_check = sent
+            self._taken_at_check = taken
             self._send_timer = self.loop.call_later(send_timeout, self._send_check)
 
         def on_response_complete(self) -> None:
@@ -201,15 +212,19 @@ def guarded_h11_protocol(
 
 
 class _CountingTransport:
-    """The connection's transport, counting the bytes written to it (``written``): the send
-    timeout's measure of the client's progress is ``written`` minus the bytes still buffered. Every
-    other attribute is the transport's own."""
+    """The connection's transport, counting the bytes written to it (``written``) for the send
+    timeout's measure of the client's progress (:meth:`taken`). Every other attribute is the
+    transport's own."""
 
-    __slots__ = ("_transport", "written")
+    __slots__ = ("_transport", "on_close", "written")
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         self.written = 0
+        self.on_close: Callable[[], None] | None = None
+        """Called after :meth:`close` (uvicorn closing the connection: its ``close()`` waits for
+        the buffer, so the send timer must watch it; a 400 to a bad request closes without
+        completing a response)."""
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.written += data.nbytes if isinstance(data, memoryview) else len(data)
@@ -219,8 +234,45 @@ class _CountingTransport:
         for data in lines:
             self.write(data)
 
+    def close(self) -> None:
+        self._transport.close()
+        if self.on_close is not None:
+            self.on_close()
+
+    def taken(self) -> int:
+        """Bytes the client took: written, minus those in the transport's buffer, minus those the
+        kernel holds unacknowledged (``ioctl(TIOCOUTQ)``, Linux; elsewhere counted as taken)."""
+        return self.written - self._transport.get_write_buffer_size() - _unacked(self._transport)
+
+    def reset(self) -> None:
+        """Abort with ``SO_LINGER`` 0: the peer gets a reset and the kernel drops unsent bytes."""
+        try:
+            sock = self._transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except (OSError, AttributeError, ValueError):
+            pass
+        self._transport.abort()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+
+def _unacked(transport: asyncio.Transport) -> int:
+    """Bytes the kernel holds in the connection's send queue, unsent or not yet acknowledged
+    (``ioctl(fd, TIOCOUTQ)``, which is ``SIOCOUTQ`` for a TCP socket on Linux); 0 where unknown."""
+    try:
+        import fcntl
+        import termios
+
+        sock = transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if fd < 0:
+            return 0
+        (value,) = struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))
+        return max(0, int(value))
+    except (ImportError, OSError, AttributeError, ValueError, struct.error):
+        return 0
 
 
 class _Refused:

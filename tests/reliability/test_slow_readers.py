@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from jitwatch.core.events import Event, EventKind, Phase
 from jitwatch.store.journal import Journal
@@ -120,11 +121,23 @@ def _send_queue(port: int, client_port: int) -> int:
     raise AssertionError(f"no connection {port} <- {client_port} in /proc/net/tcp")
 
 
-def test_a_client_that_never_reads_a_small_remainder_is_cut(tmp_path: Path) -> None:
-    """The send timeout was armed only when asyncio paused writing (its buffer above 64 KiB): a
-    client that never read, its response leaving 1 byte to 64 KiB in the transport's buffer once
-    the kernel's socket buffers were full, was held forever (uvicorn's close waits for the buffer).
-    Bodies sized to leave ~8-56 KB there: every connection is now aborted."""
+REQUESTS = {
+    "keep-alive": "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    # uvicorn closes the connection itself after the response (its close() waits for the buffer)
+    "close": "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    "http/1.0": "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
+    "then a bad request": "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nNOT-HTTP\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("request_form", list(REQUESTS))
+def test_a_client_that_never_reads_a_small_remainder_is_cut(tmp_path: Path, request_form: str) -> None:
+    """The send timeout was armed only when asyncio paused writing (its buffer above 64 KiB), and
+    never once uvicorn was closing the connection: a client that never read, its response leaving
+    1 byte to 64 KiB in the transport's buffer once the kernel's socket buffers were full, was held
+    forever (uvicorn's close waits for the buffer), and so was any such client that asked with
+    ``Connection: close``, HTTP/1.0 or a bad request after its request. Bodies sized to leave
+    ~8-56 KB there: every connection is now reset (the client sees the cut)."""
     sc = Sidecar(_journal(tmp_path / "j"), env={"JITWATCH_SEND_TIMEOUT_SECONDS": "2"}).start()
     assert sc.proc is not None
     pid = sc.proc.pid
@@ -144,7 +157,7 @@ def test_a_client_that_never_reads_a_small_remainder_is_cut(tmp_path: Path) -> N
             s = socket.socket()
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
             s.connect(("127.0.0.1", sc.port))
-            s.sendall(f"GET /jit?kernels={k} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            s.sendall(REQUESTS[request_form].format(path=f"/jit?kernels={k}").encode())
             clients.append(s)
             time.sleep(0.3)
         deadline = time.monotonic() + 15
@@ -152,7 +165,37 @@ def test_a_client_that_never_reads_a_small_remainder_is_cut(tmp_path: Path) -> N
             time.sleep(0.2)
         assert _client_sockets(pid) <= base, "a client that never read a small remainder was held"
         assert httpx.get(sc.url + "/livez", timeout=5).status_code == 200
+        for s in clients:  # a reset, not a clean end of a cut body
+            s.settimeout(5)
+            with pytest.raises(ConnectionResetError):
+                while s.recv(1 << 20):
+                    pass
     finally:
         for s in clients:
             s.close()
+        sc.stop()
+
+
+@pytest.mark.slow
+def test_a_steady_slow_reader_is_not_cut(tmp_path: Path) -> None:
+    """A client reading 30 KB every 0.1 s (300 KB/s) of the 8 MB document, send timeout 2 s. The
+    kernel's send buffer, full, takes more from the transport's buffer only once about a third of
+    it is drained (~1.3 MB: 4 s at this pace), so the transport saw no progress for longer than the
+    timeout: the client was cut after ~3.9 MB, with a clean end of stream. Progress now counts the
+    bytes the client acknowledged (the kernel's unacknowledged queue, TIOCOUTQ): served whole."""
+    sc = Sidecar(_journal(tmp_path / "j"), env={"JITWATCH_SEND_TIMEOUT_SECONDS": "2"}).start()
+    try:
+        with socket.create_connection(("127.0.0.1", sc.port)) as s:
+            s.settimeout(10)
+            s.sendall(b"GET /jit?kernels=10000 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            data = bytearray()
+            while chunk := s.recv(30_000):
+                data += chunk
+                time.sleep(0.1)
+        head, _, body = bytes(data).partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        assert length > 6_000_000 and len(body) == length, (len(body), length)
+    finally:
         sc.stop()
