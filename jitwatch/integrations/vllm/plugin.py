@@ -260,6 +260,7 @@ class WorkerState:
             },
         }
         mon = jitwatch.install(identity=identity, span_attributes=self.span_attributes)
+        mon.note_exit_exception(None)  # a new worker (engine) in this process: an earlier one's failure is history
         if mon.identity is not identity:
             log.warning(
                 "jitwatch: a monitor was already installed in this process (rank %d); worker rank %d reuses it",
@@ -324,13 +325,14 @@ class WorkerState:
         the worker through a normal exit (``WorkerProc.worker_main`` returns, or its SIGTERM
         handler's ``SystemExit``) that Python does not see as unhandled. The monitor keeps it
         (:meth:`jitwatch.Monitor.note_exit_exception`) so the exit records ``exited`` with its type
-        (never the message); a later step that succeeds forgets it (:meth:`step_succeeded`: the
-        worker went on). With the uniprocess executor the exception leaves the engine core's loop
-        (``run_engine_core`` re-raises it), and the note names the same exception. Only an
-        :class:`Exception` counts: ``SystemExit`` and ``KeyboardInterrupt`` are stops. Never
-        raises."""
+        (never the message). The first failure is kept: with async scheduling (vLLM's default on
+        GPUs) the engine has already sent the next step when it reads a failure, and that step's
+        own failure (a follow-on assertion) would otherwise name the wrong cause. With the
+        uniprocess executor the exception leaves the engine core's loop (``run_engine_core``
+        re-raises it), and the note names the same exception. Only an :class:`Exception` counts:
+        ``SystemExit`` and ``KeyboardInterrupt`` are stops. Never raises."""
         mon = self.monitor
-        if mon is None or not isinstance(exc, Exception):
+        if mon is None or not isinstance(exc, Exception) or self.failed:
             return
         try:
             mon.note_exit_exception(exc)
@@ -339,7 +341,14 @@ class WorkerState:
             _failure("note_failure", err)
 
     def step_succeeded(self) -> None:
-        """A step succeeded after a failed one: the worker went on, its exit is clean again."""
+        """A step succeeded after a failed one. Without vLLM's fault tolerance
+        (``parallel_config.enable_fault_tolerance``, off by default) a worker's failed step is the
+        engine's end, so the failure stays noted: with async scheduling a step the engine sent
+        before it read the failure still runs, and may succeed, on the way to the shutdown. With
+        fault tolerance on, the engine can go on after a failure (``EngineCoreSentinel``), so a
+        later successful step forgets it: the exit is clean again."""
+        if not _fault_tolerant(self.worker):
+            return
         self.failed = False
         mon = self.monitor
         if mon is not None:
@@ -347,6 +356,16 @@ class WorkerState:
                 mon.note_exit_exception(None)
             except Exception as err:  # noqa: BLE001
                 _failure("note_failure", err)
+
+
+def _fault_tolerant(worker: Any) -> bool:
+    """Whether the worker's engine runs with vLLM's fault tolerance (vLLM 0.32's
+    ``ParallelConfig.enable_fault_tolerance``); ``False`` where unknown. Never raises."""
+    try:
+        config = getattr(worker, "vllm_config", None)
+        return getattr(getattr(config, "parallel_config", None), "enable_fault_tolerance", False) is True
+    except Exception:  # noqa: BLE001 - an odd config object: not fault tolerant
+        return False
 
 
 def _step_name(scheduler_output: Any) -> str | None:

@@ -110,10 +110,16 @@ class StepError(RuntimeError):
     pass
 
 
-def test_a_failed_step_is_the_exit_unless_a_later_step_succeeds(env: Path) -> None:
+def _fault_tolerant(worker: StandInWorker) -> None:
+    worker.vllm_config = SimpleNamespace(parallel_config=SimpleNamespace(enable_fault_tolerance=True))  # type: ignore[attr-defined]
+
+
+def test_a_failed_step_is_the_exit_and_the_first_failure_names_it(env: Path) -> None:
     """vLLM catches an exception out of a worker's step and ends the process normally: the plugin
-    notes it for the exit record; a later step that succeeds (vLLM's fault tolerance) forgets it; a
-    ``SystemExit`` inside a step (vLLM's SIGTERM handler) is a stop."""
+    notes it for the exit record. Without fault tolerance (vLLM's default) a failed step is the
+    engine's end: a step that still succeeds afterwards (async scheduling sent it before the engine
+    read the failure) forgets nothing, and a later failure (a follow-on) does not replace the first;
+    a ``SystemExit`` inside a step (vLLM's SIGTERM handler) is a stop."""
     from jitwatch.store.journal import Journal
 
     worker = StandInWorker()
@@ -122,21 +128,20 @@ def test_a_failed_step_is_the_exit_unless_a_later_step_succeeds(env: Path) -> No
     worker.compile_or_warm_up_model()
     mon = jitwatch.get_monitor()
     assert mon is not None
-    worker.fail = ValueError("secret-token-123")
-    with pytest.raises(ValueError):
-        worker.execute_model(step("r1"))
-    assert mon._caught_exception_type == "ValueError"
-    worker.fail = None
-    worker.execute_model(step("r2"))
-    worker.sample_tokens(None)
-    assert mon._caught_exception_type is None
     worker.fail = SystemExit()
     with pytest.raises(SystemExit):
-        worker.execute_model(step("r3"))
+        worker.execute_model(step("r0"))
     assert mon._caught_exception_type is None
     worker.fail = StepError("secret-token-123")
     with pytest.raises(StepError):
-        worker.execute_model(step("r4"))
+        worker.execute_model(step("r1"))
+    worker.fail = None
+    worker.execute_model(step("r2"))  # queued before the engine read the failure
+    worker.sample_tokens(None)
+    worker.fail = AssertionError("a follow-on")
+    with pytest.raises(AssertionError):
+        worker.execute_model(step("r3"))
+    assert mon._caught_exception_type == f"{__name__}.StepError"
     mon._at_exit()  # what the interpreter's exit runs after vLLM's worker loop returned
     with Journal(env, readonly=True) as j:
         (row,) = j.workers()
@@ -144,10 +149,40 @@ def test_a_failed_step_is_the_exit_unless_a_later_step_succeeds(env: Path) -> No
     assert "secret-token-123" not in str(row.attrs)
 
 
+def test_with_fault_tolerance_a_later_step_forgets_the_failure(env: Path) -> None:
+    """With vLLM's fault tolerance on (``parallel_config.enable_fault_tolerance``) the engine can
+    go on after a failed step: a later successful step forgets it, and a later failure is noted
+    afresh. A new worker (engine) in the process forgets an earlier one's failure."""
+    worker = StandInWorker()
+    _fault_tolerant(worker)
+    plugin.attach(worker)
+    worker.init_device()
+    worker.compile_or_warm_up_model()
+    mon = jitwatch.get_monitor()
+    assert mon is not None
+    worker.fail = ValueError("x")
+    with pytest.raises(ValueError):
+        worker.execute_model(step("r1"))
+    assert mon._caught_exception_type == "ValueError"
+    worker.fail = None
+    worker.execute_model(step("r2"))
+    worker.sample_tokens(None)
+    assert mon._caught_exception_type is None
+    worker.fail = StepError("y")
+    with pytest.raises(StepError):
+        worker.execute_model(step("r3"))
+    assert mon._caught_exception_type == f"{__name__}.StepError"
+    again = StandInWorker()  # the caller built a new engine in this process
+    plugin.attach(again)
+    again.init_device()
+    assert mon._caught_exception_type is None
+
+
 def test_a_failed_sampling_is_noted_and_ends_its_step(env: Path) -> None:
     """``sample_tokens`` raising (the second half of a V1 step) is noted like a failed
     ``execute_model``, and the step's request marker is closed all the same."""
     worker = StandInWorker()
+    _fault_tolerant(worker)
     state = plugin.attach(worker)
     assert state is not None
     worker.init_device()
