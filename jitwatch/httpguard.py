@@ -275,52 +275,32 @@ def _unacked(transport: asyncio.Transport) -> int:
         return 0
 
 
-class _Refused:
-    """Counts connections closed for being over the cap; logs one line a minute at most."""
+class _Throttled:
+    """Counts an event; logs ``message`` (with the count since the last line and the caller's
+    ``*args``) one line a minute at most."""
 
-    def __init__(self) -> None:
+    def __init__(self, message: str) -> None:
+        self.message = message
         self.total = 0
         self._last_log = -ACCEPT_LOG_INTERVAL_S
         self._since_log = 0
 
-    def note(self) -> None:
+    def note(self, *args: Any) -> None:
         self.total += 1
         self._since_log += 1
         now = time.monotonic()
         if now - self._last_log >= ACCEPT_LOG_INTERVAL_S:
-            log.warning(
-                "jitwatch sidecar: connection limit reached; closed %s since the last message",
-                plural(self._since_log, "connection"),
-            )
+            log.warning(self.message, plural(self._since_log, "connection"), *args)
             self._last_log, self._since_log = now, 0
 
 
-_refused = _Refused()
-
-
-class _Stalled:
-    """Counts connections aborted by the send timeout; logs one line a minute at most."""
-
-    def __init__(self) -> None:
-        self.total = 0
-        self._last_log = -ACCEPT_LOG_INTERVAL_S
-        self._since_log = 0
-
-    def note(self, unsent: int) -> None:
-        self.total += 1
-        self._since_log += 1
-        now = time.monotonic()
-        if now - self._last_log >= ACCEPT_LOG_INTERVAL_S:
-            log.warning(
-                "jitwatch sidecar: a client read nothing of its response for the send timeout; aborted %s"
-                " since the last message (this one with %d bytes unsent)",
-                plural(self._since_log, "connection"),
-                unsent,
-            )
-            self._last_log, self._since_log = now, 0
-
-
-_stalled = _Stalled()
+_refused = _Throttled("jitwatch sidecar: connection limit reached; closed %s since the last message")
+"""Connections closed for being over the cap."""
+_stalled = _Throttled(
+    "jitwatch sidecar: a client read nothing of its response for the send timeout; aborted %s"
+    " since the last message (this one with %d bytes unsent)"
+)
+"""Connections reset by the send timeout."""
 
 
 class AcceptErrorFilter(logging.Filter):

@@ -81,65 +81,18 @@ _RETIRED_RANK = -1
 """``Journal.prune`` books retired events on this pseudo-rank (journal-wide counter)."""
 
 
-_folded_logged = False
-
-
-class BackendLabels:
-    """The ``backend`` label value of each backend name in a journal: bounded cardinality.
-
-    The journal is a file any process can write: its rows can hold any ``backend`` string (a
-    buggy or hostile writer, a third-party backend, another jitwatch version). A name gets its own
-    label value only when it follows the backend-name rule
-    (:data:`~jitwatch.config.BACKEND_NAME_PATTERN`, at most 64 characters) and is either one of
-    :data:`BUILTIN_BACKENDS` or among the first :data:`MAX_BACKEND_LABELS` such names in sorted
-    order (built-ins counted first); every other name is :data:`OTHER_BACKEND` (its series summed
-    into that value's), the empty name stays empty. Depends on the set of names only (a full
-    build and the sidecar's incremental copy agree); logged once per process when a name is folded.
-    """
-
-    __slots__ = ("folded", "named")
-
-    def __init__(self, names: Iterable[str]) -> None:
-        global _folded_logged
-        every = set(names)
-        valid = {n for n in every if n and backend_name_ok(n)}
-        builtin = sorted(valid.intersection(BUILTIN_BACKENDS))
-        others = sorted(valid.difference(BUILTIN_BACKENDS))
-        keep = builtin + others[: max(0, MAX_BACKEND_LABELS - len(builtin))]
-        self.named: frozenset[str] = frozenset(keep) | {""}
-        folded = sorted(every - self.named)
-        self.folded = len(folded)
-        """Distinct names folded into :data:`OTHER_BACKEND`."""
-        if folded and not _folded_logged:
-            _folded_logged = True
-            log.warning(
-                "jitwatch: %d backend name(s) in the journal exported as backend=%r (not a backend name, or more"
-                " than %d distinct names), e.g. %.80r",
-                len(folded),
-                OTHER_BACKEND,
-                MAX_BACKEND_LABELS,
-                folded[0],
-            )
-
-    def __call__(self, name: str) -> str:
-        return name if name in self.named else OTHER_BACKEND
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, BackendLabels) and other.named == self.named
-
-    def __hash__(self) -> int:
-        return hash(self.named)
-
-
 _bounded_logged: set[str] = set()
 
 
 class BoundedValues:
-    """A label's value for each string a journal holds: bounded cardinality, like
-    :class:`BackendLabels`. A string gets its own value when ``ok(string)`` and it is one of
-    ``always`` or among the first ``cap`` such strings in sorted order (``always`` counted
-    first); the empty string stays empty (``keep_empty``); every other string is :data:`OTHER_BACKEND`. Logged once
-    per process and ``label`` when a string is folded."""
+    """A label's value for each string a journal holds: bounded cardinality. The journal is a file
+    any process can write: its rows can hold any string (a buggy or hostile writer, a third-party
+    backend, another jitwatch version). A string gets its own value when ``ok(string)`` and it is
+    one of ``always`` or among the first ``cap`` such strings in sorted order (``always`` counted
+    first); the empty string stays empty (``keep_empty``); every other string is
+    :data:`OTHER_BACKEND` (its series summed into that value's). Depends on the set of strings
+    only (a full build and the sidecar's incremental copy agree). Logged once per process and
+    ``label`` when a string is folded."""
 
     __slots__ = ("folded", "named")
 
@@ -162,6 +115,7 @@ class BoundedValues:
             self.named |= {""}
         folded = sorted(every - self.named)
         self.folded = len(folded)
+        """Distinct strings folded into :data:`OTHER_BACKEND`."""
         if folded and label not in _bounded_logged:
             _bounded_logged.add(label)
             log.warning(
@@ -177,6 +131,23 @@ class BoundedValues:
 
     def __call__(self, value: str) -> str:
         return value if value in self.named else OTHER_BACKEND
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.named == self.named
+
+    def __hash__(self) -> int:
+        return hash(self.named)
+
+
+class BackendLabels(BoundedValues):
+    """The ``backend`` label value of each backend name in a journal (:class:`BoundedValues`):
+    names that follow the backend-name rule (:data:`~jitwatch.config.BACKEND_NAME_PATTERN`, at most
+    64 characters), :data:`BUILTIN_BACKENDS` always, up to :data:`MAX_BACKEND_LABELS` in all."""
+
+    __slots__ = ()
+
+    def __init__(self, names: Iterable[str]) -> None:
+        super().__init__(names, label="backend", ok=backend_name_ok, cap=MAX_BACKEND_LABELS, always=BUILTIN_BACKENDS)
 
 
 def _version_ok(value: str) -> bool:
