@@ -485,12 +485,15 @@ def local_url_host(host: str) -> str:
     return f"[{h}]" if ":" in h and not h.startswith("[") else h
 
 
-def check_bind(host: str, port: int) -> None:
-    """Bind (and close) a test socket on ``host:port`` the way uvicorn binds its listener.
+def check_bind(host: str, port: int) -> int:
+    """Bind (and close) a test socket on ``host:port`` the way uvicorn binds its listener; return
+    the port bound: ``port``, or for port 0 the free port the OS picked (which :func:`run` then
+    serves on, so the line it prints names the real port; another process taking that port in
+    the moment between is uvicorn's bind error).
 
     ``SO_REUSEADDR`` is set as uvicorn sets it, so a port whose previous listener is gone and only
     left ``TIME_WAIT`` connections (a server just stopped with Ctrl-C) counts as free, while a port
-    with a live listener does not. Port 0 always succeeds.
+    with a live listener does not.
 
     Raises:
         PortUnavailableError: the bind failed; the message names the address and the OS reason.
@@ -505,6 +508,7 @@ def check_bind(host: str, port: int) -> None:
             s.bind((bind_host, port))
         except OSError as exc:
             raise PortUnavailableError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
+        return int(s.getsockname()[1])
 
 
 def startup_line(host: str, port: int, journal_dir: Path, token: str | None) -> str:
@@ -539,9 +543,10 @@ def run(
     """Serve the sidecar with uvicorn until interrupted (blocking).
 
     Defaults come from ``settings`` (``JITWATCH_HOST``/``JITWATCH_PORT``/``JITWATCH_DIR``/
-    ``JITWATCH_TOKEN``): ``127.0.0.1:9400``. Binding every interface logs a warning (and a louder
-    one without a token): the endpoints expose kernel names and specialization keys. Prints
-    :func:`startup_line` to stderr before uvicorn starts.
+    ``JITWATCH_TOKEN``): ``127.0.0.1:9400``; port 0 serves on a free port the OS picks. Binding
+    every interface logs a warning (and a louder one without a token): the endpoints expose kernel
+    names and specialization keys. Prints :func:`startup_line`, with the port served, to stderr
+    before uvicorn starts.
 
     Raises:
         PortUnavailableError: ``host:port`` cannot be bound (checked before uvicorn starts).
@@ -556,7 +561,7 @@ def run(
     token = token if token is not None else settings.token
     app = create_app(journal_dir, token=token, settings=settings, stale_after=stale_after)
     warn_all_interfaces(host, token)
-    check_bind(host, port)
+    port = check_bind(host, port)
     print(startup_line(host, port, app.state.journal_dir, token), file=sys.stderr, flush=True)
     served, options = server_options(app, host, port, token, settings, log_level=log_level, access_log=access_log)
     uvicorn.run(served, **options)

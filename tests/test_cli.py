@@ -17,6 +17,7 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
+from jitwatch import config
 from jitwatch.cli import app
 from jitwatch.config import Settings
 from jitwatch.core.events import Event, EventKind, Phase
@@ -793,6 +794,38 @@ def test_serve_reads_no_variable_its_options_replace(tmp_path: Path) -> None:
     res = runner.invoke(app, ["serve", "--journal-dir", str(db)], env=env)
     assert res.exit_code == 2 and res.stderr.startswith("jitwatch: JITWATCH_"), res.output
     assert "journal file" not in res.stderr, res.stderr  # refused for a variable, before the directory
+
+
+_BAD_SIDECAR_VALUES = {
+    config.JITWATCH_PORT: "abc",
+    config.JITWATCH_STALE_SECONDS: "-1",
+    config.JITWATCH_READ_TIMEOUT_SECONDS: "abc",
+    config.JITWATCH_HEADER_TIMEOUT_SECONDS: "abc",
+    config.JITWATCH_SEND_TIMEOUT_SECONDS: "-1",
+    config.JITWATCH_MAX_CONNECTIONS: "abc",
+}
+_FREE_TEXT_SIDECAR_VARIABLES = {config.JITWATCH_HOST, config.JITWATCH_TOKEN, config.JITWATCH_ALLOWED_HOSTS}
+"""A bad value of every sidecar-only variable but those taking any text (a host name, a token, a
+list of host names)."""
+
+
+def test_every_sidecar_variable_has_a_bad_value_to_try() -> None:
+    """A sidecar-only variable added later gets a bad value in the test below, or is named here."""
+    assert set(_BAD_SIDECAR_VALUES) | _FREE_TEXT_SIDECAR_VARIABLES == set(config.SIDECAR_ONLY_VARIABLES)
+
+
+@pytest.mark.parametrize("name", sorted(_BAD_SIDECAR_VALUES))
+def test_serve_refuses_a_bad_value_of_every_sidecar_variable(tmp_path: Path, name: str) -> None:
+    """`JITWATCH_READ_TIMEOUT_SECONDS=abc jitwatch serve` (and HEADER/SEND_TIMEOUT, MAX_CONNECTIONS)
+    served with the default, without a word: `serve` did not name them among the variables it
+    checks. A bad value of each sidecar-only variable is now one line naming it, exit 2, before
+    anything is served (the journal directory, a file, is refused only after the variables)."""
+    fill(tmp_path / "run")
+    db = tmp_path / "run" / "journal.db"
+    res = runner.invoke(app, ["serve", "--journal-dir", str(db)], env={name: _BAD_SIDECAR_VALUES[name]})
+    assert res.exit_code == 2, (name, res.output)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"jitwatch: {name}="), lines
 
 
 def test_serve_refuses_a_file_as_the_journal_directory(tmp_path: Path) -> None:

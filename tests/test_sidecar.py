@@ -318,7 +318,7 @@ def test_run_warns_on_all_interfaces(
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
-    monkeypatch.setattr("jitwatch.sidecar.check_bind", lambda host, port: None)  # 9400 may be busy here
+    monkeypatch.setattr("jitwatch.sidecar.check_bind", lambda host, port: port)  # 9400 may be busy here
     with caplog.at_level(logging.WARNING, logger="jitwatch.sidecar"):
         run("0.0.0.0", 9999, tmp_path, None, settings=NO_ENV)
     assert seen["host"] == "0.0.0.0" and seen["port"] == 9999
@@ -349,6 +349,20 @@ def test_run_prints_startup_line_and_checks_the_port(
         with pytest.raises(PortUnavailableError, match=f"127.0.0.1:{busy}"):
             run("127.0.0.1", busy, tmp_path, None, settings=NO_ENV)
     assert f":{busy}" not in capsys.readouterr().err  # nothing printed: it never started
+
+
+def test_port_0_serves_on_the_port_it_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`serve --port 0` printed `http://127.0.0.1:0` while uvicorn served elsewhere: the free port
+    the OS picks is now the one printed and the one uvicorn is given."""
+    import uvicorn
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
+    run("127.0.0.1", 0, tmp_path, None, settings=NO_ENV)
+    assert seen["port"] > 0
+    assert f"http://127.0.0.1:{seen['port']} " in capsys.readouterr().err
 
 
 def test_check_bind_accepts_a_port_left_in_time_wait() -> None:

@@ -310,15 +310,14 @@ def _settings(*uses: str) -> Settings:
 
 SIDECAR_VARIABLES = (
     config.JITWATCH_DIR,
-    config.JITWATCH_HOST,
-    config.JITWATCH_PORT,
-    config.JITWATCH_TOKEN,
     config.JITWATCH_RETENTION_EVENTS,
     config.JITWATCH_RETENTION_SECONDS,
     config.JITWATCH_MAX_KERNELS,
-    config.JITWATCH_STALE_SECONDS,
+    *config.SIDECAR_ONLY_VARIABLES,
 )
-"""What ``jitwatch serve`` reads (the sidecar); the other commands name theirs where they call :func:`_settings`."""
+"""What ``jitwatch serve`` reads (the sidecar: every sidecar-only variable, so a bad
+``JITWATCH_SEND_TIMEOUT_SECONDS`` is refused rather than served with the default); the other
+commands name theirs where they call :func:`_settings`."""
 
 
 DEFAULT_DIR_HELP = "$JITWATCH_DIR, else $XDG_STATE_HOME/jitwatch or ~/.local/state/jitwatch"
@@ -362,7 +361,8 @@ def serve(
         str | None, typer.Option(show_default="$JITWATCH_HOST, else 127.0.0.1", help="Bind address.")
     ] = None,
     port: Annotated[
-        int | None, typer.Option(min=0, max=65535, show_default="$JITWATCH_PORT, else 9400", help="Port.")
+        int | None,
+        typer.Option(min=0, max=65535, show_default="$JITWATCH_PORT, else 9400", help="Port (0: a free one, printed)."),
     ] = None,
     journal_dir: JournalDirOpt = None,
     token: Annotated[
