@@ -41,13 +41,13 @@ def demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, "COLUMNS": "160", "JITWATCH_DIR": str(tmp_path / "unused"), **extra}
 
 
-def run_demo_cli(tmp_path: Path, *flags: str) -> dict[str, Any]:
+def run_demo_cli(tmp_path: Path, *flags: str, env_extra: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``jitwatch demo --exit`` as a subprocess; poll /readyz meanwhile; return what it saw."""
     port = free_port()
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "jitwatch.cli", "demo", "--exit", "--port", str(port)]
     cmd += ["--journal-dir", str(tmp_path / "journal"), "--output-dir", str(out), *flags]
-    env = demo_env(tmp_path)
+    env = demo_env(tmp_path, **(env_extra or {}))
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     codes: list[int] = []
     deadline = time.monotonic() + 240
@@ -149,7 +149,11 @@ def test_demo_closes_the_loop_with_the_commands_it_prints(tmp_path: Path) -> Non
     assert kernel(first["jit"], "zero_kv_blocks_kernel")["compiles_serving"] == 1
     lines = first["stdout"].splitlines()
     (export,) = [line.split(": ", 1)[1] for line in lines if line.startswith("a warmup manifest of the Triton one: ")]
-    (again,) = [line.split(": ", 1)[1] for line in lines if line.startswith("then replay it in the worker's warmup: ")]
+    (again,) = [
+        line.split(": ", 1)[1]
+        for line in lines
+        if line.startswith("once this demo has stopped, replay it in the worker's warmup: ")
+    ]
     journal_dir = tmp_path / "journal"
     assert f"--journal-dir {journal_dir}" in export and f"-o {journal_dir / 'manifest.json'}" in export
     # the narrowest allow prefix, the kernel's own module, as the warn line's and `why`'s fix name it
@@ -419,6 +423,34 @@ def test_summary_counts_warmup_compiles_in_words(tmp_path: Path, compiles: int, 
     assert line.startswith(f"warmup: complete in 0.500s, {shown}") and "(s)" not in line, line
 
 
+def test_summary_says_when_the_manifest_was_not_replayed(tmp_path: Path) -> None:
+    """A JITWATCH_MANIFEST that could not be read was one log line near the top; the warmup line
+    then read as if nothing had been asked for. It now says the manifest was not replayed."""
+    from rich.console import Console
+
+    from jitwatch.demo.runner import DemoReport, print_summary
+
+    jit = {"ranks": [{"rank": 0, "ready": True, "warmup_duration_s": 0.5, "warmup_compiles": 2}], "kernels": []}
+    for warmup, shown in [({"ran": True, "manifest_not_replayed": True}, True), ({"ran": True}, False)]:
+        console = Console(record=True, width=400)
+        print_summary(DemoReport(journal_dir=tmp_path, url="http://127.0.0.1:9400", jit=jit, warmup=warmup), console)
+        (line,) = [line for line in console.export_text().splitlines() if line.startswith("warmup: ")]
+        assert ("JITWATCH_MANIFEST NOT replayed" in line) is shown, line
+
+
+@pytest.mark.slow
+def test_demo_with_an_unreadable_manifest_says_so_in_its_summary(tmp_path: Path) -> None:
+    """The demo with a truncated JITWATCH_MANIFEST: the worker logs why and warms as without one,
+    and the summary's warmup line says the manifest was not replayed (exit 0, as before)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "jitwatch-manifest", "entries": [')
+    r = run_demo_cli(tmp_path, env_extra={"JITWATCH_MANIFEST": str(bad), "JITWATCH_MANIFEST_ALLOW": "jitwatch.kernels"})
+    assert "jitwatch: not replaying warmup manifest" in r["stdout"], r["stdout"]
+    (line,) = [x for x in r["stdout"].splitlines() if x.startswith("warmup: ")]
+    assert "JITWATCH_MANIFEST NOT replayed" in line and "manifest replayed in warmup" not in line, line
+    assert r["demo"]["warmup"].get("manifest_not_replayed") is True
+
+
 def test_summary_offers_a_manifest_only_for_triton_serving_compiles(tmp_path: Path) -> None:
     """The record and replay commands are printed when a Triton kernel compiled in serving (with
     the demo's own options: --port, flags); with torch.compile's serving compiles alone the export
@@ -437,7 +469,11 @@ def test_summary_offers_a_manifest_only_for_triton_serving_compiles(tmp_path: Pa
     jit["recent_serving_compiles"] = [tc, {"backend": "triton", "kernel": "zero_kv_blocks_kernel", "request_id": 3}]
     console = Console(record=True, width=400)
     print_summary(DemoReport(journal_dir=tmp_path, url="http://127.0.0.1:9555", jit=jit, demo_args=args), console)
-    (line,) = [x for x in console.export_text().splitlines() if x.startswith("then replay it in the worker's warmup: ")]
+    (line,) = [
+        x
+        for x in console.export_text().splitlines()
+        if x.startswith("once this demo has stopped, replay it in the worker's warmup: ")
+    ]
     assert line.endswith(f" demo --journal-dir {tmp_path} --port 9555 --no-warmup --exit"), line
     assert f"JITWATCH_MANIFEST={tmp_path / 'manifest.json'} JITWATCH_MANIFEST_ALLOW=jitwatch.kernels " in line
 
@@ -473,7 +509,7 @@ def test_the_summary_s_replay_allows_the_modules_the_fix_names(demo_like_journal
         report = DemoReport(journal_dir=demo_like_journal, url="http://x", jit=jit, manifest_modules=given)
         console = Console(record=True, width=400)
         print_summary(report, console)
-        (line,) = [x for x in console.export_text().splitlines() if x.startswith("then replay it")]
+        (line,) = [x for x in console.export_text().splitlines() if x.startswith("once this demo has stopped, replay it")]
         lines.append(line)
     assert f" JITWATCH_MANIFEST_ALLOW={fix_allow} " in lines[0], (lines[0], fix_allow)
     assert " JITWATCH_MANIFEST_ALLOW=jitwatch.kernels " in lines[1], lines[1]

@@ -698,7 +698,12 @@ def print_summary(report: DemoReport, console: Any) -> None:
         f"warmup: {'complete' if rank.get('ready') else 'NOT complete'} in "
         f"{'-' if warm is None else f'{warm:.3f}s'}, {_compiles(rank.get('warmup_compiles'))}"
         + ("" if report.warmup.get("ran") else " (--no-warmup: slot-mapping warmup skipped)")
-        + (f"; manifest replayed in warmup: {report.warmup['manifest']}" if report.warmup.get("manifest") else ""),
+        + (f"; manifest replayed in warmup: {report.warmup['manifest']}" if report.warmup.get("manifest") else "")
+        + (
+            "; JITWATCH_MANIFEST NOT replayed (the `jitwatch: not replaying` line above says why)"
+            if report.warmup.get("manifest_not_replayed")
+            else ""
+        ),
         f"/readyz: {flips} ({_readyz_timeline(report.worker_started_s, warm)})",
         f"served {len(steps)} steps, {len(sizes)} different token counts {sizes}; "
         f"serving-phase compiles: {rank.get('serving_compiles')}",
@@ -737,7 +742,7 @@ def print_summary(report: DemoReport, console: Any) -> None:
         lines += [
             Text(f"a warmup manifest of {which}: {jw} manifest export --journal-dir {jdir} -o {manifest}"),
             Text(
-                f"then replay it in the worker's warmup: JITWATCH_MANIFEST={manifest} "
+                f"once this demo has stopped, replay it in the worker's warmup: JITWATCH_MANIFEST={manifest} "
                 f"JITWATCH_MANIFEST_ALLOW={shell_word(','.join(report.manifest_modules) or DEMO_MANIFEST_ALLOW)} "
                 f"{jw} demo "
                 + " ".join(shell_word(a) for a in report.demo_args or ["--journal-dir", str(report.journal_dir)])

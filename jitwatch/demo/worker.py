@@ -235,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             replayed = replay_from_env(mon)
         if replayed is not None:
             warm["manifest"] = replayed.summary()
+        elif mon.settings.manifest is not None:
+            warm["manifest_not_replayed"] = True  # replay_from_env logged why (unreadable, not a manifest, …)
         if not args.no_warmup:
             # --specialize-num-tokens reproduces the original engine: its warmup (a dummy run)
             # saw one token count only, so new request-size classes compile while serving.
