@@ -23,6 +23,9 @@ from jitwatch.core.identity import WorkerIdentity
 from jitwatch.core.monitor import EventSink, Monitor, NullSink
 from jitwatch.export.otlp import build_event_exporters
 from jitwatch.store.writer import JournalWriter
+from jitwatch.text import logger
+
+log = logger(__name__)
 
 
 def export_resource(settings: Settings, identity: WorkerIdentity) -> dict[str, Any]:
@@ -116,7 +119,8 @@ def install(
     tracer_provider: Any | None = None,
     span_attributes: dict[str, Any] | None = None,
 ) -> Monitor:
-    """Install the process-wide :class:`Monitor` (idempotent: returns the existing one).
+    """Install the process-wide :class:`Monitor` (idempotent: returns the existing one, unchanged;
+    a second call asking for another ``mode`` or ``journal_dir`` logs a warning saying so).
 
     Args:
         mode: ``off``/``warn``/``error``; default ``JITWATCH_MODE`` (``warn``).
@@ -134,6 +138,7 @@ def install(
     global _monitor
     with _monitor_lock:
         if _monitor is not None:
+            _warn_if_not_as_asked(_monitor, mode, journal_dir)
             return _monitor
         settings = Settings.for_worker()
         if journal_dir is not None:
@@ -144,6 +149,24 @@ def install(
             settings, mode=mode, identity=identity, tracer_provider=tracer_provider, span_attributes=span_attributes
         ).install()
         return _monitor
+
+
+def _warn_if_not_as_asked(monitor: Monitor, mode: Mode | str | None, journal_dir: Any) -> None:
+    """A second :func:`install` that asks for another mode or journal directory than the monitor
+    already installed gets that monitor unchanged: say so (one warning) rather than let
+    ``install(mode="error")`` read as error mode while the monitor warns. A bad ``mode`` raises
+    :class:`~jitwatch.errors.ConfigError` as on a first call."""
+    asked: list[str] = []
+    if mode is not None and parse_mode(mode) is not monitor.mode:
+        asked.append(f"mode={parse_mode(mode).value!r} (it runs in {monitor.mode.value!r})")
+    if journal_dir is not None and Path(journal_dir) != Path(monitor.settings.journal_dir):
+        asked.append("another journal_dir")
+    if asked:
+        log.warning(
+            "jitwatch: install(%s) returned the monitor already installed, unchanged; "
+            "call jitwatch.uninstall() first to install another",
+            ", ".join(asked),
+        )
 
 
 _forked_away: list[Monitor] = []

@@ -144,3 +144,41 @@ def test_install_uninstall_install_records_again(tmp_path: Path) -> None:
     result = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
     assert proc.returncode == 0 and result, proc.stderr[-3000:]
     assert result[0] == "RESULT [16, 32] 3 active", result
+
+
+SECOND_INSTALL = textwrap.dedent(
+    """
+    import logging, os, sys
+    os.environ["JITWATCH_DIR"] = sys.argv[1]
+    os.environ["JITWATCH_BACKENDS"] = "triton"
+    import jitwatch
+    from jitwatch.errors import ConfigError
+
+    first = jitwatch.install(tracer_provider=False)
+    same = jitwatch.install()  # nothing asked: silent
+    print("QUIET-DONE", flush=True)
+    asked = jitwatch.install(mode="error", journal_dir=sys.argv[1] + "-other")
+    print("RESULT", same is first, asked is first, first.mode.value, flush=True)
+    try:
+        jitwatch.install(mode="loud")
+    except ConfigError as exc:
+        print("REFUSED", exc, flush=True)
+    jitwatch.uninstall()
+    """
+)
+
+
+def test_a_second_install_asking_for_another_mode_says_it_got_the_first(tmp_path: Path) -> None:
+    """`install(); install(mode="error")` returned the warn-mode monitor without a word, so the
+    caller read error mode; now one warning names what was asked and what runs. A second call
+    asking nothing stays silent, and a bad mode is refused as on a first call."""
+    proc = subprocess.run(
+        [sys.executable, "-c", SECOND_INSTALL, str(tmp_path / "j")], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert "RESULT True True warn" in out, proc.stdout
+    assert any(line.startswith("REFUSED JITWATCH_MODE='loud'") for line in out), proc.stdout
+    warned = [line for line in proc.stderr.splitlines() if "returned the monitor already installed" in line]
+    assert len(warned) == 1, proc.stderr
+    assert "mode='error' (it runs in 'warn')" in warned[0] and "another journal_dir" in warned[0], warned
