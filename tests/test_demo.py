@@ -509,7 +509,9 @@ def test_the_summary_s_replay_allows_the_modules_the_fix_names(demo_like_journal
         report = DemoReport(journal_dir=demo_like_journal, url="http://x", jit=jit, manifest_modules=given)
         console = Console(record=True, width=400)
         print_summary(report, console)
-        (line,) = [x for x in console.export_text().splitlines() if x.startswith("once this demo has stopped, replay it")]
+        (line,) = [
+            x for x in console.export_text().splitlines() if x.startswith("once this demo has stopped, replay it")
+        ]
         lines.append(line)
     assert f" JITWATCH_MANIFEST_ALLOW={fix_allow} " in lines[0], (lines[0], fix_allow)
     assert " JITWATCH_MANIFEST_ALLOW=jitwatch.kernels " in lines[1], lines[1]
