@@ -513,7 +513,7 @@ def check_bind(host: str, port: int) -> int:
 
 def startup_line(host: str, port: int, journal_dir: Path, token: str | None) -> str:
     """The one line ``jitwatch serve`` prints before serving: URL, journal dir, token or not."""
-    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host or "0.0.0.0"
     auth = "bearer token required (except /livez, /readyz)" if token else "no token"
     return f"jitwatch sidecar on http://{shown}:{port} (journal {journal_dir}; {auth})"
 
@@ -557,6 +557,8 @@ def run(
 
     settings = settings or Settings.from_env()
     host = host if host is not None else settings.host
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # "[::1]", as in a URL: uvicorn takes the bare address (it failed to resolve it)
     port = port if port is not None else settings.port
     token = token if token is not None else settings.token
     app = create_app(journal_dir, token=token, settings=settings, stale_after=stale_after)

@@ -18,7 +18,7 @@ from typing import Any
 
 from jitwatch._version import __version__
 from jitwatch.backends.base import Backend
-from jitwatch.config import Mode, Settings, parse_mode
+from jitwatch.config import Mode, Settings, journal_dir_value, parse_mode
 from jitwatch.core.identity import WorkerIdentity
 from jitwatch.core.monitor import EventSink, Monitor, NullSink
 from jitwatch.export.otlp import build_event_exporters
@@ -125,7 +125,8 @@ def install(
     Args:
         mode: ``off``/``warn``/``error``; default ``JITWATCH_MODE`` (``warn``).
         rank: global rank; default ``JITWATCH_RANK`` (offset) + ``RANK``/``LOCAL_RANK`` (or 0).
-        journal_dir: default ``JITWATCH_DIR``.
+        journal_dir: default ``JITWATCH_DIR``; read as that variable is (``~`` expanded, blank =
+            not given).
 
     Backends are those ``JITWATCH_BACKENDS`` selects (default: every available one); a backend
     whose library the host has not imported yet hooks in when it does.
@@ -137,12 +138,13 @@ def install(
     """
     global _monitor
     with _monitor_lock:
+        asked_dir = _journal_dir_arg(journal_dir)
         if _monitor is not None:
-            _warn_if_not_as_asked(_monitor, mode, journal_dir)
+            _warn_if_not_as_asked(_monitor, mode, asked_dir)
             return _monitor
         settings = Settings.for_worker()
-        if journal_dir is not None:
-            settings = replace(settings, journal_dir=Path(journal_dir))
+        if asked_dir is not None:
+            settings = replace(settings, journal_dir=asked_dir)
         if identity is None:
             identity = WorkerIdentity.from_settings(settings, rank=rank)
         _monitor = create_monitor(
@@ -151,21 +153,41 @@ def install(
         return _monitor
 
 
-def _warn_if_not_as_asked(monitor: Monitor, mode: Mode | str | None, journal_dir: Any) -> None:
+def _journal_dir_arg(journal_dir: str | os.PathLike[str] | None) -> Path | None:
+    """``install(journal_dir=...)`` read as ``JITWATCH_DIR`` is (:func:`jitwatch.config.journal_dir_value`):
+    whitespace around it dropped, ``~`` expanded, blank = not given. It was ``Path(value)`` as is:
+    ``"~/x"`` made a directory named ``~`` in the working directory.
+
+    Raises:
+        jitwatch.errors.ConfigError: a ``~`` that cannot be expanded."""
+    if journal_dir is None:
+        return None
+    return journal_dir_value(os.fspath(journal_dir), "journal_dir")
+
+
+_warned_asks: set[tuple[str, ...]] = set()
+"""What a second :func:`install` asked for and was warned about: each once per process."""
+
+
+def _warn_if_not_as_asked(monitor: Monitor, mode: Mode | str | None, journal_dir: Path | None) -> None:
     """A second :func:`install` that asks for another mode or journal directory than the monitor
-    already installed gets that monitor unchanged: say so (one warning) rather than let
-    ``install(mode="error")`` read as error mode while the monitor warns. A bad ``mode`` raises
-    :class:`~jitwatch.errors.ConfigError` as on a first call."""
+    already installed gets that monitor unchanged: say so (one warning per distinct ask) rather
+    than let ``install(mode="error")`` read as error mode while the monitor warns. Directories are
+    compared absolute and normalised (``a/../b`` is ``b``; symbolic links are not resolved). A bad
+    ``mode`` raises :class:`~jitwatch.errors.ConfigError` as on a first call."""
     asked: list[str] = []
     if mode is not None and parse_mode(mode) is not monitor.mode:
-        asked.append(f"mode={parse_mode(mode).value!r} (it runs in {monitor.mode.value!r})")
-    if journal_dir is not None and Path(journal_dir) != Path(monitor.settings.journal_dir):
-        asked.append("another journal_dir")
-    if asked:
+        asked.append(f"mode={parse_mode(mode).value!r}, it runs in {monitor.mode.value!r}")
+    running_dir = os.path.abspath(monitor.settings.journal_dir)
+    if journal_dir is not None and os.path.abspath(journal_dir) != running_dir:
+        asked.append(f"journal_dir={os.path.abspath(journal_dir)!r}, it writes to {running_dir!r}")
+    key = tuple(asked)
+    if asked and key not in _warned_asks:
+        _warned_asks.add(key)
         log.warning(
-            "jitwatch: install(%s) returned the monitor already installed, unchanged; "
+            "jitwatch: install() asked for %s: returned the monitor already installed, unchanged; "
             "call jitwatch.uninstall() first to install another",
-            ", ".join(asked),
+            "; ".join(asked),
         )
 
 

@@ -212,6 +212,17 @@ def test_empty_token_refused() -> None:
         create_app(Path("/nonexistent"), token=" ", settings=Settings.from_env({}))
 
 
+def test_a_whitespace_token_variable_is_one_line() -> None:
+    """`JITWATCH_TOKEN="   " jitwatch serve` was create_app's ConfigError as a traceback, exit 1;
+    now one line, exit 2, as `--token " "`. With --token given the variable is not read."""
+    res = _cli("serve", "--port", str(free_port()), env={"JITWATCH_TOKEN": "   "}, timeout=30)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert lines == ["jitwatch: JITWATCH_TOKEN is only whitespace: set a real token, or unset it to serve without one"]
+    res = _cli("serve", "--token", "abc", "--journal-dir", "/dev/null", env={"JITWATCH_TOKEN": "   "}, timeout=30)
+    assert res.returncode == 2 and "JITWATCH_TOKEN" not in res.stderr, res.stderr  # refused for /dev/null only
+
+
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Any:
     """``jitwatch serve`` with a non-ASCII token, as a real process on 127.0.0.1."""

@@ -363,6 +363,14 @@ def test_port_0_serves_on_the_port_it_prints(
     run("127.0.0.1", 0, tmp_path, None, settings=NO_ENV)
     assert seen["port"] > 0
     assert f"http://127.0.0.1:{seen['port']} " in capsys.readouterr().err
+    # "[::1]" as in a URL: uvicorn is given the bare address (it failed to resolve "[::1]");
+    # an empty host (every interface) is printed as 0.0.0.0, not "http://:PORT"
+    for given, served, shown in [("[::1]", "::1", "[::1]"), ("", "", "0.0.0.0")]:
+        if given and not socket.has_ipv6:
+            continue
+        run(given, 0, tmp_path, "t", settings=NO_ENV)
+        assert seen["host"] == served, seen
+        assert f"http://{shown}:{seen['port']} " in capsys.readouterr().err
 
 
 def test_check_bind_accepts_a_port_left_in_time_wait() -> None:

@@ -391,6 +391,9 @@ def serve(
     settings = _journal_settings(journal_dir, *uses)
     if token is not None and not token.strip():
         raise _fail("--token is empty: pass a real token, or leave --token out to serve without one")
+    if token is None and settings.token is not None and not settings.token.strip():
+        # create_app refuses it too (ConfigError): here it is one line, not a traceback
+        raise _fail(f"{config.JITWATCH_TOKEN} is only whitespace: set a real token, or unset it to serve without one")
     # A file as the journal directory (--journal-dir or JITWATCH_DIR) is refused as `why` refuses
     # it, before serving a /readyz that could only answer 503; a missing directory is fine.
     journal = _read_journal(journal_dir, settings)

@@ -700,7 +700,7 @@ def print_summary(report: DemoReport, console: Any) -> None:
         + ("" if report.warmup.get("ran") else " (--no-warmup: slot-mapping warmup skipped)")
         + (f"; manifest replayed in warmup: {report.warmup['manifest']}" if report.warmup.get("manifest") else "")
         + (
-            "; JITWATCH_MANIFEST NOT replayed (the `jitwatch: not replaying` line above says why)"
+            "; JITWATCH_MANIFEST NOT replayed (a `jitwatch:` line above says why)"
             if report.warmup.get("manifest_not_replayed")
             else ""
         ),

@@ -148,21 +148,31 @@ def test_install_uninstall_install_records_again(tmp_path: Path) -> None:
 
 SECOND_INSTALL = textwrap.dedent(
     """
-    import logging, os, sys
-    os.environ["JITWATCH_DIR"] = sys.argv[1]
+    import os, sys
+    home, work = sys.argv[1], sys.argv[2]
+    os.environ["HOME"] = home
+    os.environ["JITWATCH_DIR"] = "~/j"
     os.environ["JITWATCH_BACKENDS"] = "triton"
+    os.chdir(work)
     import jitwatch
     from jitwatch.errors import ConfigError
 
     first = jitwatch.install(tracer_provider=False)
     same = jitwatch.install()  # nothing asked: silent
+    # the same directory spelled four ways: silent
+    for spelled in (os.path.join(home, "j"), home + "/x/../j/", os.path.relpath(os.path.join(home, "j")), " ~/j "):
+        assert jitwatch.install(journal_dir=spelled) is first
     print("QUIET-DONE", flush=True)
-    asked = jitwatch.install(mode="error", journal_dir=sys.argv[1] + "-other")
-    print("RESULT", same is first, asked is first, first.mode.value, flush=True)
+    for _ in range(3):  # asked three times: one warning
+        asked = jitwatch.install(mode="error", journal_dir=os.path.join(home, "other"))
+    print("RESULT", same is first, asked is first, first.mode.value, str(first.settings.journal_dir), flush=True)
     try:
         jitwatch.install(mode="loud")
     except ConfigError as exc:
         print("REFUSED", exc, flush=True)
+    jitwatch.uninstall()
+    second = jitwatch.install(journal_dir="~/k", tracer_provider=False)  # ~ expanded, as JITWATCH_DIR
+    print("SECOND", str(second.settings.journal_dir), os.path.isdir(os.path.join(work, "~")), flush=True)
     jitwatch.uninstall()
     """
 )
@@ -170,15 +180,23 @@ SECOND_INSTALL = textwrap.dedent(
 
 def test_a_second_install_asking_for_another_mode_says_it_got_the_first(tmp_path: Path) -> None:
     """`install(); install(mode="error")` returned the warn-mode monitor without a word, so the
-    caller read error mode; now one warning names what was asked and what runs. A second call
-    asking nothing stays silent, and a bad mode is refused as on a first call."""
+    caller read error mode; now one warning names what was asked and what runs, once however often
+    it is asked. A second call asking nothing, or the same directory spelled otherwise (absolute,
+    relative, `..`, `~`), stays silent; a bad mode is refused as on a first call.
+    `install(journal_dir="~/k")` expands `~` as JITWATCH_DIR does (it made a directory named `~`)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-c", SECOND_INSTALL, str(tmp_path / "j")], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", SECOND_INSTALL, str(home), str(work)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.splitlines()
-    assert "RESULT True True warn" in out, proc.stdout
+    assert "QUIET-DONE" in out, proc.stdout
+    assert f"RESULT True True warn {home / 'j'}" in out, proc.stdout
     assert any(line.startswith("REFUSED JITWATCH_MODE='loud'") for line in out), proc.stdout
+    assert f"SECOND {home / 'k'} False" in out, proc.stdout
     warned = [line for line in proc.stderr.splitlines() if "returned the monitor already installed" in line]
     assert len(warned) == 1, proc.stderr
-    assert "mode='error' (it runs in 'warn')" in warned[0] and "another journal_dir" in warned[0], warned
+    assert "mode='error', it runs in 'warn'" in warned[0], warned
+    assert f"journal_dir={str(home / 'other')!r}, it writes to {str(home / 'j')!r}" in warned[0], warned
