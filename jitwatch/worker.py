@@ -133,7 +133,9 @@ def install(
 
     Raises:
         jitwatch.errors.ConfigError: a ``JITWATCH_*`` variable a worker reads has an unusable value
-            (not for the sidecar-only ones, :data:`jitwatch.config.SIDECAR_ONLY_VARIABLES`).
+            (not for the sidecar-only ones, :data:`jitwatch.config.SIDECAR_ONLY_VARIABLES`), or
+            ``mode`` is not a mode, or ``journal_dir`` has a ``~`` that cannot be expanded (on a
+            second call too).
         jitwatch.errors.BackendError: ``JITWATCH_BACKENDS`` names an unknown backend.
     """
     global _monitor
