@@ -828,6 +828,20 @@ def test_serve_refuses_a_bad_value_of_every_sidecar_variable(tmp_path: Path, nam
     assert len(lines) == 1 and lines[0].startswith(f"jitwatch: {name}="), lines
 
 
+def test_status_with_port_variable_0_says_it_cannot_know_the_port() -> None:
+    """`JITWATCH_PORT=0 jitwatch status` asked http://127.0.0.1:0 and hinted `jitwatch serve
+    --port 80`; port 0 is serve's "a free port": status now says it cannot know which (exit 2),
+    and `--port` replaces the variable as before."""
+    res = runner.invoke(app, ["status"], env={"JITWATCH_PORT": "0"})
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == (
+        "jitwatch: JITWATCH_PORT=0 makes `jitwatch serve` pick a free port, which status cannot know:"
+        " pass --port PORT (the one serve printed) or --url"
+    ), res.stderr
+    res = runner.invoke(app, ["status", "--port", "1", "--timeout", "2"], env={"JITWATCH_PORT": "0"})
+    assert res.exit_code == 1 and "cannot reach http://127.0.0.1:1" in res.stderr, res.output
+
+
 def test_serve_refuses_a_file_as_the_journal_directory(tmp_path: Path) -> None:
     """`serve --journal-dir <a file>` started a sidecar whose /readyz then answered 503 forever; now
     it is refused as `why` and `coverage` refuse it (the same check): one line, exit 2, nothing

@@ -472,6 +472,11 @@ def status(
     uses += [config.JITWATCH_TOKEN] if token is None else []
     settings = _settings(*uses) if uses else Settings.from_env(strict=False)
     url_from = "--url"
+    if url is None and port is None and settings.port == 0:
+        raise _fail(
+            f"{config.JITWATCH_PORT}=0 makes `jitwatch serve` pick a free port, which status cannot know:"
+            " pass --port PORT (the one serve printed) or --url"
+        )
     if url is None:
         # A user:password@ in JITWATCH_HOST (refused below) precedes the host: its ":" is no IPv6's.
         userinfo, at, host = settings.host.rpartition("@")
