@@ -167,8 +167,10 @@ def _journal_dir_arg(journal_dir: str | os.PathLike[str] | None) -> Path | None:
     return journal_dir_value(os.fspath(journal_dir), "journal_dir")
 
 
+_MAX_WARNED_ASKS = 32
 _warned_asks: set[tuple[str, ...]] = set()
-"""What a second :func:`install` asked for and was warned about: each once per process."""
+"""What a second :func:`install` asked for and was warned about: each once per process, and no
+more than :data:`_MAX_WARNED_ASKS` distinct asks (bounded memory for a caller that varies them)."""
 
 
 def _warn_if_not_as_asked(monitor: Monitor, mode: Mode | str | None, journal_dir: Path | None) -> None:
@@ -178,13 +180,14 @@ def _warn_if_not_as_asked(monitor: Monitor, mode: Mode | str | None, journal_dir
     compared absolute and normalised (``a/../b`` is ``b``; symbolic links are not resolved). A bad
     ``mode`` raises :class:`~jitwatch.errors.ConfigError` as on a first call."""
     asked: list[str] = []
-    if mode is not None and parse_mode(mode) is not monitor.mode:
-        asked.append(f"mode={parse_mode(mode).value!r}, it runs in {monitor.mode.value!r}")
+    wanted = parse_mode(mode) if mode is not None else monitor.mode
+    if wanted is not monitor.mode:
+        asked.append(f"mode={wanted.value!r}, it runs in {monitor.mode.value!r}")
     running_dir = os.path.abspath(monitor.settings.journal_dir)
     if journal_dir is not None and os.path.abspath(journal_dir) != running_dir:
         asked.append(f"journal_dir={os.path.abspath(journal_dir)!r}, it writes to {running_dir!r}")
     key = tuple(asked)
-    if asked and key not in _warned_asks:
+    if asked and key not in _warned_asks and len(_warned_asks) < _MAX_WARNED_ASKS:
         _warned_asks.add(key)
         log.warning(
             "jitwatch: install() asked for %s: returned the monitor already installed, unchanged; "

@@ -389,11 +389,13 @@ def serve(
     # an option given replaces its variable, which is then not read (nor refused when bad)
     uses = [v for v in SIDECAR_VARIABLES if v != config.JITWATCH_DIR and replaced.get(v) is None]
     settings = _journal_settings(journal_dir, *uses)
-    if token is not None and not token.strip():
-        raise _fail("--token is empty: pass a real token, or leave --token out to serve without one")
-    if token is None and settings.token is not None and not settings.token.strip():
-        # create_app refuses it too (ConfigError): here it is one line, not a traceback
-        raise _fail(f"{config.JITWATCH_TOKEN} is only whitespace: set a real token, or unset it to serve without one")
+    given = token if token is not None else settings.token
+    if given is not None and not given.strip():  # create_app refuses it too: here one line, not a traceback
+        raise _fail(
+            "--token is empty: pass a real token, or leave --token out to serve without one"
+            if token is not None
+            else f"{config.JITWATCH_TOKEN} is only whitespace: set a real token, or unset it to serve without one"
+        )
     # A file as the journal directory (--journal-dir or JITWATCH_DIR) is refused as `why` refuses
     # it, before serving a /readyz that could only answer 503; a missing directory is fine.
     journal = _read_journal(journal_dir, settings)
